@@ -1,0 +1,68 @@
+//! `POST /api/v1/events`: append one event, or `{"events": [...]}` as one transaction.
+
+use axum::{
+    Json,
+    extract::State,
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
+use serde_json::json;
+
+use super::{
+    ApiState,
+    error::ApiError,
+    extract::{Authenticated, JsonBody},
+    require_scope,
+};
+use crate::{
+    domain::{
+        event::{NewEvent, claimed_tenant_mismatch, parse_body},
+        tenant::Scope,
+    },
+    write,
+};
+
+#[tracing::instrument(skip_all, fields(tenant = %caller.tenant))]
+pub async fn post_events(
+    State(state): State<ApiState>,
+    Authenticated(caller): Authenticated,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    require_scope(&caller, Scope::Write)?;
+    let (requests, batch) = parse_body(body).map_err(ApiError::invalid)?;
+    if let Some(field) = claimed_tenant_mismatch(&requests, caller.tenant.as_str(), batch) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "tenant_mismatch",
+            "tenant_id differs from the tenant of the bearer token",
+        )
+        .with_field(field));
+    }
+    let events = requests
+        .into_iter()
+        .enumerate()
+        .map(|(index, request)| {
+            NewEvent::parse(request, &state.redactor).map_err(|err| {
+                if batch {
+                    err.within(&format!("events[{index}]"))
+                } else {
+                    err
+                }
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(ApiError::invalid)?;
+
+    let appended = write::append(&state.pool, &caller.tenant, events).await?;
+    let status = if appended.iter().all(|a| a.replayed) {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    let body = if batch {
+        json!({ "events": appended })
+    } else {
+        json!(appended[0])
+    };
+    Ok((status, Json(body)).into_response())
+}

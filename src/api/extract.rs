@@ -1,0 +1,74 @@
+//! Extractors that turn an HTTP request into what handlers need, answering in
+//! the API's error shape when they cannot.
+
+use axum::{
+    body::Bytes,
+    extract::{FromRequest, FromRequestParts, Request},
+    http::{StatusCode, header, request::Parts},
+};
+
+use super::{ApiState, error::ApiError};
+use crate::{
+    domain::{FieldError, tenant::ApiToken},
+    tenants::Caller,
+};
+
+/// A JSON body, parsed with errors that name the `body` field. The size limit
+/// is the router's `DefaultBodyLimit`; over it the answer is 413.
+pub struct JsonBody(pub serde_json::Value);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body_too_large",
+                    "the request body is over the daemon's limit (--max-body-bytes)",
+                )
+                .with_field("body")
+            } else {
+                ApiError::new(rejection.status(), "bad_body", rejection.body_text())
+                    .with_field("body")
+            }
+        })?;
+        serde_json::from_slice(&bytes).map(JsonBody).map_err(|err| {
+            ApiError::invalid(FieldError::new("body", format!("is not valid JSON: {err}")))
+        })
+    }
+}
+
+/// The caller, from `Authorization: Bearer <token>`. The tenant of every call
+/// comes from here and nowhere else.
+pub struct Authenticated(pub Caller);
+
+impl FromRequestParts<ApiState> for Authenticated {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &ApiState,
+    ) -> Result<Self, Self::Rejection> {
+        let header = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <token>"))?;
+        let token = header
+            .to_str()
+            .ok()
+            .and_then(|value| {
+                let (scheme, token) = value.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+            })
+            .and_then(ApiToken::parse)
+            .ok_or_else(|| ApiError::unauthorized("malformed bearer token"))?;
+        state
+            .tokens
+            .resolve(&state.pool, &token)
+            .await?
+            .map(Authenticated)
+            .ok_or_else(|| ApiError::unauthorized("unknown or revoked token"))
+    }
+}

@@ -1,0 +1,68 @@
+//! The HTTP interface. Handlers are thin: parse at the edge into domain types,
+//! call the write or read side, map errors to the one error shape.
+
+mod artifacts;
+pub mod error;
+mod events;
+mod extract;
+mod health;
+
+use std::sync::Arc;
+
+use axum::{
+    Router,
+    extract::DefaultBodyLimit,
+    http::StatusCode,
+    routing::{get, post},
+};
+use sqlx::PgPool;
+
+use crate::{
+    domain::{redact::Redactor, tenant::Scope},
+    tenants::{Caller, TokenCache},
+};
+use error::ApiError;
+
+/// What every handler may use. Cheap to clone.
+#[derive(Clone)]
+pub struct ApiState {
+    pub pool: PgPool,
+    pub redactor: Arc<Redactor>,
+    pub tokens: Arc<TokenCache>,
+}
+
+pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
+    let api = Router::new()
+        .route("/events", post(events::post_events))
+        .route("/artifacts/{id}", get(artifacts::get_artifact));
+    Router::new()
+        .nest("/api/v1", api)
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .fallback(|| async { ApiError::not_found("no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "method not allowed on this route",
+            )
+        })
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .with_state(state)
+}
+
+/// Refuses a caller whose token's scope is below `needed`.
+pub fn require_scope(caller: &Caller, needed: Scope) -> Result<(), ApiError> {
+    if caller.scope >= needed {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "insufficient_scope",
+            format!(
+                "this call needs a token with scope {} or above",
+                needed.as_str()
+            ),
+        ))
+    }
+}

@@ -1,0 +1,206 @@
+//! `memd verify`: recompute every tenant's hash chain from the stored rows and
+//! name the first link that does not hold.
+//!
+//! Checked for each event, in `seq` order: the sequence has no gap, `prev_hash`
+//! is the previous event's hash, `hash` matches the canonical form of the row
+//! as stored, and the artifact it points to exists with the digest the event
+//! recorded. Finally the tenant's head row must point at the last event.
+
+use sqlx::{PgPool, Row};
+
+use crate::domain::{
+    hash_chain::{ChainedEvent, GENESIS},
+    tenant::TenantId,
+};
+
+const PAGE: i64 = 5_000;
+
+const EVENTS_PAGE: &str = r#"
+SELECT e.seq, e.event_id, e.created_at, e.ts, e.session_id, e.channel, e.actor_type, e.actor_id,
+       e.kind, e.sensitivity, e.tags, e.refs, e.idempotency_key, e.artifact_id, e.prev_hash, e.hash,
+       e.content::text AS content_text,
+       e.content ->> 'artifact_sha256' AS recorded_artifact_sha256,
+       encode(a.sha256, 'hex') AS artifact_sha256,
+       encode(sha256(a.bytes), 'hex') AS artifact_bytes_sha256
+  FROM events e
+  LEFT JOIN artifacts a ON a.artifact_id = e.artifact_id AND a.tenant_id = e.tenant_id
+ WHERE e.tenant_id = $1 AND e.seq > $2
+ ORDER BY e.seq
+ LIMIT $3
+"#;
+
+/// The first broken link of a chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainBreak {
+    pub seq: i64,
+    pub event_id: Option<String>,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainReport {
+    pub tenant: String,
+    /// Events whose link was checked and held.
+    pub events_ok: i64,
+    pub head_hash: String,
+    pub broken: Option<ChainBreak>,
+}
+
+/// Verifies the chain of `tenant`, or of every tenant.
+pub async fn verify_chains(
+    pool: &PgPool,
+    tenant: Option<&TenantId>,
+) -> Result<Vec<ChainReport>, sqlx::Error> {
+    let tenants: Vec<String> = match tenant {
+        Some(t) => vec![t.to_string()],
+        None => {
+            sqlx::query_scalar("SELECT tenant_id FROM tenants ORDER BY tenant_id")
+                .fetch_all(pool)
+                .await?
+        }
+    };
+    let mut reports = Vec::with_capacity(tenants.len());
+    for tenant in tenants {
+        reports.push(verify_tenant(pool, &tenant).await?);
+    }
+    Ok(reports)
+}
+
+async fn verify_tenant(pool: &PgPool, tenant: &str) -> Result<ChainReport, sqlx::Error> {
+    let mut report = ChainReport {
+        tenant: tenant.to_string(),
+        events_ok: 0,
+        head_hash: hex::encode(GENESIS),
+        broken: None,
+    };
+    let mut last_seq = 0_i64;
+    let mut last_hash = GENESIS;
+    'pages: loop {
+        let rows = sqlx::query(EVENTS_PAGE)
+            .bind(tenant)
+            .bind(last_seq)
+            .bind(PAGE)
+            .fetch_all(pool)
+            .await?;
+        if rows.is_empty() {
+            break;
+        }
+        for row in &rows {
+            let seq: i64 = row.try_get("seq")?;
+            let event_id: String = row.try_get("event_id")?;
+            if let Some(reason) = check_link(row, tenant, last_seq, &last_hash)? {
+                report.broken = Some(ChainBreak {
+                    seq,
+                    event_id: Some(event_id),
+                    reason,
+                });
+                break 'pages;
+            }
+            last_seq = seq;
+            last_hash = row
+                .try_get::<Vec<u8>, _>("hash")?
+                .try_into()
+                .expect("checked to be 32 bytes");
+            report.events_ok += 1;
+        }
+    }
+    report.head_hash = hex::encode(last_hash);
+    if report.broken.is_none() {
+        let head = sqlx::query("SELECT seq, hash FROM tenant_heads WHERE tenant_id = $1")
+            .bind(tenant)
+            .fetch_optional(pool)
+            .await?;
+        let (head_seq, head_hash) = match head {
+            Some(row) => (
+                row.try_get::<i64, _>("seq")?,
+                row.try_get::<Vec<u8>, _>("hash")?,
+            ),
+            None => (-1, Vec::new()),
+        };
+        if head_seq != last_seq || head_hash != last_hash {
+            report.broken = Some(ChainBreak {
+                seq: head_seq,
+                event_id: None,
+                reason: format!(
+                    "tenant head says seq {head_seq} hash {}, but the log ends at seq {last_seq} hash {}",
+                    hex::encode(&head_hash),
+                    hex::encode(last_hash)
+                ),
+            });
+        }
+    }
+    Ok(report)
+}
+
+/// Why this row does not extend the chain ending at (`last_seq`, `last_hash`), if it does not.
+fn check_link(
+    row: &sqlx::postgres::PgRow,
+    tenant: &str,
+    last_seq: i64,
+    last_hash: &[u8; 32],
+) -> Result<Option<String>, sqlx::Error> {
+    let seq: i64 = row.try_get("seq")?;
+    if seq != last_seq + 1 {
+        return Ok(Some(format!(
+            "sequence gap: seq {} is missing",
+            last_seq + 1
+        )));
+    }
+    let prev_hash: Vec<u8> = row.try_get("prev_hash")?;
+    if prev_hash != last_hash {
+        return Ok(Some(format!(
+            "prev_hash {} is not the previous event's hash {}",
+            hex::encode(&prev_hash),
+            hex::encode(last_hash)
+        )));
+    }
+    let stored: Vec<u8> = row.try_get("hash")?;
+    let tags: Vec<String> = row.try_get("tags")?;
+    let refs: Vec<String> = row.try_get("refs")?;
+    let created_at: chrono::DateTime<chrono::Utc> = row.try_get("created_at")?;
+    let ts: chrono::DateTime<chrono::Utc> = row.try_get("ts")?;
+    let idempotency_key: Option<String> = row.try_get("idempotency_key")?;
+    let artifact_id: Option<String> = row.try_get("artifact_id")?;
+    let recomputed = ChainedEvent {
+        tenant_id: tenant,
+        seq,
+        event_id: row.try_get("event_id")?,
+        created_at_us: created_at.timestamp_micros(),
+        ts_us: ts.timestamp_micros(),
+        session_id: row.try_get("session_id")?,
+        channel: row.try_get("channel")?,
+        actor_type: row.try_get("actor_type")?,
+        actor_id: row.try_get("actor_id")?,
+        kind: row.try_get("kind")?,
+        sensitivity: row.try_get("sensitivity")?,
+        tags: &tags,
+        refs: &refs,
+        idempotency_key: idempotency_key.as_deref(),
+        artifact_id: artifact_id.as_deref(),
+        content_text: row.try_get("content_text")?,
+    }
+    .hash(last_hash);
+    if stored != recomputed {
+        return Ok(Some(format!(
+            "stored hash {} does not match the event's content (recomputed {}): the row was altered",
+            hex::encode(&stored),
+            hex::encode(recomputed)
+        )));
+    }
+    if let Some(artifact_id) = artifact_id {
+        let recorded: Option<String> = row.try_get("recorded_artifact_sha256")?;
+        let stored: Option<String> = row.try_get("artifact_sha256")?;
+        let actual: Option<String> = row.try_get("artifact_bytes_sha256")?;
+        if actual.is_none() {
+            return Ok(Some(format!("artifact {artifact_id} is missing")));
+        }
+        if recorded != actual || stored != actual {
+            return Ok(Some(format!(
+                "artifact {artifact_id} bytes hash to {}, the event recorded {}",
+                actual.unwrap_or_default(),
+                recorded.unwrap_or_default()
+            )));
+        }
+    }
+    Ok(None)
+}

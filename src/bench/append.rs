@@ -1,0 +1,325 @@
+//! `memd bench append`: how fast memd appends, next to how fast the same
+//! PostgreSQL takes plain INSERTs, measured in one run so the ratio is fair.
+
+use std::{fmt::Write as _, path::Path, sync::Arc, time::Duration};
+
+use anyhow::Context;
+use serde_json::{Value, json};
+
+use super::harness::{Measurement, RunningDaemon, ScratchDatabase, drive, environment};
+use crate::{
+    db,
+    domain::tenant::{Scope, TenantId},
+    tenants,
+};
+
+/// Tenants the multi-tenant scenarios spread their writers over.
+const TENANTS: usize = 8;
+
+struct Row {
+    scenario: String,
+    writers: usize,
+    per_request: usize,
+    m: Measurement,
+}
+
+pub async fn run(
+    database_url: &str,
+    duration: Duration,
+    batch: usize,
+    out: &Path,
+) -> anyhow::Result<()> {
+    let scratch = ScratchDatabase::create(database_url).await?;
+    let result = measure(&scratch, duration, batch).await;
+    scratch.drop_now().await?;
+    let (rows, environment) = result?;
+    let report = render(&rows, &environment, duration, batch);
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(out, &report).with_context(|| format!("writing {}", out.display()))?;
+    print!("{report}");
+    eprintln!("written to {}", out.display());
+    Ok(())
+}
+
+async fn measure(
+    scratch: &ScratchDatabase,
+    duration: Duration,
+    batch: usize,
+) -> anyhow::Result<(Vec<Row>, String)> {
+    let pool = db::connect(scratch.options.clone(), 48).await?;
+    db::MIGRATOR.run(&pool).await?;
+    let environment = environment(&pool).await?;
+    let mut tokens = Vec::new();
+    for index in 0..TENANTS {
+        let tenant = TenantId::parse(&format!("bench-{index}")).expect("valid tenant id");
+        tokens.push(
+            tenants::create_tenant(&pool, &tenant, Scope::Write)
+                .await?
+                .expose()
+                .to_string(),
+        );
+    }
+    let tokens = Arc::new(tokens);
+    sqlx::query("CREATE TABLE bench_raw (id BIGSERIAL PRIMARY KEY, tenant TEXT NOT NULL, body JSONB NOT NULL)")
+        .execute(&pool)
+        .await?;
+
+    let daemon = RunningDaemon::start(pool.clone()).await?;
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .build()
+        .context("building the HTTP client")?;
+    let url = Arc::new(format!("{}/api/v1/events", daemon.base_url));
+
+    let mut rows = Vec::new();
+    let mut record = |scenario: &str, writers: usize, per_request: usize, m: Measurement| {
+        eprintln!(
+            "{scenario:<44} writers={writers:<3} {:>9.0} events/s  p50 {:.2} ms  p95 {:.2} ms  errors {}",
+            m.events_per_second(),
+            m.percentile_ms(50.0),
+            m.percentile_ms(95.0),
+            m.errors
+        );
+        rows.push(Row {
+            scenario: scenario.to_string(),
+            writers,
+            per_request,
+            m,
+        });
+    };
+
+    // Raw PostgreSQL: the ceiling memd is compared with.
+    for writers in [1, 8, 32] {
+        let pool = pool.clone();
+        let m = drive(writers, duration, 1, move |writer, i| {
+            let pool = pool.clone();
+            async move {
+                sqlx::query("INSERT INTO bench_raw (tenant, body) VALUES ($1, $2)")
+                    .bind(format!("bench-{}", writer % TENANTS))
+                    .bind(payload(writer, i)["content"].clone())
+                    .execute(&pool)
+                    .await?;
+                Ok(())
+            }
+        })
+        .await;
+        record("raw INSERT, one row per transaction", writers, 1, m);
+    }
+    for writers in [1, 8] {
+        let pool = pool.clone();
+        let m = drive(writers, duration, batch, move |writer, i| {
+            let pool = pool.clone();
+            async move {
+                let bodies: Vec<Value> = (0..batch).map(|k| payload(writer, i * batch as u64 + k as u64)["content"].clone()).collect();
+                sqlx::query("INSERT INTO bench_raw (tenant, body) SELECT $1, b FROM unnest($2::jsonb[]) AS b")
+                    .bind(format!("bench-{}", writer % TENANTS))
+                    .bind(&bodies)
+                    .execute(&pool)
+                    .await?;
+                Ok(())
+            }
+        })
+        .await;
+        record("raw INSERT, multi-row", writers, batch, m);
+    }
+
+    // memd over HTTP, single events.
+    let cases: [(&str, usize, usize); 5] = [
+        ("memd single append, one tenant", 1, 1),
+        ("memd single append, one tenant", 8, 1),
+        ("memd single append, 8 tenants", 8, TENANTS),
+        ("memd single append, one tenant", 32, 1),
+        ("memd single append, 8 tenants", 32, TENANTS),
+    ];
+    for (scenario, writers, tenant_count) in cases {
+        let (client, url, tokens) = (client.clone(), url.clone(), tokens.clone());
+        let m = drive(writers, duration, 1, move |writer, i| {
+            let (client, url, tokens) = (client.clone(), url.clone(), tokens.clone());
+            async move {
+                post(
+                    &client,
+                    &url,
+                    &tokens[writer % tenant_count],
+                    &payload(writer, i),
+                )
+                .await
+            }
+        })
+        .await;
+        record(scenario, writers, 1, m);
+    }
+
+    // memd over HTTP, batches.
+    let cases: [(&str, usize, usize); 3] = [
+        ("memd batched append, one tenant", 1, 1),
+        ("memd batched append, 8 tenants", 8, TENANTS),
+        ("memd batched append, 8 tenants", 32, TENANTS),
+    ];
+    for (scenario, writers, tenant_count) in cases {
+        let (client, url, tokens) = (client.clone(), url.clone(), tokens.clone());
+        let m = drive(writers, duration, batch, move |writer, i| {
+            let (client, url, tokens) = (client.clone(), url.clone(), tokens.clone());
+            async move {
+                let events: Vec<Value> = (0..batch)
+                    .map(|k| payload(writer, i * batch as u64 + k as u64))
+                    .collect();
+                post(
+                    &client,
+                    &url,
+                    &tokens[writer % tenant_count],
+                    &json!({ "events": events }),
+                )
+                .await
+            }
+        })
+        .await;
+        record(scenario, writers, batch, m);
+    }
+
+    daemon.stop().await?;
+    pool.close().await;
+    Ok((rows, environment))
+}
+
+/// A realistic message event: a couple of hundred bytes of text, tags, a session.
+fn payload(writer: usize, i: u64) -> Value {
+    json!({
+        "session_id": format!("bench-session-{writer}"),
+        "channel": "private",
+        "actor": {"type": "agent", "id": format!("agent-{writer}")},
+        "kind": "message",
+        "tags": ["bench", "topic:throughput"],
+        "content": {"text": format!(
+            "Benchmark message {i} from writer {writer}: the build on main failed in the migrations step \
+             because the events table gained a column; rerun after applying 20261122000001_event_log.sql."
+        )},
+    })
+}
+
+async fn post(
+    client: &reqwest::Client,
+    url: &str,
+    token: &str,
+    body: &Value,
+) -> anyhow::Result<()> {
+    let response = client
+        .post(url)
+        .bearer_auth(token)
+        .json(body)
+        .send()
+        .await?;
+    let status = response.status();
+    if !status.is_success() {
+        anyhow::bail!(
+            "HTTP {status}: {}",
+            response.text().await.unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+fn find<'a>(rows: &'a [Row], scenario: &str, writers: usize) -> Option<&'a Measurement> {
+    rows.iter()
+        .find(|r| r.scenario == scenario && r.writers == writers)
+        .map(|r| &r.m)
+}
+
+fn render(rows: &[Row], environment: &str, duration: Duration, batch: usize) -> String {
+    let command: Vec<String> = std::env::args().collect();
+    let mut out = String::new();
+    let _ = writeln!(out, "# memd bench append\n");
+    let _ = writeln!(out, "Command: `{}`  ", command.join(" "));
+    let _ = writeln!(
+        out,
+        "Date: {}  ",
+        chrono::Utc::now().format("%Y-%m-%d %H:%M UTC")
+    );
+    let _ = writeln!(out, "Machine: {environment}  ");
+    let _ = writeln!(
+        out,
+        "Each scenario runs {:.1} s; batched scenarios send {batch} events per request. Latency is per request (HTTP round trip for memd, statement for raw).\n",
+        duration.as_secs_f64()
+    );
+    let _ = writeln!(
+        out,
+        "| scenario | writers | events/request | requests | events/s | p50 ms | p95 ms | p99 ms | errors |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for row in rows {
+        let m = &row.m;
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} |",
+            row.scenario,
+            row.writers,
+            row.per_request,
+            m.operations,
+            m.events_per_second(),
+            m.percentile_ms(50.0),
+            m.percentile_ms(95.0),
+            m.percentile_ms(99.0),
+            m.errors
+        );
+    }
+    let _ = writeln!(out, "\n## memd / raw PostgreSQL\n");
+    let ratios = [
+        (
+            "single, 1 writer",
+            "memd single append, one tenant",
+            1,
+            "raw INSERT, one row per transaction",
+            1,
+        ),
+        (
+            "single, 8 writers, one tenant",
+            "memd single append, one tenant",
+            8,
+            "raw INSERT, one row per transaction",
+            8,
+        ),
+        (
+            "single, 8 writers, 8 tenants",
+            "memd single append, 8 tenants",
+            8,
+            "raw INSERT, one row per transaction",
+            8,
+        ),
+        (
+            "single, 32 writers, 8 tenants",
+            "memd single append, 8 tenants",
+            32,
+            "raw INSERT, one row per transaction",
+            32,
+        ),
+        (
+            "batched, 1 writer",
+            "memd batched append, one tenant",
+            1,
+            "raw INSERT, multi-row",
+            1,
+        ),
+        (
+            "batched, 8 writers, 8 tenants",
+            "memd batched append, 8 tenants",
+            8,
+            "raw INSERT, multi-row",
+            8,
+        ),
+    ];
+    let _ = writeln!(out, "| case | memd events/s | raw events/s | ratio |");
+    let _ = writeln!(out, "|---|---:|---:|---:|");
+    for (label, memd, mw, raw, rw) in ratios {
+        if let (Some(a), Some(b)) = (find(rows, memd, mw), find(rows, raw, rw)) {
+            let _ = writeln!(
+                out,
+                "| {label} | {:.0} | {:.0} | {:.2} |",
+                a.events_per_second(),
+                b.events_per_second(),
+                a.events_per_second() / b.events_per_second()
+            );
+        }
+    }
+    out
+}

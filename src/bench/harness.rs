@@ -1,0 +1,214 @@
+//! What every benchmark needs: a scratch database, a daemon on it, concurrent
+//! drivers that record each operation's latency, and percentile arithmetic.
+
+use std::{
+    future::Future,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context;
+use sqlx::{PgPool, postgres::PgConnectOptions};
+use tokio::sync::oneshot;
+
+use crate::{
+    db,
+    startup::{Daemon, ServeConfig},
+};
+
+/// A database created for one benchmark run and dropped at the end.
+pub struct ScratchDatabase {
+    admin: PgConnectOptions,
+    pub name: String,
+    pub options: PgConnectOptions,
+}
+
+impl ScratchDatabase {
+    pub async fn create(database_url: &str) -> anyhow::Result<Self> {
+        let base: PgConnectOptions = database_url
+            .parse()
+            .context("DATABASE_URL is not a PostgreSQL URL")?;
+        let admin = base.clone().database("postgres");
+        let name = crate::domain::new_id("memd_bench").to_lowercase();
+        let pool = db::connect(admin.clone(), 1)
+            .await
+            .context("connecting to PostgreSQL")?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&pool)
+            .await?;
+        pool.close().await;
+        Ok(Self {
+            options: base.database(&name),
+            admin,
+            name,
+        })
+    }
+
+    pub async fn drop_now(self) -> anyhow::Result<()> {
+        let pool = db::connect(self.admin, 1).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        )))
+        .execute(&pool)
+        .await?;
+        Ok(())
+    }
+}
+
+/// A daemon serving on a free local port until dropped.
+pub struct RunningDaemon {
+    pub base_url: String,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl RunningDaemon {
+    pub async fn start(pool: PgPool) -> anyhow::Result<Self> {
+        let config = ServeConfig {
+            listen: "127.0.0.1:0".into(),
+            ..ServeConfig::default()
+        };
+        let daemon = Daemon::bind(&config, pool).await?;
+        let base_url = format!("http://{}", daemon.local_addr());
+        let (stop, stopped) = oneshot::channel();
+        let task = tokio::spawn(daemon.run(async {
+            let _ = stopped.await;
+        }));
+        Ok(Self {
+            base_url,
+            stop: Some(stop),
+            task,
+        })
+    }
+
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        (&mut self.task).await??;
+        Ok(())
+    }
+}
+
+/// Latencies of one scenario's operations, and how many events they carried.
+pub struct Measurement {
+    pub operations: usize,
+    pub events: usize,
+    pub errors: usize,
+    pub elapsed: Duration,
+    latencies: Vec<Duration>,
+}
+
+impl Measurement {
+    pub fn events_per_second(&self) -> f64 {
+        self.events as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// The `p`-th percentile latency (nearest rank), in milliseconds.
+    pub fn percentile_ms(&self, p: f64) -> f64 {
+        percentile(&self.latencies, p).as_secs_f64() * 1000.0
+    }
+}
+
+/// Nearest-rank percentile of sorted-or-not samples; zero when empty.
+pub fn percentile(samples: &[Duration], p: f64) -> Duration {
+    if samples.is_empty() {
+        return Duration::ZERO;
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort_unstable();
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Runs `op` from `writers` concurrent tasks until `duration` has passed; each
+/// call carries `events_per_op` events. `op(writer, iteration)`.
+pub async fn drive<F, Fut>(
+    writers: usize,
+    duration: Duration,
+    events_per_op: usize,
+    op: F,
+) -> Measurement
+where
+    F: Fn(usize, u64) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = anyhow::Result<()>> + Send,
+{
+    let started = Instant::now();
+    let deadline = started + duration;
+    let tasks: Vec<_> = (0..writers)
+        .map(|writer| {
+            let op = op.clone();
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                let mut errors = 0;
+                let mut iteration = 0_u64;
+                while Instant::now() < deadline {
+                    let start = Instant::now();
+                    match op(writer, iteration).await {
+                        Ok(()) => latencies.push(start.elapsed()),
+                        Err(err) => {
+                            errors += 1;
+                            if errors == 1 {
+                                tracing::warn!(error = %format!("{err:#}"), "benchmark operation failed");
+                            }
+                        }
+                    }
+                    iteration += 1;
+                }
+                (latencies, errors)
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    let mut errors = 0;
+    for task in tasks {
+        let (task_latencies, task_errors) = task.await.expect("benchmark task panicked");
+        latencies.extend(task_latencies);
+        errors += task_errors;
+    }
+    let elapsed = started.elapsed();
+    Measurement {
+        operations: latencies.len(),
+        events: latencies.len() * events_per_op,
+        errors,
+        elapsed,
+        latencies,
+    }
+}
+
+/// One line saying what machine and database produced the numbers.
+pub async fn environment(pool: &PgPool) -> anyhow::Result<String> {
+    let version: String = sqlx::query_scalar("SHOW server_version")
+        .fetch_one(pool)
+        .await?;
+    let sync: String = sqlx::query_scalar("SHOW synchronous_commit")
+        .fetch_one(pool)
+        .await?;
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    Ok(format!(
+        "{cores} cores; PostgreSQL {version} (synchronous_commit={sync}) on the same machine; memd {} ({} build)",
+        env!("CARGO_PKG_VERSION"),
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_use_nearest_rank() {
+        let samples: Vec<Duration> = (1..=100).rev().map(Duration::from_millis).collect();
+        assert_eq!(percentile(&samples, 50.0), Duration::from_millis(50));
+        assert_eq!(percentile(&samples, 95.0), Duration::from_millis(95));
+        assert_eq!(percentile(&samples, 100.0), Duration::from_millis(100));
+        assert_eq!(percentile(&samples[..1], 99.0), Duration::from_millis(100));
+        assert_eq!(percentile(&[], 50.0), Duration::ZERO);
+    }
+}

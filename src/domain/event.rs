@@ -1,0 +1,712 @@
+//! The event envelope (PRD §7.1) and its content by kind.
+//!
+//! [`EventRequest`] is what arrives on the wire; [`NewEvent::parse`] checks every
+//! field, redacts secrets and normalizes tool results, producing what the write
+//! side stores. Past that point nothing is checked again.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::{
+    FieldError, limits,
+    redact::Redactor,
+    tool_result::{self, NormalizedToolResult},
+};
+
+macro_rules! wire_enum {
+    ($(#[$attr:meta])* $name:ident { $($(#[$vattr:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$attr])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum $name {
+            $($(#[$vattr])* #[serde(rename = $text)] $variant),+
+        }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+
+            pub fn parse(raw: &str) -> Option<Self> {
+                match raw {
+                    $($text => Some($name::$variant),)+
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+wire_enum!(
+    /// Where a conversation happens; decides what memory may be loaded into it (PRD §9).
+    Channel { Private => "private", Public => "public", Team => "team", Agent => "agent" }
+);
+wire_enum!(
+    /// Who produced an event. `system` is memd's own operators (imports, admin).
+    ActorType { Human => "human", Agent => "agent", Tool => "tool", System => "system" }
+);
+wire_enum!(
+    /// What an event is; decides the shape of `content`.
+    Kind {
+        Message => "message",
+        ToolCall => "tool_call",
+        ToolResult => "tool_result",
+        Decision => "decision",
+        TaskUpdate => "task_update",
+        Summary => "summary",
+        ViewUpdate => "view_update",
+    }
+);
+wire_enum!(
+    /// How sensitive the content is. `secret` content is never stored.
+    #[derive(Default)]
+    Sensitivity { #[default] None => "none", Low => "low", High => "high", Secret => "secret" }
+);
+
+/// The event envelope as a client sends it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventRequest {
+    /// Optional: the tenant comes from the bearer token. If given it must match.
+    pub tenant_id: Option<String>,
+    pub session_id: String,
+    pub channel: Channel,
+    pub actor: ActorRequest,
+    pub kind: Kind,
+    #[serde(default)]
+    pub sensitivity: Sensitivity,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    pub content: Value,
+    #[serde(default)]
+    pub refs: Vec<String>,
+    /// A retried append with the same key returns the original event.
+    pub idempotency_key: Option<String>,
+    /// When it happened, if not now (imports of older history). RFC 3339.
+    pub ts: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActorRequest {
+    #[serde(rename = "type")]
+    pub kind: ActorType,
+    pub id: String,
+}
+
+/// A full tool output too large to keep in the event, bound for `artifacts`.
+#[derive(Debug, Clone)]
+pub struct NewArtifact {
+    pub artifact_id: String,
+    pub media_type: &'static str,
+    pub sha256: [u8; 32],
+    pub bytes: Vec<u8>,
+    pub meta: Value,
+}
+
+/// A validated, redacted event, ready to append. Sequence number, event id and
+/// hash are assigned by the write side under the tenant's lock.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub session_id: String,
+    pub channel: Channel,
+    pub actor_type: ActorType,
+    pub actor_id: String,
+    pub kind: Kind,
+    pub sensitivity: Sensitivity,
+    pub tags: Vec<String>,
+    pub content: Value,
+    pub refs: Vec<String>,
+    pub idempotency_key: Option<String>,
+    pub ts: Option<DateTime<Utc>>,
+    pub artifact: Option<NewArtifact>,
+}
+
+/// The path of the first request whose `tenant_id` names another tenant than
+/// the caller's. The tenant always comes from the token; a body that claims a
+/// different one is refused rather than silently corrected.
+pub fn claimed_tenant_mismatch(
+    requests: &[EventRequest],
+    caller: &str,
+    batch: bool,
+) -> Option<String> {
+    requests.iter().enumerate().find_map(|(index, request)| {
+        let claimed = request.tenant_id.as_deref()?;
+        (claimed != caller).then(|| {
+            if batch {
+                format!("events[{index}].tenant_id")
+            } else {
+                "tenant_id".to_string()
+            }
+        })
+    })
+}
+
+/// Content stored in place of anything sent with `sensitivity: "secret"`.
+pub fn secret_marker() -> Value {
+    serde_json::json!({"redacted": true, "reason": "sensitivity:secret"})
+}
+
+impl NewEvent {
+    /// Checks every field of `request`, redacts secrets, and normalizes the
+    /// content of its kind. The tenant is checked apart ([`claimed_tenant_mismatch`]):
+    /// a wrong tenant is a permission error, not a malformed field.
+    pub fn parse(request: EventRequest, redactor: &Redactor) -> Result<Self, FieldError> {
+        let EventRequest {
+            session_id,
+            channel,
+            actor,
+            kind,
+            sensitivity,
+            tags,
+            content,
+            refs,
+            idempotency_key,
+            ts,
+            ..
+        } = request;
+
+        check_id("session_id", &session_id)?;
+        check_id("actor.id", &actor.id)?;
+        if let Some(key) = &idempotency_key {
+            check_id("idempotency_key", key)?;
+        }
+        check_list("tags", &tags, limits::MAX_TAGS, limits::MAX_TAG_BYTES)?;
+        check_list("refs", &refs, limits::MAX_REFS, limits::MAX_REF_BYTES)?;
+        check_no_nul_in_json(&content, "content")?;
+        if kind != Kind::ToolResult {
+            let size = serde_json::to_vec(&content)
+                .map(|v| v.len())
+                .unwrap_or(usize::MAX);
+            if size > limits::MAX_CONTENT_BYTES {
+                return Err(FieldError::new(
+                    "content",
+                    format!(
+                        "is {size} bytes; at most {} allowed",
+                        limits::MAX_CONTENT_BYTES
+                    ),
+                ));
+            }
+        }
+        // Validate the shape before redaction, so errors describe what was sent.
+        check_content(kind, &content)?;
+
+        let redact = |mut s: String| {
+            redactor.redact_in_place(&mut s);
+            s
+        };
+        let mut event = NewEvent {
+            session_id: redact(session_id),
+            channel,
+            actor_type: actor.kind,
+            actor_id: redact(actor.id),
+            kind,
+            sensitivity,
+            tags: tags.into_iter().map(redact).collect(),
+            content: Value::Null,
+            refs: refs.into_iter().map(redact).collect(),
+            idempotency_key: idempotency_key.map(redact),
+            ts,
+            artifact: None,
+        };
+
+        if sensitivity == Sensitivity::Secret {
+            event.content = secret_marker();
+            return Ok(event);
+        }
+        let mut content = content;
+        redactor.redact_json(&mut content);
+        if kind == Kind::ToolResult {
+            let NormalizedToolResult { content, artifact } = tool_result::normalize(content)?;
+            event.content = content;
+            event.artifact = artifact;
+        } else {
+            event.content = content;
+        }
+        Ok(event)
+    }
+}
+
+fn check_id(field: &str, value: &str) -> Result<(), FieldError> {
+    if value.is_empty() {
+        return Err(FieldError::new(field, "must not be empty"));
+    }
+    if value.len() > limits::MAX_ID_BYTES {
+        return Err(FieldError::new(
+            field,
+            format!(
+                "is {} bytes; at most {} allowed",
+                value.len(),
+                limits::MAX_ID_BYTES
+            ),
+        ));
+    }
+    check_no_nul(field, value)
+}
+
+fn check_list(
+    field: &str,
+    items: &[String],
+    max_items: usize,
+    max_bytes: usize,
+) -> Result<(), FieldError> {
+    if items.len() > max_items {
+        return Err(FieldError::new(
+            field,
+            format!("has {} items; at most {max_items} allowed", items.len()),
+        ));
+    }
+    for (index, item) in items.iter().enumerate() {
+        let path = format!("{field}[{index}]");
+        if item.is_empty() {
+            return Err(FieldError::new(path, "must not be empty"));
+        }
+        if item.len() > max_bytes {
+            return Err(FieldError::new(
+                path,
+                format!("is {} bytes; at most {max_bytes} allowed", item.len()),
+            ));
+        }
+        check_no_nul(&path, item)?;
+    }
+    Ok(())
+}
+
+/// PostgreSQL cannot store U+0000 in text or jsonb; refuse it by name rather
+/// than fail deep in the database.
+fn check_no_nul(field: &str, value: &str) -> Result<(), FieldError> {
+    if value.contains('\0') {
+        Err(FieldError::new(
+            field,
+            "must not contain the NUL character (U+0000)",
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+fn check_no_nul_in_json(value: &Value, path: &str) -> Result<(), FieldError> {
+    match value {
+        Value::String(s) => check_no_nul(path, s),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, v)| check_no_nul_in_json(v, &format!("{path}[{i}]"))),
+        Value::Object(map) => map.iter().try_for_each(|(k, v)| {
+            let child = format!("{path}.{k}");
+            check_no_nul(&child, k)?;
+            check_no_nul_in_json(v, &child)
+        }),
+        Value::Null | Value::Bool(_) | Value::Number(_) => Ok(()),
+    }
+}
+
+// Content shapes by kind (ARCHITECTURE.md "Contracts"). Extra fields are kept:
+// agents attach their own metadata, and the log stores what they sent.
+
+#[derive(Deserialize)]
+struct MessageContent {
+    text: String,
+}
+
+#[derive(Deserialize)]
+struct ToolCallContent {
+    tool: String,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)] // fields are read by serde to check their types
+struct DecisionContent {
+    decision: String,
+    key: Option<String>,
+    scope: String,
+    #[serde(default)]
+    rationale: Vec<String>,
+    #[serde(default)]
+    constraints: Vec<String>,
+    #[serde(default)]
+    alternatives: Vec<String>,
+    #[serde(default)]
+    consequences: Vec<String>,
+    confidence: Option<f64>,
+    supersedes: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct TaskUpdateContent {
+    task_id: String,
+    status: TaskStatus,
+    title: Option<String>,
+    details: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum TaskStatus {
+    Open,
+    Doing,
+    Done,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct SummaryContent {
+    text: String,
+    #[serde(default)]
+    claims: Vec<Claim>,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct Claim {
+    key: String,
+    value: Value,
+}
+
+#[derive(Deserialize)]
+struct ViewUpdateContent {
+    view: String,
+    #[allow(dead_code)]
+    text: String,
+}
+
+fn check_content(kind: Kind, content: &Value) -> Result<(), FieldError> {
+    if !content.is_object() {
+        return Err(FieldError::new("content", "must be a JSON object"));
+    }
+    match kind {
+        Kind::Message => {
+            let c: MessageContent = shape(content)?;
+            non_empty("content.text", &c.text)
+        }
+        Kind::ToolCall => {
+            let c: ToolCallContent = shape(content)?;
+            non_empty("content.tool", &c.tool)
+        }
+        Kind::ToolResult => tool_result::check_shape(content),
+        Kind::Decision => {
+            let c: DecisionContent = shape(content)?;
+            non_empty("content.decision", &c.decision)?;
+            non_empty("content.scope", &c.scope)?;
+            if let Some(key) = &c.key {
+                non_empty("content.key", key)?;
+            }
+            match c.confidence {
+                Some(x) if !(0.0..=1.0).contains(&x) => Err(FieldError::new(
+                    "content.confidence",
+                    "must be between 0 and 1",
+                )),
+                _ => Ok(()),
+            }
+        }
+        Kind::TaskUpdate => {
+            let c: TaskUpdateContent = shape(content)?;
+            non_empty("content.task_id", &c.task_id)
+        }
+        Kind::Summary => {
+            let c: SummaryContent = shape(content)?;
+            non_empty("content.text", &c.text)
+        }
+        Kind::ViewUpdate => {
+            let c: ViewUpdateContent = shape(content)?;
+            let valid = !c.view.is_empty()
+                && c.view.len() <= 64
+                && c.view
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+            if valid {
+                Ok(())
+            } else {
+                Err(FieldError::new(
+                    "content.view",
+                    "must be 1-64 of letters, digits, '_', '-' or '.' (e.g. \"identity\", \"rules\")",
+                ))
+            }
+        }
+    }
+}
+
+/// Deserializes `content` into a kind's shape, naming the failing field.
+pub(crate) fn shape<T: for<'de> Deserialize<'de>>(content: &Value) -> Result<T, FieldError> {
+    serde_path_to_error::deserialize(content).map_err(|err| path_error("content", err))
+}
+
+/// Names the field a serde error is about. serde reports a missing field at
+/// its parent, so the field's own name is taken from the message.
+fn path_error(prefix: &str, err: serde_path_to_error::Error<serde_json::Error>) -> FieldError {
+    let path = err.path().to_string();
+    let message = err.into_inner().to_string();
+    let mut parts: Vec<String> = Vec::new();
+    if !prefix.is_empty() {
+        parts.push(prefix.to_string());
+    }
+    if path != "." {
+        parts.push(path);
+    }
+    if let Some(name) = field_named_in(&message) {
+        parts.push(name);
+    }
+    FieldError::new(parts.join("."), message)
+}
+
+pub(crate) fn non_empty(field: &str, value: &str) -> Result<(), FieldError> {
+    if value.trim().is_empty() {
+        Err(FieldError::new(field, "must not be empty"))
+    } else {
+        Ok(())
+    }
+}
+
+/// Parses a request body: one event, or `{"events": [...]}`. Field paths in
+/// errors are relative to the body (`events[2].kind`).
+pub fn parse_body(body: Value) -> Result<(Vec<EventRequest>, bool), FieldError> {
+    match body {
+        Value::Object(mut map) if map.contains_key("events") => {
+            if map.len() > 1 {
+                let other = map
+                    .keys()
+                    .find(|k| *k != "events")
+                    .cloned()
+                    .unwrap_or_default();
+                return Err(FieldError::new(
+                    other,
+                    "a batch body holds only \"events\"; put every field inside each event",
+                ));
+            }
+            let Some(Value::Array(items)) = map.remove("events") else {
+                return Err(FieldError::new("events", "must be an array of events"));
+            };
+            if items.is_empty() {
+                return Err(FieldError::new("events", "must hold at least one event"));
+            }
+            if items.len() > limits::MAX_BATCH_EVENTS {
+                return Err(FieldError::new(
+                    "events",
+                    format!(
+                        "has {} events; at most {} per batch",
+                        items.len(),
+                        limits::MAX_BATCH_EVENTS
+                    ),
+                ));
+            }
+            let requests = items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| parse_one(item).map_err(|e| e.within(&format!("events[{i}]"))))
+                .collect::<Result<_, _>>()?;
+            Ok((requests, true))
+        }
+        Value::Object(map) => Ok((vec![parse_one(Value::Object(map))?], false)),
+        _ => Err(FieldError::new("body", "must be a JSON object")),
+    }
+}
+
+fn parse_one(value: Value) -> Result<EventRequest, FieldError> {
+    serde_path_to_error::deserialize(value).map_err(|err| path_error("", err))
+}
+
+/// `missing field `x`` → `x`. (For an unknown field the path already ends with it.)
+fn field_named_in(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("missing field `")?;
+    rest.split('`').next().map(str::to_string)
+}
+
+/// Reads a tool-result field that the normalizer needs.
+pub(crate) fn take_string(map: &mut Map<String, Value>, key: &str) -> Option<String> {
+    match map.remove(key) {
+        Some(Value::String(s)) => Some(s),
+        Some(other) => {
+            map.insert(key.to_string(), other);
+            None
+        }
+        None => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn message(extra: Value) -> Value {
+        let mut base = json!({
+            "session_id": "s1",
+            "channel": "private",
+            "actor": {"type": "human", "id": "user"},
+            "kind": "message",
+            "content": {"text": "hello"},
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            base[k] = v.clone();
+        }
+        base
+    }
+
+    fn parse(body: Value) -> Result<Vec<NewEvent>, FieldError> {
+        let (requests, _) = parse_body(body)?;
+        requests
+            .into_iter()
+            .map(|r| NewEvent::parse(r, &Redactor::default()))
+            .collect()
+    }
+
+    fn field_of(body: Value) -> String {
+        parse(body).expect_err("should be refused").field
+    }
+
+    #[test]
+    fn a_plain_message_parses() {
+        let events = parse(message(json!({"tags": ["a"], "refs": ["evt_1"]}))).unwrap();
+        assert_eq!(events[0].kind, Kind::Message);
+        assert_eq!(events[0].sensitivity, Sensitivity::None);
+        assert_eq!(events[0].content, json!({"text": "hello"}));
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        assert_eq!(field_of(message(json!({"channel": "radio"}))), "channel");
+        assert_eq!(
+            field_of(message(json!({"actor": {"type": "robot", "id": "x"}}))),
+            "actor.type"
+        );
+        assert_eq!(
+            field_of(message(json!({"actor": {"type": "human"}}))),
+            "actor.id"
+        );
+        assert_eq!(field_of(message(json!({"kind": "gossip"}))), "kind");
+        assert_eq!(
+            field_of(message(json!({"sensitivity": "top"}))),
+            "sensitivity"
+        );
+        assert_eq!(field_of(message(json!({"session_id": ""}))), "session_id");
+        assert_eq!(
+            field_of(message(json!({"session_id": "x".repeat(257)}))),
+            "session_id"
+        );
+        assert_eq!(field_of(message(json!({"tags": ["ok", ""]}))), "tags[1]");
+        assert_eq!(field_of(message(json!({"tags": vec!["t"; 65]}))), "tags");
+        assert_eq!(
+            field_of(message(json!({"refs": ["r".repeat(257)]}))),
+            "refs[0]"
+        );
+        assert_eq!(
+            field_of(message(json!({"content": {"text": ""}}))),
+            "content.text"
+        );
+        assert_eq!(
+            field_of(message(json!({"content": {"txt": "x"}}))),
+            "content.text"
+        );
+        assert_eq!(field_of(message(json!({"content": "x"}))), "content");
+        assert_eq!(
+            field_of(message(json!({"content": {"text": "a\u{0}b"}}))),
+            "content.text"
+        );
+        assert_eq!(
+            field_of(message(json!({"sensitivty": "low"}))),
+            "sensitivty"
+        );
+        assert_eq!(field_of(message(json!({"ts": "yesterday"}))), "ts");
+        assert_eq!(
+            field_of(message(
+                json!({"content": {"text": "x".repeat(limits::MAX_CONTENT_BYTES)}})
+            )),
+            "content"
+        );
+    }
+
+    #[test]
+    fn content_is_checked_by_kind() {
+        let bad = [
+            (
+                json!({"kind": "task_update", "content": {"task_id": "t", "status": "later"}}),
+                "content.status",
+            ),
+            (
+                json!({"kind": "decision", "content": {"decision": "x"}}),
+                "content.scope",
+            ),
+            (
+                json!({"kind": "decision", "content": {"decision": "x", "scope": "project", "confidence": 2.0}}),
+                "content.confidence",
+            ),
+            (
+                json!({"kind": "summary", "content": {"text": "x", "claims": [{"key": "k"}]}}),
+                "content.claims[0].value",
+            ),
+            (
+                json!({"kind": "view_update", "content": {"view": "../etc", "text": "x"}}),
+                "content.view",
+            ),
+            (
+                json!({"kind": "tool_call", "content": {"args": {}}}),
+                "content.tool",
+            ),
+            (
+                json!({"kind": "tool_result", "content": {"tool": "ls"}}),
+                "content.output",
+            ),
+        ];
+        for (extra, field) in bad {
+            assert_eq!(field_of(message(extra.clone())), field, "{extra}");
+        }
+        let good = json!({"kind": "decision", "content": {"decision": "Use Postgres", "scope": "project",
+            "key": "db", "rationale": ["boring"], "confidence": 0.8}});
+        assert!(parse(message(good)).is_ok());
+    }
+
+    #[test]
+    fn batch_errors_name_the_item() {
+        let body = json!({"events": [message(json!({})), message(json!({"channel": "x"}))]});
+        assert_eq!(field_of(body), "events[1].channel");
+        assert_eq!(field_of(json!({"events": []})), "events");
+        assert_eq!(field_of(json!({"events": {}})), "events");
+        assert_eq!(
+            field_of(json!({"events": [], "session_id": "s"})),
+            "session_id"
+        );
+        let too_many: Vec<Value> = (0..=limits::MAX_BATCH_EVENTS)
+            .map(|_| message(json!({})))
+            .collect();
+        assert_eq!(field_of(json!({"events": too_many})), "events");
+        assert_eq!(field_of(json!([1])), "body");
+    }
+
+    #[test]
+    fn a_claimed_tenant_must_be_the_callers() {
+        let body = json!({"events": [message(json!({"tenant_id": "t1"})), message(json!({"tenant_id": "t2"}))]});
+        let (requests, batch) = parse_body(body).unwrap();
+        assert_eq!(
+            claimed_tenant_mismatch(&requests, "t1", batch).as_deref(),
+            Some("events[1].tenant_id")
+        );
+        assert_eq!(claimed_tenant_mismatch(&requests[..1], "t1", batch), None);
+    }
+
+    #[test]
+    fn secret_sensitivity_keeps_only_a_marker() {
+        let events = parse(message(
+            json!({"sensitivity": "secret", "content": {"text": "my pin is 1234"}}),
+        ))
+        .unwrap();
+        assert_eq!(events[0].content, secret_marker());
+    }
+
+    #[test]
+    fn secrets_are_redacted_in_every_field() {
+        let secret = "sk-abcdefghijklmnopqrstuvwx";
+        let events = parse(message(json!({
+            "session_id": secret, "actor": {"type": "agent", "id": secret},
+            "tags": [secret], "refs": [secret], "idempotency_key": secret,
+            "content": {"text": secret, secret: [secret]},
+        })))
+        .unwrap();
+        let dump = format!("{:?}", events[0]);
+        assert!(!dump.contains(secret), "{dump}");
+    }
+}

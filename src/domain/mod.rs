@@ -1,0 +1,45 @@
+//! Parsed, validated types. Nothing here does I/O: request bodies become these
+//! types at the edge (`api/`), and everything past the edge trusts them.
+
+pub mod event;
+pub mod hash_chain;
+pub mod limits;
+pub mod redact;
+pub mod tenant;
+pub mod tool_result;
+
+/// A request field that failed validation, named by its JSON path
+/// (`events[3].actor.type`) so clients can point at it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Prefixes the field path, e.g. `channel` inside batch item 3 becomes `events[3].channel`.
+    pub fn within(mut self, prefix: &str) -> Self {
+        self.field = if self.field.is_empty() || self.field == "." {
+            prefix.to_string()
+        } else if self.field.starts_with('[') {
+            format!("{prefix}{}", self.field)
+        } else {
+            format!("{prefix}.{}", self.field)
+        };
+        self
+    }
+}
+
+/// A fresh id: `prefix` + `_` + a ULID (time-ordered, 80 random bits), e.g.
+/// `evt_01J...`. The prefix tells what a ref points to.
+pub fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", ulid::Ulid::generate())
+}

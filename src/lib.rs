@@ -1,0 +1,22 @@
+//! memd: a memory daemon for AI agents.
+//!
+//! The crate is laid out as the architecture is (see `ARCHITECTURE.md`):
+//!
+//! - [`domain`]: parsed, validated types (events, redaction, tool results, the
+//!   hash chain). No I/O.
+//! - [`write`]: the append path, the only writer of the event log.
+//! - [`audit`]: hash-chain verification of the log.
+//! - [`api`]: the HTTP interface, thin handlers over the above.
+//! - [`tenants`]: tenants and bearer tokens.
+//! - [`startup`], [`db`], [`telemetry`]: wiring.
+//! - [`bench`]: `memd bench`, measurements against a real daemon.
+
+pub mod api;
+pub mod audit;
+pub mod bench;
+pub mod db;
+pub mod domain;
+pub mod startup;
+pub mod telemetry;
+pub mod tenants;
+pub mod write;

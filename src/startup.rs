@@ -1,0 +1,94 @@
+//! Building and running the daemon: bind first (so the real port is known
+//! when asked for port 0), then serve until a stop future completes.
+
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
+
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+
+use crate::{
+    api::{self, ApiState},
+    domain::{limits, redact::Redactor},
+    tenants::TokenCache,
+};
+
+/// What `memd serve` runs with, past parsing flags and environment.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Address to listen on; port 0 picks a free one.
+    pub listen: String,
+    pub max_body_bytes: usize,
+    pub redactor: Arc<Redactor>,
+    /// How long a resolved token is trusted before it is looked up again.
+    pub token_cache_ttl: Duration,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:7070".into(),
+            max_body_bytes: limits::DEFAULT_MAX_BODY_BYTES,
+            redactor: Arc::new(Redactor::default()),
+            token_cache_ttl: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A bound, not yet serving daemon.
+pub struct Daemon {
+    listener: TcpListener,
+    router: axum::Router,
+}
+
+impl Daemon {
+    pub async fn bind(config: &ServeConfig, pool: PgPool) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(&config.listen).await?;
+        let state = ApiState {
+            pool,
+            redactor: config.redactor.clone(),
+            tokens: Arc::new(TokenCache::new(config.token_cache_ttl)),
+        };
+        Ok(Self {
+            listener,
+            router: api::router(state, config.max_body_bytes),
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// Serves until `stop` completes, then stops accepting and lets requests
+    /// in flight finish (an append that started is committed and answered).
+    pub async fn run(self, stop: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+        tracing::info!(addr = %self.local_addr(), "memd listening");
+        axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(stop)
+            .await
+    }
+}
+
+/// Completes on SIGINT (ctrl-c) or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutdown requested; finishing requests in flight");
+}

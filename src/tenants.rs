@@ -1,0 +1,116 @@
+//! Tenants and their API tokens: creating them (CLI) and resolving a bearer
+//! token to its tenant (every API call).
+
+use std::{
+    collections::HashMap,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use sqlx::{PgPool, Row};
+
+use crate::domain::tenant::{ApiToken, Scope, TenantId};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TenantError {
+    #[error("tenant {0} already exists")]
+    Exists(String),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// Creates a tenant with its head row and a first token, in one transaction.
+/// The token is returned in clear, once; only its hash is stored.
+pub async fn create_tenant(
+    pool: &PgPool,
+    tenant: &TenantId,
+    scope: Scope,
+) -> Result<ApiToken, TenantError> {
+    let mut tx = pool.begin().await?;
+    let created = sqlx::query("INSERT INTO tenants (tenant_id) VALUES ($1) ON CONFLICT DO NOTHING")
+        .bind(tenant.as_str())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    if created == 0 {
+        return Err(TenantError::Exists(tenant.to_string()));
+    }
+    sqlx::query("INSERT INTO tenant_heads (tenant_id) VALUES ($1)")
+        .bind(tenant.as_str())
+        .execute(&mut *tx)
+        .await?;
+    let token = ApiToken::generate();
+    sqlx::query("INSERT INTO api_tokens (token_hash, tenant_id, scope) VALUES ($1, $2, $3)")
+        .bind(token.hash().as_slice())
+        .bind(tenant.as_str())
+        .bind(scope.as_str())
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(token)
+}
+
+/// Who is calling: the tenant and scope of a valid, unrevoked token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub tenant: TenantId,
+    pub scope: Scope,
+}
+
+/// When a token hash was looked up, and what it resolved to.
+type Resolved = (Instant, Option<Caller>);
+
+/// Resolves tokens, remembering answers for a short while so that a busy
+/// agent's appends do not each pay a lookup. A revoked token stops working
+/// within `ttl`.
+pub struct TokenCache {
+    ttl: Duration,
+    entries: Mutex<HashMap<[u8; 32], Resolved>>,
+}
+
+impl TokenCache {
+    pub fn new(ttl: Duration) -> Self {
+        Self {
+            ttl,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub async fn resolve(
+        &self,
+        pool: &PgPool,
+        token: &ApiToken,
+    ) -> Result<Option<Caller>, sqlx::Error> {
+        let hash = token.hash();
+        if let Some((at, caller)) = self.entries.lock().expect("token cache lock").get(&hash)
+            && at.elapsed() < self.ttl
+        {
+            return Ok(caller.clone());
+        }
+        let row = sqlx::query(
+            "SELECT tenant_id, scope FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL",
+        )
+        .bind(hash.as_slice())
+        .fetch_optional(pool)
+        .await?;
+        let caller = match row {
+            Some(row) => {
+                let tenant: String = row.try_get("tenant_id")?;
+                let scope: String = row.try_get("scope")?;
+                match (TenantId::parse(&tenant), Scope::parse(&scope)) {
+                    (Ok(tenant), Some(scope)) => Some(Caller { tenant, scope }),
+                    _ => None,
+                }
+            }
+            None => None,
+        };
+        let mut entries = self.entries.lock().expect("token cache lock");
+        // Bounded: forget everything rather than grow without limit under a
+        // flood of made-up tokens.
+        if entries.len() > 10_000 {
+            entries.clear();
+        }
+        entries.insert(hash, (Instant::now(), caller.clone()));
+        Ok(caller)
+    }
+}

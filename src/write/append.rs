@@ -1,0 +1,290 @@
+//! Appending events for one tenant, as one transaction.
+//!
+//! The transaction locks the tenant's head row (`tenant_heads`) first. While
+//! it is held no other append of that tenant can take a sequence number, so:
+//! - `seq` is gap-free, and a higher `seq` never commits before a lower one
+//!   (projectors reading "above my cursor" cannot miss a late commit);
+//! - the hash chain always extends the true head;
+//! - an idempotency key can be checked without a race.
+//!
+//! Four round trips whatever the batch size: BEGIN, lock (which also returns
+//! the clock, PostgreSQL's rendering of each content, and earlier events with
+//! the same idempotency keys), one INSERT of all rows plus the head update and
+//! `pg_notify`, COMMIT.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, SubsecRound, Utc};
+use serde::Serialize;
+use sqlx::{PgPool, Row};
+
+use crate::domain::{
+    event::NewEvent,
+    hash_chain::{ChainedEvent, GENESIS},
+    tenant::TenantId,
+};
+
+/// Channel on which each commit announces `<tenant>:<head seq>`.
+pub const NOTIFY_CHANNEL: &str = "memd_events";
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    #[error("tenant {0} does not exist")]
+    UnknownTenant(String),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// What the caller gets back for each event, in request order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Appended {
+    pub event_id: String,
+    pub seq: i64,
+    pub created_at: DateTime<Utc>,
+    /// True when an event with this idempotency key already existed: nothing
+    /// was stored and these are the original's id, seq and time.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
+}
+
+const LOCK_HEAD: &str = r#"
+SELECT h.seq,
+       h.hash,
+       clock_timestamp() AS now,
+       (SELECT coalesce(array_agg(c::jsonb::text ORDER BY o), '{}')
+          FROM unnest($2::text[]) WITH ORDINALITY AS u (c, o)) AS contents,
+       (SELECT coalesce(jsonb_agg(jsonb_build_array(e.idempotency_key, e.event_id, e.seq, e.created_at)), '[]')
+          FROM events e
+         WHERE e.tenant_id = $1 AND e.idempotency_key = ANY ($3::text[])) AS replays
+  FROM tenant_heads h
+ WHERE h.tenant_id = $1
+   FOR UPDATE OF h
+"#;
+
+const INSERT_EVENTS: &str = r#"
+WITH inserted AS (
+    INSERT INTO events (tenant_id, seq, event_id, created_at, ts, session_id, channel, actor_type,
+                        actor_id, kind, sensitivity, tags, content, refs, idempotency_key,
+                        artifact_id, prev_hash, hash)
+    SELECT $1, u.seq, u.event_id, $2, u.ts, u.session_id, u.channel, u.actor_type,
+           u.actor_id, u.kind, u.sensitivity,
+           ARRAY(SELECT jsonb_array_elements_text(u.tags::jsonb)), u.content::jsonb,
+           ARRAY(SELECT jsonb_array_elements_text(u.refs::jsonb)), u.idempotency_key,
+           u.artifact_id, u.prev_hash, u.hash
+      FROM unnest($3::bigint[], $4::text[], $5::timestamptz[], $6::text[], $7::text[], $8::text[],
+                  $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[],
+                  $15::text[], $16::text[], $17::bytea[], $18::bytea[])
+           AS u (seq, event_id, ts, session_id, channel, actor_type, actor_id, kind, sensitivity,
+                 tags, content, refs, idempotency_key, artifact_id, prev_hash, hash)
+    RETURNING 1
+), head AS (
+    UPDATE tenant_heads SET seq = $19, hash = $20 WHERE tenant_id = $1
+)
+SELECT count(*) AS inserted, pg_notify($21, $1 || ':' || $19::text) FROM inserted
+"#;
+
+const INSERT_ARTIFACTS: &str = r#"
+INSERT INTO artifacts (artifact_id, tenant_id, event_id, created_at, kind, media_type, sha256, bytes, meta)
+SELECT u.artifact_id, $1, u.event_id, $2, 'tool_output', u.media_type, u.sha256, u.bytes, u.meta::jsonb
+  FROM unnest($3::text[], $4::text[], $5::text[], $6::bytea[], $7::bytea[], $8::text[])
+       AS u (artifact_id, event_id, media_type, sha256, bytes, meta)
+"#;
+
+/// The columns of the new rows, one vector per column, for `unnest`.
+#[derive(Default)]
+struct Columns {
+    seq: Vec<i64>,
+    event_id: Vec<String>,
+    ts: Vec<DateTime<Utc>>,
+    session_id: Vec<String>,
+    channel: Vec<&'static str>,
+    actor_type: Vec<&'static str>,
+    actor_id: Vec<String>,
+    kind: Vec<&'static str>,
+    sensitivity: Vec<&'static str>,
+    tags: Vec<String>,
+    content: Vec<String>,
+    refs: Vec<String>,
+    idempotency_key: Vec<Option<String>>,
+    artifact_id: Vec<Option<String>>,
+    prev_hash: Vec<Vec<u8>>,
+    hash: Vec<Vec<u8>>,
+}
+
+#[derive(Default)]
+struct ArtifactColumns {
+    artifact_id: Vec<String>,
+    event_id: Vec<String>,
+    media_type: Vec<&'static str>,
+    sha256: Vec<Vec<u8>>,
+    bytes: Vec<Vec<u8>>,
+    meta: Vec<String>,
+}
+
+/// Appends `events` for `tenant`, all or nothing, and returns, in order, each
+/// event's id, sequence number and commit time.
+#[tracing::instrument(skip_all, fields(tenant = %tenant, events = events.len()))]
+pub async fn append(
+    pool: &PgPool,
+    tenant: &TenantId,
+    events: Vec<NewEvent>,
+) -> Result<Vec<Appended>, AppendError> {
+    let contents: Vec<String> = events.iter().map(|e| e.content.to_string()).collect();
+    let keys: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e.idempotency_key.as_deref())
+        .collect();
+
+    let mut tx = pool.begin().await?;
+    let head = sqlx::query(LOCK_HEAD)
+        .bind(tenant.as_str())
+        .bind(&contents)
+        .bind(&keys)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| AppendError::UnknownTenant(tenant.to_string()))?;
+    let mut seq: i64 = head.try_get("seq")?;
+    let mut prev_hash: [u8; 32] = head
+        .try_get::<Vec<u8>, _>("hash")?
+        .try_into()
+        .unwrap_or(GENESIS);
+    let now: DateTime<Utc> = head.try_get("now")?;
+    let content_texts: Vec<String> = head.try_get("contents")?;
+    let replays: Vec<(String, String, i64, DateTime<Utc>)> =
+        serde_json::from_value(head.try_get("replays")?)
+            .map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+    let mut by_key: HashMap<String, Appended> = replays
+        .into_iter()
+        .map(|(key, event_id, seq, created_at)| {
+            let original = Appended {
+                event_id,
+                seq,
+                created_at,
+                replayed: true,
+            };
+            (key, original)
+        })
+        .collect();
+
+    let mut results = Vec::with_capacity(events.len());
+    let mut rows = Columns::default();
+    let mut artifacts = ArtifactColumns::default();
+    for (event, content_text) in events.into_iter().zip(content_texts) {
+        if let Some(original) = event.idempotency_key.as_ref().and_then(|k| by_key.get(k)) {
+            results.push(Appended {
+                replayed: true,
+                ..original.clone()
+            });
+            continue;
+        }
+        seq += 1;
+        let event_id = crate::domain::new_id("evt");
+        // PostgreSQL keeps microseconds; hash exactly what it will store.
+        let ts = event.ts.map(|t| t.trunc_subsecs(6)).unwrap_or(now);
+        let tags = serde_json::to_string(&event.tags).expect("strings serialize");
+        let refs = serde_json::to_string(&event.refs).expect("strings serialize");
+        let artifact_id = event.artifact.as_ref().map(|a| a.artifact_id.clone());
+        let hash = ChainedEvent {
+            tenant_id: tenant.as_str(),
+            seq,
+            event_id: &event_id,
+            created_at_us: now.timestamp_micros(),
+            ts_us: ts.timestamp_micros(),
+            session_id: &event.session_id,
+            channel: event.channel.as_str(),
+            actor_type: event.actor_type.as_str(),
+            actor_id: &event.actor_id,
+            kind: event.kind.as_str(),
+            sensitivity: event.sensitivity.as_str(),
+            tags: &event.tags,
+            refs: &event.refs,
+            idempotency_key: event.idempotency_key.as_deref(),
+            artifact_id: artifact_id.as_deref(),
+            content_text: &content_text,
+        }
+        .hash(&prev_hash);
+
+        let appended = Appended {
+            event_id: event_id.clone(),
+            seq,
+            created_at: now,
+            replayed: false,
+        };
+        if let Some(key) = &event.idempotency_key {
+            // A key repeated within one batch refers to its first occurrence.
+            by_key.insert(key.clone(), appended.clone());
+        }
+        results.push(appended);
+
+        if let Some(artifact) = event.artifact {
+            artifacts.artifact_id.push(artifact.artifact_id);
+            artifacts.event_id.push(event_id.clone());
+            artifacts.media_type.push(artifact.media_type);
+            artifacts.sha256.push(artifact.sha256.to_vec());
+            artifacts.bytes.push(artifact.bytes);
+            artifacts.meta.push(artifact.meta.to_string());
+        }
+        rows.seq.push(seq);
+        rows.event_id.push(event_id);
+        rows.ts.push(ts);
+        rows.session_id.push(event.session_id);
+        rows.channel.push(event.channel.as_str());
+        rows.actor_type.push(event.actor_type.as_str());
+        rows.actor_id.push(event.actor_id);
+        rows.kind.push(event.kind.as_str());
+        rows.sensitivity.push(event.sensitivity.as_str());
+        rows.tags.push(tags);
+        rows.content.push(content_text);
+        rows.refs.push(refs);
+        rows.idempotency_key.push(event.idempotency_key);
+        rows.artifact_id.push(artifact_id);
+        rows.prev_hash.push(prev_hash.to_vec());
+        rows.hash.push(hash.to_vec());
+        prev_hash = hash;
+    }
+
+    if rows.seq.is_empty() {
+        // Every event was a replay: nothing to store, nothing to announce.
+        tx.rollback().await?;
+        return Ok(results);
+    }
+    sqlx::query(INSERT_EVENTS)
+        .bind(tenant.as_str())
+        .bind(now)
+        .bind(&rows.seq)
+        .bind(&rows.event_id)
+        .bind(&rows.ts)
+        .bind(&rows.session_id)
+        .bind(&rows.channel)
+        .bind(&rows.actor_type)
+        .bind(&rows.actor_id)
+        .bind(&rows.kind)
+        .bind(&rows.sensitivity)
+        .bind(&rows.tags)
+        .bind(&rows.content)
+        .bind(&rows.refs)
+        .bind(&rows.idempotency_key)
+        .bind(&rows.artifact_id)
+        .bind(&rows.prev_hash)
+        .bind(&rows.hash)
+        .bind(seq)
+        .bind(prev_hash.to_vec())
+        .bind(NOTIFY_CHANNEL)
+        .fetch_one(&mut *tx)
+        .await?;
+    if !artifacts.artifact_id.is_empty() {
+        sqlx::query(INSERT_ARTIFACTS)
+            .bind(tenant.as_str())
+            .bind(now)
+            .bind(&artifacts.artifact_id)
+            .bind(&artifacts.event_id)
+            .bind(&artifacts.media_type)
+            .bind(&artifacts.sha256)
+            .bind(&artifacts.bytes)
+            .bind(&artifacts.meta)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(results)
+}

@@ -1,0 +1,6 @@
+//! The write side: the only code that inserts into `events` and `artifacts`.
+//! It appends and never changes anything (the database refuses it anyway).
+
+mod append;
+
+pub use append::{AppendError, Appended, NOTIFY_CHANNEL, append};

@@ -1,0 +1,290 @@
+//! `POST /api/v1/events`: the envelope, validation, batches, idempotency, auth.
+
+use memd::{domain::tenant::Scope, startup::ServeConfig};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sqlx::{PgPool, Row, postgres::PgConnectOptions, postgres::PgPoolOptions};
+
+use crate::helpers::{message, spawn_daemon, spawn_daemon_with};
+
+#[sqlx::test]
+async fn a_single_event_is_stored_with_every_field(_: PgPoolOptions, connect: PgConnectOptions) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let body = json!({
+        "session_id": "s1",
+        "channel": "team",
+        "actor": {"type": "agent", "id": "coder"},
+        "kind": "decision",
+        "sensitivity": "low",
+        "tags": ["topic:db", "pinned"],
+        "content": {"decision": "Use PostgreSQL", "key": "db", "scope": "project", "rationale": ["boring"]},
+        "refs": ["evt_earlier"],
+        "ts": "2025-01-02T03:04:05.123456Z",
+    });
+    let (status, response) = app.post_events(&token, &body).await;
+    assert_eq!(status, StatusCode::CREATED, "{response}");
+    let event_id = response["event_id"].as_str().unwrap();
+    assert!(
+        event_id.starts_with("evt_") && event_id.len() == 30,
+        "{event_id}"
+    );
+    assert_eq!(response["seq"], 1);
+    assert!(response["created_at"].as_str().unwrap().ends_with('Z'));
+
+    let row = sqlx::query(
+        "SELECT tenant_id, seq, session_id, channel, actor_type, actor_id, kind, sensitivity, tags, refs,
+                content, to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US') AS ts
+           FROM events WHERE event_id = $1",
+    )
+    .bind(event_id)
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(row.get::<String, _>("tenant_id"), "acme");
+    assert_eq!(row.get::<i64, _>("seq"), 1);
+    assert_eq!(row.get::<String, _>("session_id"), "s1");
+    assert_eq!(row.get::<String, _>("channel"), "team");
+    assert_eq!(row.get::<String, _>("actor_type"), "agent");
+    assert_eq!(row.get::<String, _>("actor_id"), "coder");
+    assert_eq!(row.get::<String, _>("kind"), "decision");
+    assert_eq!(row.get::<String, _>("sensitivity"), "low");
+    assert_eq!(row.get::<Vec<String>, _>("tags"), ["topic:db", "pinned"]);
+    assert_eq!(row.get::<Vec<String>, _>("refs"), ["evt_earlier"]);
+    assert_eq!(row.get::<Value, _>("content")["decision"], "Use PostgreSQL");
+    assert_eq!(row.get::<String, _>("ts"), "2025-01-02T03:04:05.123456");
+}
+
+#[sqlx::test]
+async fn a_batch_is_stored_in_order_as_one_transaction(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let events: Vec<Value> = (0..3)
+        .map(|i| message("s1", &format!("turn {i}")))
+        .collect();
+    let response = app.append(&token, &json!({ "events": events })).await;
+    let seqs: Vec<i64> = response["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_i64().unwrap())
+        .collect();
+    assert_eq!(seqs, [1, 2, 3]);
+    let texts: Vec<String> = sqlx::query_scalar("SELECT content->>'text' FROM events ORDER BY seq")
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(texts, ["turn 0", "turn 1", "turn 2"]);
+
+    // One bad event refuses the whole batch: nothing of it is stored.
+    let mut bad =
+        json!({"events": [message("s1", "fine"), message("s1", "fine"), message("s1", "bad")]});
+    bad["events"][2]["channel"] = json!("radio");
+    let (status, response) = app.post_events(&token, &bad).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(response["error"]["field"], "events[2].channel");
+    assert_eq!(response["error"]["code"], "invalid_field");
+    assert_eq!(app.count("SELECT count(*) FROM events").await, 3);
+}
+
+#[sqlx::test]
+async fn invalid_requests_name_the_field_and_store_nothing(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let with = |patch: Value| {
+        let mut event = message("s1", "hello");
+        for (key, value) in patch.as_object().unwrap() {
+            event[key] = value.clone();
+        }
+        event
+    };
+    let cases = [
+        (with(json!({"channel": "radio"})), "channel"),
+        (
+            with(json!({"actor": {"type": "robot", "id": "r"}})),
+            "actor.type",
+        ),
+        (with(json!({"kind": "gossip"})), "kind"),
+        (with(json!({"sensitivity": "extreme"})), "sensitivity"),
+        (with(json!({"session_id": ""})), "session_id"),
+        (with(json!({"session_id": "s".repeat(300)})), "session_id"),
+        (with(json!({"tags": ["x".repeat(200)]})), "tags[0]"),
+        (with(json!({"refs": vec!["r"; 300]})), "refs"),
+        (
+            with(json!({"idempotency_key": "k".repeat(300)})),
+            "idempotency_key",
+        ),
+        (with(json!({"content": {"text": 5}})), "content.text"),
+        (
+            with(json!({"content": {"text": "nul \u{0} byte"}})),
+            "content.text",
+        ),
+        (with(json!({"unexpected": true})), "unexpected"),
+        (with(json!({"ts": "last tuesday"})), "ts"),
+        (json!({"channel": "private"}), "session_id"),
+        (json!("just a string"), "body"),
+        (json!({"events": "nope"}), "events"),
+    ];
+    for (body, field) in cases {
+        let (status, response) = app.post_events(&token, &body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {response}");
+        assert_eq!(response["error"]["field"], field, "{body}: {response}");
+        assert!(!response["error"]["message"].as_str().unwrap().is_empty());
+    }
+    let response = app
+        .client
+        .post(format!("{}/api/v1/events", app.base_url))
+        .bearer_auth(&token)
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        response.json::<Value>().await.unwrap()["error"]["field"],
+        "body"
+    );
+    assert_eq!(app.count("SELECT count(*) FROM events").await, 0);
+}
+
+#[sqlx::test]
+async fn a_body_over_the_limit_is_refused_with_413(_: PgPoolOptions, connect: PgConnectOptions) {
+    let config = ServeConfig {
+        max_body_bytes: 64 * 1024,
+        ..ServeConfig::default()
+    };
+    let app = spawn_daemon_with(connect, config).await;
+    let token = app.tenant("acme").await;
+    let (status, response) = app
+        .post_events(&token, &message("s1", &"x".repeat(70 * 1024)))
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(response["error"]["field"], "body");
+    app.append(&token, &message("s1", &"x".repeat(60 * 1024)))
+        .await;
+    assert_eq!(app.count("SELECT count(*) FROM events").await, 1);
+}
+
+#[sqlx::test]
+async fn the_tenant_comes_from_the_token(_: PgPoolOptions, connect: PgConnectOptions) {
+    let app = spawn_daemon(connect).await;
+    let acme = app.tenant("acme").await;
+    app.tenant("globex").await;
+
+    let mut claims_other = message("s1", "hi");
+    claims_other["tenant_id"] = json!("globex");
+    let (status, response) = app.post_events(&acme, &claims_other).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(response["error"]["field"], "tenant_id");
+    let (status, response) = app
+        .post_events(&acme, &json!({"events": [message("s", "a"), claims_other]}))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(response["error"]["field"], "events[1].tenant_id");
+
+    let mut claims_own = message("s1", "hi");
+    claims_own["tenant_id"] = json!("acme");
+    app.append(&acme, &claims_own).await;
+    app.append(&acme, &message("s1", "no claim at all")).await;
+    let tenants: Vec<String> = sqlx::query_scalar("SELECT DISTINCT tenant_id FROM events")
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(tenants, ["acme"]);
+    assert_eq!(app.count("SELECT count(*) FROM events").await, 2);
+}
+
+#[sqlx::test]
+async fn callers_without_a_valid_token_or_scope_are_refused(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let reader = app.tenant_with_scope("acme", Scope::Read).await;
+    let url = format!("{}/api/v1/events", app.base_url);
+    let body = message("s1", "hi");
+
+    let missing = app.client.post(&url).json(&body).send().await.unwrap();
+    assert_eq!(missing.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(missing.headers()["www-authenticate"], "Bearer");
+    for bad in [
+        "nonsense",
+        &format!("memd_{}", "0".repeat(64)),
+        &format!("{reader}x"),
+    ] {
+        let (status, response) = app.post_events(bad, &body).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{bad}");
+        assert_eq!(response["error"]["code"], "unauthorized");
+    }
+    let (status, response) = app.post_events(&reader, &body).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(response["error"]["code"], "insufficient_scope");
+    assert_eq!(app.count("SELECT count(*) FROM events").await, 0);
+}
+
+#[sqlx::test]
+async fn a_retry_with_the_same_idempotency_key_returns_the_original(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let acme = app.tenant("acme").await;
+    let globex = app.tenant("globex").await;
+    let mut event = message("s1", "exactly once");
+    event["idempotency_key"] = json!("turn-42");
+
+    let (status, first) = app.post_events(&acme, &event).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, retry) = app.post_events(&acme, &event).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(retry["event_id"], first["event_id"]);
+    assert_eq!(retry["seq"], first["seq"]);
+    assert_eq!(retry["created_at"], first["created_at"]);
+    assert_eq!(retry["replayed"], true);
+
+    // In a batch: the known key replays, a key repeated inside the batch is stored once.
+    let mut fresh = message("s1", "new");
+    fresh["idempotency_key"] = json!("turn-43");
+    let batch = json!({"events": [event.clone(), fresh.clone(), fresh]});
+    let (status, response) = app.post_events(&acme, &batch).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let results = response["events"].as_array().unwrap();
+    assert_eq!(results[0]["event_id"], first["event_id"]);
+    assert_eq!(results[1]["seq"], 2);
+    assert_eq!(results[2]["event_id"], results[1]["event_id"]);
+    assert_eq!(app.count("SELECT count(*) FROM events").await, 2);
+
+    // Keys belong to a tenant: another tenant's same key is a new event.
+    let (status, other) = app.post_events(&globex, &event).await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_ne!(other["event_id"], first["event_id"]);
+    assert_eq!(other["seq"], 1);
+    assert_eq!(app.count("SELECT count(*) FROM events").await, 3);
+}
+
+#[sqlx::test]
+async fn each_append_notifies_projectors_on_commit(pool: PgPool) {
+    let mut listener = sqlx::postgres::PgListener::connect_with(&pool)
+        .await
+        .unwrap();
+    listener.listen(memd::write::NOTIFY_CHANNEL).await.unwrap();
+    let options = pool.connect_options().as_ref().clone();
+    let app = spawn_daemon(options).await;
+    let token = app.tenant("acme").await;
+    app.append(
+        &token,
+        &json!({"events": [message("s", "a"), message("s", "b")]}),
+    )
+    .await;
+    let notification = tokio::time::timeout(std::time::Duration::from_secs(10), listener.recv())
+        .await
+        .expect("a notification within 10 s")
+        .unwrap();
+    assert_eq!(notification.payload(), "acme:2");
+}

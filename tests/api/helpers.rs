@@ -1,0 +1,158 @@
+//! `spawn_daemon` and typed helpers shared by the integration tests.
+
+use std::time::Duration;
+
+use memd::{
+    db,
+    domain::tenant::{Scope, TenantId},
+    startup::{Daemon, ServeConfig},
+    tenants,
+};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sqlx::{PgPool, postgres::PgConnectOptions};
+use tokio::{sync::oneshot, task::JoinHandle};
+
+pub struct TestApp {
+    pub base_url: String,
+    pub client: reqwest::Client,
+    /// A pool on the test's database, for asserting on what was stored.
+    pub pool: PgPool,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+/// Starts the daemon on a free port over the test's (already migrated) database.
+pub async fn spawn_daemon(connect: PgConnectOptions) -> TestApp {
+    spawn_daemon_with(connect, ServeConfig::default()).await
+}
+
+pub async fn spawn_daemon_with(connect: PgConnectOptions, config: ServeConfig) -> TestApp {
+    // A pool of our own: the one #[sqlx::test] hands out is small, and 32
+    // concurrent appenders should queue on the tenant lock, not on the pool.
+    let pool = db::connect(connect, 20)
+        .await
+        .expect("connect to the test database");
+    let config = ServeConfig {
+        listen: "127.0.0.1:0".into(),
+        ..config
+    };
+    let daemon = Daemon::bind(&config, pool.clone()).await.expect("bind");
+    let base_url = format!("http://{}", daemon.local_addr());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(daemon.run(async {
+        let _ = stopped.await;
+    }));
+    TestApp {
+        base_url,
+        client: reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .expect("client"),
+        pool,
+        stop: Some(stop),
+        task: Some(task),
+    }
+}
+
+impl TestApp {
+    /// Creates a tenant and returns an admin token for it.
+    pub async fn tenant(&self, name: &str) -> String {
+        self.tenant_with_scope(name, Scope::Admin).await
+    }
+
+    pub async fn tenant_with_scope(&self, name: &str, scope: Scope) -> String {
+        let tenant = TenantId::parse(name).expect("valid tenant name");
+        tenants::create_tenant(&self.pool, &tenant, scope)
+            .await
+            .expect("create tenant")
+            .expose()
+            .to_string()
+    }
+
+    pub async fn post_events(&self, token: &str, body: &Value) -> (StatusCode, Value) {
+        let response = self
+            .client
+            .post(format!("{}/api/v1/events", self.base_url))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .expect("request sent");
+        let status = response.status();
+        let body = response.json().await.unwrap_or(Value::Null);
+        (status, body)
+    }
+
+    /// Appends and insists on success, returning the response body.
+    pub async fn append(&self, token: &str, body: &Value) -> Value {
+        let (status, response) = self.post_events(token, body).await;
+        assert!(status.is_success(), "append failed: {status} {response}");
+        response
+    }
+
+    pub async fn get(&self, path: &str, token: &str) -> reqwest::Response {
+        self.client
+            .get(format!("{}{path}", self.base_url))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    pub async fn count(&self, sql: &'static str) -> i64 {
+        sqlx::query_scalar(sql)
+            .fetch_one(&self.pool)
+            .await
+            .expect("count query")
+    }
+
+    /// The URL of the test's database, for the `memd` binary and `pg_dump`.
+    pub async fn database_url(&self) -> String {
+        let name: String = sqlx::query_scalar("SELECT current_database()")
+            .fetch_one(&self.pool)
+            .await
+            .expect("database name");
+        let server = std::env::var("DATABASE_URL").expect("DATABASE_URL is set for sqlx::test");
+        let (base, _) = server
+            .rsplit_once('/')
+            .expect("DATABASE_URL has a database path");
+        format!("{base}/{name}")
+    }
+
+    /// Stops the daemon gracefully and waits until it has finished.
+    pub async fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.expect("daemon task").expect("daemon ran");
+        }
+    }
+}
+
+/// A message event in `session` with `text`.
+pub fn message(session: &str, text: &str) -> Value {
+    json!({
+        "session_id": session,
+        "channel": "private",
+        "actor": {"type": "human", "id": "user-1"},
+        "kind": "message",
+        "content": {"text": text},
+    })
+}
+
+/// Runs the `memd` binary against `database_url`; returns (exit code, stdout, stderr).
+pub fn memd_cli(database_url: &str, args: &[&str]) -> (i32, String, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_memd"))
+        .args(args)
+        .env("DATABASE_URL", database_url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run memd");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}

@@ -1,0 +1,11 @@
+//! Integration tests: each runs the real daemon on its own fresh database
+//! (`#[sqlx::test]`) and talks to it over HTTP, as agents do.
+
+mod append_only;
+mod chain;
+mod concurrency;
+mod events;
+mod helpers;
+mod secrets;
+mod shutdown;
+mod tool_results;

@@ -1,0 +1,163 @@
+//! Secrets are never stored: planted in every field, none of them is found
+//! anywhere in a full `pg_dump` of the database.
+
+use serde_json::{Value, json};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::helpers::spawn_daemon;
+
+/// (a secret as an agent might leak it, a marker unique to it). Each marker
+/// appears in nothing but its secret, so finding it in the dump means a leak.
+const SECRETS: &[(&str, &str)] = &[
+    ("sk-proj-TESTSECRET01abcdefghijkl", "TESTSECRET01"),
+    ("AKIATESTSECRET020000", "TESTSECRET02"),
+    (
+        "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANTESTSECRET03kqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----",
+        "TESTSECRET03",
+    ),
+    ("password=hunter2-TESTSECRET04", "TESTSECRET04"),
+    (
+        "Authorization: Bearer TESTSECRET05abcdefghij",
+        "TESTSECRET05",
+    ),
+    (
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJURVNUU0VDUkVUMDYifQ.TESTSECRET06sig",
+        "TESTSECRET06",
+    ),
+    ("token=TESTSECRET07xyz", "TESTSECRET07"),
+    (
+        "postgres://app:TESTSECRET08pw@db.internal/x",
+        "TESTSECRET08",
+    ),
+    ("ghp_TESTSECRET09abcdefghijklmnopqrstuvwxyz", "TESTSECRET09"),
+];
+
+/// Text that matches no pattern, sent with `sensitivity: "secret"`.
+const PRIVATE_NOTE: &str = "my diary says TESTSECRET10 about the merger";
+
+fn every_secret() -> String {
+    SECRETS
+        .iter()
+        .map(|(secret, _)| *secret)
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+fn envelope(i: usize, kind: &str, content: Value) -> Value {
+    let (secret, _) = SECRETS[i % SECRETS.len()];
+    json!({
+        "session_id": format!("session {secret}"),
+        "channel": "private",
+        "actor": {"type": "agent", "id": format!("agent {secret}")},
+        "kind": kind,
+        "tags": [format!("tag:{secret}")],
+        "refs": [format!("ref {secret}")],
+        "idempotency_key": format!("key-{i} {secret}"),
+        "content": content,
+    })
+}
+
+#[sqlx::test]
+async fn planted_secrets_appear_nowhere_in_the_database(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let all = every_secret();
+    let huge_output = format!(
+        "{}\n{all}\n{}",
+        "filler line\n".repeat(10_000),
+        "tail\n".repeat(100)
+    );
+    let mut events = vec![
+        envelope(
+            0,
+            "message",
+            json!({"text": all, "nested": {"deeper": [all.clone()]}, all.clone(): "secret as a key"}),
+        ),
+        envelope(
+            1,
+            "tool_call",
+            json!({"tool": "http.get", "args": {"headers": all, "url": SECRETS[7].0}}),
+        ),
+        envelope(
+            2,
+            "tool_result",
+            json!({"tool": "cat", "path": SECRETS[6].0, "output": all}),
+        ),
+        envelope(
+            3,
+            "tool_result",
+            json!({"tool": "cat", "path": ".env", "output": huge_output}),
+        ),
+        envelope(
+            4,
+            "decision",
+            json!({"decision": all, "scope": "project", "key": SECRETS[0].0,
+            "rationale": [all.clone()], "constraints": [all.clone()], "alternatives": [all.clone()], "consequences": [all.clone()]}),
+        ),
+        envelope(
+            5,
+            "task_update",
+            json!({"task_id": SECRETS[1].0, "status": "doing", "title": all, "details": all}),
+        ),
+        envelope(
+            6,
+            "summary",
+            json!({"text": all, "claims": [{"key": SECRETS[2].0, "value": all}]}),
+        ),
+        envelope(7, "view_update", json!({"view": "rules", "text": all})),
+    ];
+    let mut private = envelope(8, "message", json!({"text": PRIVATE_NOTE}));
+    private["sensitivity"] = json!("secret");
+    events.push(private);
+    app.append(&token, &json!({ "events": events })).await;
+    for (i, (secret, _)) in SECRETS.iter().enumerate() {
+        app.append(
+            &token,
+            &envelope(
+                i + 20,
+                "message",
+                json!({"text": format!("single {secret}")}),
+            ),
+        )
+        .await;
+    }
+    assert!(app.count("SELECT count(*) FROM artifacts").await >= 1);
+
+    let output = std::process::Command::new("pg_dump")
+        .arg("--dbname")
+        .arg(app.database_url().await)
+        .output()
+        .expect("pg_dump runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let dump = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        dump.contains("[REDACTED:"),
+        "the dump holds the redacted events"
+    );
+    let markers = SECRETS
+        .iter()
+        .map(|(_, marker)| *marker)
+        .chain(["TESTSECRET10"]);
+    for marker in markers {
+        // Artifacts are dumped as hex bytea: look for both spellings.
+        let hex = hex::encode(marker);
+        assert!(!dump.contains(marker), "{marker} is stored in clear");
+        assert!(!dump.contains(&hex), "{marker} is stored in an artifact");
+    }
+    let content: Value =
+        sqlx::query_scalar("SELECT content FROM events WHERE sensitivity = 'secret'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        content,
+        json!({"redacted": true, "reason": "sensitivity:secret"})
+    );
+}

@@ -1,0 +1,113 @@
+//! Tool results keep a 64 KB excerpt; the full output is an artifact only its tenant can read.
+
+use memd::domain::{limits::TOOL_EXCERPT_BYTES, tenant::Scope};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::helpers::spawn_daemon;
+
+fn tool_result(path: &str, output: &str) -> Value {
+    json!({"session_id": "s1", "channel": "private", "actor": {"type": "tool", "id": "fs"},
+           "kind": "tool_result", "content": {"tool": "fs.read_file", "path": path, "output": output, "exit_code": 0}})
+}
+
+async fn stored_content(pool: &sqlx::PgPool, event_id: &str) -> Value {
+    sqlx::query_scalar("SELECT content FROM events WHERE event_id = $1")
+        .bind(event_id)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[sqlx::test]
+async fn a_small_output_is_kept_whole_in_the_event(_: PgPoolOptions, connect: PgConnectOptions) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let response = app
+        .append(&token, &tool_result("README.md", "# Legacy\nA tool.\n"))
+        .await;
+    let content = stored_content(&app.pool, response["event_id"].as_str().unwrap()).await;
+    assert_eq!(content["excerpt_text"], "# Legacy\nA tool.\n");
+    assert_eq!(content["line_range"], json!([1, 2]));
+    assert_eq!(content["truncated"], false);
+    assert_eq!(content["path"], "README.md");
+    assert_eq!(content["exit_code"], 0);
+    assert!(content.get("artifact_id").is_none());
+    assert_eq!(app.count("SELECT count(*) FROM artifacts").await, 0);
+}
+
+#[sqlx::test]
+async fn a_large_output_goes_to_an_artifact_only_its_tenant_can_read(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let acme = app.tenant("acme").await;
+    let acme_reader = {
+        // A second, read-only token for the same tenant.
+        let token = memd::domain::tenant::ApiToken::generate();
+        sqlx::query(
+            "INSERT INTO api_tokens (token_hash, tenant_id, scope) VALUES ($1, 'acme', $2)",
+        )
+        .bind(token.hash().as_slice())
+        .bind(Scope::Read.as_str())
+        .execute(&app.pool)
+        .await
+        .unwrap();
+        token.expose().to_string()
+    };
+    let globex = app.tenant("globex").await;
+    let output: String = (1..=5000)
+        .map(|i| format!("{i:>6}: some log line of the build\n"))
+        .collect();
+    assert!(output.len() > TOOL_EXCERPT_BYTES);
+
+    let response = app.append(&acme, &tool_result("build.log", &output)).await;
+    let content = stored_content(&app.pool, response["event_id"].as_str().unwrap()).await;
+    let excerpt = content["excerpt_text"].as_str().unwrap();
+    assert!(excerpt.len() <= TOOL_EXCERPT_BYTES);
+    assert!(output.starts_with(excerpt));
+    let lines = excerpt.lines().count() as u64;
+    assert_eq!(content["line_range"], json!([1, lines]));
+    assert_eq!(content["truncated"], true);
+    assert_eq!(content["output_bytes"], output.len());
+    let artifact_id = content["artifact_id"].as_str().unwrap();
+
+    for token in [&acme, &acme_reader] {
+        let fetched = app
+            .get(&format!("/api/v1/artifacts/{artifact_id}"), token)
+            .await;
+        assert_eq!(fetched.status(), StatusCode::OK);
+        assert_eq!(
+            fetched.headers()["content-type"],
+            "text/plain; charset=utf-8"
+        );
+        assert_eq!(
+            fetched.headers()["x-memd-event-id"],
+            response["event_id"].as_str().unwrap()
+        );
+        assert_eq!(fetched.text().await.unwrap(), output);
+    }
+
+    let other = app
+        .get(&format!("/api/v1/artifacts/{artifact_id}"), &globex)
+        .await;
+    assert_eq!(other.status(), StatusCode::NOT_FOUND);
+    let other_body: Value = other.json().await.unwrap();
+    let missing = app
+        .get("/api/v1/artifacts/art_01DOESNOTEXIST0000000000000", &globex)
+        .await;
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+    let missing_body: Value = missing.json().await.unwrap();
+    assert_eq!(other_body["error"]["code"], missing_body["error"]["code"]);
+    assert!(!other_body.to_string().contains("acme"));
+
+    let anonymous = app
+        .client
+        .get(format!("{}/api/v1/artifacts/{artifact_id}", app.base_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+}
