@@ -10,6 +10,7 @@ use crate::{
     api::{self, ApiState},
     domain::{limits, redact::Redactor},
     tenants::TokenCache,
+    write::Appender,
 };
 
 /// What `memd serve` runs with, past parsing flags and environment.
@@ -44,6 +45,7 @@ impl Daemon {
     pub async fn bind(config: &ServeConfig, pool: PgPool) -> std::io::Result<Self> {
         let listener = TcpListener::bind(&config.listen).await?;
         let state = ApiState {
+            appender: Arc::new(Appender::new(pool.clone())),
             pool,
             redactor: config.redactor.clone(),
             tokens: Arc::new(TokenCache::new(config.token_cache_ttl)),

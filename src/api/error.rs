@@ -1,6 +1,8 @@
 //! The one error shape of the HTTP API: `{"error": {"code", "message", "field"}}`.
 //! Internal detail is logged, never sent.
 
+use std::sync::Arc;
+
 use axum::{
     Json,
     http::{HeaderValue, StatusCode, header},
@@ -76,29 +78,37 @@ impl IntoResponse for ApiError {
 
 impl From<sqlx::Error> for ApiError {
     fn from(err: sqlx::Error) -> Self {
-        match &err {
+        Self::from_database(&err)
+    }
+}
+
+impl ApiError {
+    /// Connection trouble is the client's cue to retry (503); anything else is a bug (500).
+    fn from_database(err: &sqlx::Error) -> Self {
+        match err {
             sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => {
-                tracing::warn!(error = %ErrorChain(&err), "database unavailable");
+                tracing::warn!(error = %ErrorChain(err), "database unavailable");
                 Self::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "unavailable",
                     "the database is unavailable; retry",
                 )
             }
-            _ => Self::internal(&err),
+            _ => Self::internal(err),
         }
     }
 }
 
-impl From<AppendError> for ApiError {
-    fn from(err: AppendError) -> Self {
-        match err {
+impl From<Arc<AppendError>> for ApiError {
+    fn from(err: Arc<AppendError>) -> Self {
+        match &*err {
             AppendError::UnknownTenant(tenant) => Self::new(
                 StatusCode::FORBIDDEN,
                 "unknown_tenant",
                 format!("tenant {tenant} does not exist"),
             ),
-            AppendError::Database(err) => err.into(),
+            AppendError::WriterStopped => Self::internal(&*err),
+            AppendError::Database(db) => Self::from_database(db),
         }
     }
 }

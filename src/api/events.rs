@@ -14,12 +14,9 @@ use super::{
     extract::{Authenticated, JsonBody},
     require_scope,
 };
-use crate::{
-    domain::{
-        event::{NewEvent, claimed_tenant_mismatch, parse_body},
-        tenant::Scope,
-    },
-    write,
+use crate::domain::{
+    event::{NewEvent, claimed_tenant_mismatch, parse_body},
+    tenant::Scope,
 };
 
 #[tracing::instrument(skip_all, fields(tenant = %caller.tenant))]
@@ -53,7 +50,7 @@ pub async fn post_events(
         .collect::<Result<Vec<_>, _>>()
         .map_err(ApiError::invalid)?;
 
-    let appended = write::append(&state.pool, &caller.tenant, events).await?;
+    let appended = state.appender.append(&caller.tenant, events).await?;
     let status = if appended.iter().all(|a| a.replayed) {
         StatusCode::OK
     } else {

@@ -20,6 +20,7 @@ use sqlx::PgPool;
 use crate::{
     domain::{redact::Redactor, tenant::Scope},
     tenants::{Caller, TokenCache},
+    write::Appender,
 };
 use error::ApiError;
 
@@ -29,6 +30,7 @@ pub struct ApiState {
     pub pool: PgPool,
     pub redactor: Arc<Redactor>,
     pub tokens: Arc<TokenCache>,
+    pub appender: Arc<Appender>,
 }
 
 pub fn router(state: ApiState, max_body_bytes: usize) -> Router {

@@ -31,6 +31,8 @@ pub const NOTIFY_CHANNEL: &str = "memd_events";
 pub enum AppendError {
     #[error("tenant {0} does not exist")]
     UnknownTenant(String),
+    #[error("the tenant's writer stopped before answering")]
+    WriterStopped,
     #[error(transparent)]
     Database(#[from] sqlx::Error),
 }

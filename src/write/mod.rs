@@ -2,5 +2,7 @@
 //! It appends and never changes anything (the database refuses it anyway).
 
 mod append;
+mod group_commit;
 
 pub use append::{AppendError, Appended, NOTIFY_CHANNEL, append};
+pub use group_commit::Appender;

@@ -1,0 +1,171 @@
+//! Group commit: appends of one tenant that arrive while its previous
+//! transaction is running are merged into the next one.
+//!
+//! Appends of a tenant are serialized by its head-row lock anyway, so one
+//! transaction per request caps a tenant at roughly one commit per
+//! (round trips + fsync). With a writer task per tenant draining a queue,
+//! 32 agents of one tenant share commits instead of queuing on the lock.
+//! Each request keeps its own all-or-nothing outcome: a merged group that
+//! fails is retried request by request, so one bad request cannot fail others.
+//! Across daemons, the database lock still serializes correctly.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use sqlx::PgPool;
+use tokio::sync::{mpsc, oneshot};
+
+use super::append::{AppendError, Appended, append};
+use crate::domain::{event::NewEvent, tenant::TenantId};
+
+/// Events merged into one transaction at most (a single request may exceed it alone).
+const MAX_GROUP_EVENTS: usize = 2_000;
+/// Requests a tenant's queue holds before callers wait (backpressure).
+const QUEUE_DEPTH: usize = 1_024;
+/// How long a new writer waits for the request it was started for (its
+/// sender may have been cancelled before sending).
+const FIRST_REQUEST_WAIT: Duration = Duration::from_secs(1);
+
+type Reply = Result<Vec<Appended>, Arc<AppendError>>;
+
+struct Pending {
+    events: Vec<NewEvent>,
+    reply: oneshot::Sender<Reply>,
+}
+
+/// The write side's entry point for the API: appends through per-tenant writers.
+pub struct Appender {
+    pool: PgPool,
+    writers: Arc<Mutex<HashMap<TenantId, mpsc::Sender<Pending>>>>,
+}
+
+impl Appender {
+    pub fn new(pool: PgPool) -> Self {
+        Self {
+            pool,
+            writers: Arc::default(),
+        }
+    }
+
+    /// Appends `events` for `tenant` as one all-or-nothing unit, possibly in
+    /// the same transaction as other requests of the same tenant.
+    pub async fn append(&self, tenant: &TenantId, events: Vec<NewEvent>) -> Reply {
+        let (reply, answer) = oneshot::channel();
+        let mut pending = Pending { events, reply };
+        loop {
+            let writer = self.writer_for(tenant);
+            match writer.send(pending).await {
+                Ok(()) => break,
+                // The writer retired between lookup and send; start another.
+                Err(mpsc::error::SendError(returned)) => pending = returned,
+            }
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err(Arc::new(AppendError::WriterStopped)))
+    }
+
+    fn writer_for(&self, tenant: &TenantId) -> mpsc::Sender<Pending> {
+        let mut writers = self.writers.lock().expect("writers lock");
+        if let Some(writer) = writers.get(tenant)
+            && !writer.is_closed()
+        {
+            return writer.clone();
+        }
+        let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
+        writers.insert(tenant.clone(), sender.clone());
+        tokio::spawn(run_writer(
+            self.pool.clone(),
+            tenant.clone(),
+            receiver,
+            sender.downgrade(),
+            self.writers.clone(),
+        ));
+        sender
+    }
+}
+
+async fn run_writer(
+    pool: PgPool,
+    tenant: TenantId,
+    mut queue: mpsc::Receiver<Pending>,
+    // Weak, so that when the Appender (and with it every sender) is dropped,
+    // the queue closes and this task ends instead of idling on the pool.
+    own: mpsc::WeakSender<Pending>,
+    writers: Arc<Mutex<HashMap<TenantId, mpsc::Sender<Pending>>>>,
+) {
+    // Serve while requests keep arriving during commits; retire as soon as
+    // the queue is empty, so an idle tenant holds no task and no connection.
+    let mut next = tokio::time::timeout(FIRST_REQUEST_WAIT, queue.recv())
+        .await
+        .ok()
+        .flatten();
+    while let Some(first) = next.take() {
+        let mut group = vec![first];
+        let mut events = group[0].events.len();
+        while events < MAX_GROUP_EVENTS {
+            match queue.try_recv() {
+                Ok(pending) => {
+                    events += pending.events.len();
+                    group.push(pending);
+                }
+                Err(_) => break,
+            }
+        }
+        commit_group(&pool, &tenant, group).await;
+        next = queue.try_recv().ok();
+    }
+    // Retire: leave the map first (new requests start a new writer), then
+    // close the queue and still serve whatever slipped in meanwhile.
+    {
+        let mut map = writers.lock().expect("writers lock");
+        let ours = own.upgrade();
+        if let (Some(current), Some(ours)) = (map.get(&tenant), ours)
+            && current.same_channel(&ours)
+        {
+            map.remove(&tenant);
+        }
+    }
+    queue.close();
+    let mut rest = Vec::new();
+    while let Ok(pending) = queue.try_recv() {
+        rest.push(pending);
+    }
+    if !rest.is_empty() {
+        commit_group(&pool, &tenant, rest).await;
+    }
+}
+
+async fn commit_group(pool: &PgPool, tenant: &TenantId, mut group: Vec<Pending>) {
+    if group.len() == 1 {
+        let pending = group.pop().expect("one request");
+        let result = append(pool, tenant, pending.events).await.map_err(Arc::new);
+        let _ = pending.reply.send(result);
+        return;
+    }
+    let sizes: Vec<usize> = group.iter().map(|p| p.events.len()).collect();
+    let merged: Vec<NewEvent> = group
+        .iter()
+        .flat_map(|p| p.events.iter().cloned())
+        .collect();
+    match append(pool, tenant, merged).await {
+        Ok(appended) => {
+            let mut appended = appended.into_iter();
+            for (pending, size) in group.into_iter().zip(sizes) {
+                let _ = pending
+                    .reply
+                    .send(Ok(appended.by_ref().take(size).collect()));
+            }
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, requests = group.len(), "group commit failed; retrying its requests one by one");
+            for pending in group {
+                let result = append(pool, tenant, pending.events).await.map_err(Arc::new);
+                let _ = pending.reply.send(result);
+            }
+        }
+    }
+}
