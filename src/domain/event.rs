@@ -4,7 +4,7 @@
 //! field, redacts secrets and normalizes tool results, producing what the write
 //! side stores. Past that point nothing is checked again.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -172,6 +172,11 @@ impl NewEvent {
 
         check_id("session_id", &session_id)?;
         check_id("actor.id", &actor.id)?;
+        if let Some(ts) = ts
+            && !(1..=9999).contains(&ts.year())
+        {
+            return Err(FieldError::new("ts", "must be between year 1 and 9999"));
+        }
         if let Some(key) = &idempotency_key {
             check_id("idempotency_key", key)?;
         }
@@ -612,6 +617,10 @@ mod tests {
             "sensitivty"
         );
         assert_eq!(field_of(message(json!({"ts": "yesterday"}))), "ts");
+        assert_eq!(
+            field_of(message(json!({"ts": "+12000-01-01T00:00:00Z"}))),
+            "ts"
+        );
         assert_eq!(
             field_of(message(
                 json!({"content": {"text": "x".repeat(limits::MAX_CONTENT_BYTES)}})
