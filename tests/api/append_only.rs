@@ -1,9 +1,8 @@
 //! The database itself refuses to change or remove events and artifacts.
 
-use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::helpers::{message, spawn_daemon};
+use crate::helpers::{message, spawn_daemon, tool_result};
 
 #[sqlx::test]
 async fn update_delete_and_truncate_fail_inside_postgres(
@@ -14,12 +13,7 @@ async fn update_delete_and_truncate_fail_inside_postgres(
     let token = app.tenant("acme").await;
     let big = "line\n".repeat(20_000);
     app.append(&token, &message("s1", "original")).await;
-    app.append(
-        &token,
-        &json!({"session_id": "s1", "channel": "private", "actor": {"type": "tool", "id": "fs"},
-                "kind": "tool_result", "content": {"tool": "cat", "output": big}}),
-    )
-    .await;
+    app.append(&token, &tool_result("big.log", &big)).await;
     assert_eq!(app.count("SELECT count(*) FROM artifacts").await, 1);
 
     let attempts = [

@@ -4,7 +4,7 @@ use memd::audit::verify_chains;
 use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::helpers::{TestApp, memd_cli, message, spawn_daemon};
+use crate::helpers::{TestApp, memd_cli, message, spawn_daemon, tool_result};
 
 async fn seeded(connect: PgConnectOptions) -> (TestApp, String) {
     let app = spawn_daemon(connect).await;
@@ -17,12 +17,8 @@ async fn seeded(connect: PgConnectOptions) -> (TestApp, String) {
         )
         .await;
     }
-    app.append(
-        &token,
-        &json!({"session_id": "s1", "channel": "private", "actor": {"type": "tool", "id": "fs"},
-                "kind": "tool_result", "content": {"tool": "cat", "output": "x\n".repeat(40_000)}}),
-    )
-    .await;
+    app.append(&token, &tool_result("big.log", &"x\n".repeat(40_000)))
+        .await;
     app.append(
         &token,
         &json!({"events": [message("s2", "a"), message("s2", "b")]}),

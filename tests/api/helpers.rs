@@ -142,6 +142,17 @@ pub fn message(session: &str, text: &str) -> Value {
     })
 }
 
+/// A `tool_result` event: `output` of `fs.read_file` on `path`.
+pub fn tool_result(path: &str, output: &str) -> Value {
+    json!({
+        "session_id": "s1",
+        "channel": "private",
+        "actor": {"type": "tool", "id": "fs"},
+        "kind": "tool_result",
+        "content": {"tool": "fs.read_file", "path": path, "output": output, "exit_code": 0},
+    })
+}
+
 /// Runs the `memd` binary against `database_url`; returns (exit code, stdout, stderr).
 pub fn memd_cli(database_url: &str, args: &[&str]) -> (i32, String, String) {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_memd"))

@@ -5,12 +5,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::helpers::spawn_daemon;
-
-fn tool_result(path: &str, output: &str) -> Value {
-    json!({"session_id": "s1", "channel": "private", "actor": {"type": "tool", "id": "fs"},
-           "kind": "tool_result", "content": {"tool": "fs.read_file", "path": path, "output": output, "exit_code": 0}})
-}
+use crate::helpers::{spawn_daemon, tool_result};
 
 async fn stored_content(pool: &sqlx::PgPool, event_id: &str) -> Value {
     sqlx::query_scalar("SELECT content FROM events WHERE event_id = $1")
