@@ -179,6 +179,14 @@ impl NewEvent {
         }
         if let Some(key) = &idempotency_key {
             check_id("idempotency_key", key)?;
+            // Redacting a key could make two different keys equal, and the
+            // second event would be dropped as a "replay": refuse instead.
+            if redactor.redact(key).is_some() {
+                return Err(FieldError::new(
+                    "idempotency_key",
+                    "looks like it contains a secret; use an opaque id (e.g. a UUID)",
+                ));
+            }
         }
         check_list("tags", &tags, limits::MAX_TAGS, limits::MAX_TAG_BYTES)?;
         check_list("refs", &refs, limits::MAX_REFS, limits::MAX_REF_BYTES)?;
@@ -214,7 +222,7 @@ impl NewEvent {
             tags: tags.into_iter().map(redact).collect(),
             content: Value::Null,
             refs: refs.into_iter().map(redact).collect(),
-            idempotency_key: idempotency_key.map(redact),
+            idempotency_key,
             ts,
             artifact: None,
         };
@@ -711,11 +719,19 @@ mod tests {
         let secret = "sk-abcdefghijklmnopqrstuvwx";
         let events = parse(message(json!({
             "session_id": secret, "actor": {"type": "agent", "id": secret},
-            "tags": [secret], "refs": [secret], "idempotency_key": secret,
+            "tags": [secret], "refs": [secret],
             "content": {"text": secret, secret: [secret]},
         })))
         .unwrap();
         let dump = format!("{:?}", events[0]);
         assert!(!dump.contains(secret), "{dump}");
+    }
+
+    #[test]
+    fn an_idempotency_key_holding_a_secret_is_refused_not_redacted() {
+        // Redacted, "token=abc" and "token=def" would be the same key.
+        let err = parse(message(json!({"idempotency_key": "token=abc"}))).unwrap_err();
+        assert_eq!(err.field, "idempotency_key");
+        assert!(parse(message(json!({"idempotency_key": "turn-42"}))).is_ok());
     }
 }

@@ -52,7 +52,7 @@ fn envelope(i: usize, kind: &str, content: Value) -> Value {
         "kind": kind,
         "tags": [format!("tag:{secret}")],
         "refs": [format!("ref {secret}")],
-        "idempotency_key": format!("key-{i} {secret}"),
+        "idempotency_key": format!("key-{i}"),
         "content": content,
     })
 }
@@ -125,6 +125,12 @@ async fn planted_secrets_appear_nowhere_in_the_database(
         .await;
     }
     assert!(app.count("SELECT count(*) FROM artifacts").await >= 1);
+    // A secret in an idempotency key is refused, not stored nor redacted.
+    let mut keyed = envelope(30, "message", json!({"text": "hi"}));
+    keyed["idempotency_key"] = json!(format!("retry {}", SECRETS[3].0));
+    let (status, response) = app.post_events(&token, &keyed).await;
+    assert_eq!(status, reqwest::StatusCode::BAD_REQUEST);
+    assert_eq!(response["error"]["field"], "idempotency_key");
 
     let output = std::process::Command::new("pg_dump")
         .arg("--dbname")
