@@ -146,7 +146,6 @@ async fn commit_group(pool: &PgPool, tenant: &TenantId, mut group: Vec<Pending>)
         let _ = pending.reply.send(result);
         return;
     }
-    let sizes: Vec<usize> = group.iter().map(|p| p.events.len()).collect();
     let merged: Vec<NewEvent> = group
         .iter()
         .flat_map(|p| p.events.iter().cloned())
@@ -154,10 +153,9 @@ async fn commit_group(pool: &PgPool, tenant: &TenantId, mut group: Vec<Pending>)
     match append(pool, tenant, merged).await {
         Ok(appended) => {
             let mut appended = appended.into_iter();
-            for (pending, size) in group.into_iter().zip(sizes) {
-                let _ = pending
-                    .reply
-                    .send(Ok(appended.by_ref().take(size).collect()));
+            for pending in group {
+                let mine = appended.by_ref().take(pending.events.len()).collect();
+                let _ = pending.reply.send(Ok(mine));
             }
         }
         Err(err) => {
