@@ -9,8 +9,11 @@
 //! - [`api`]: the HTTP interface, thin handlers over the above.
 //! - [`tenants`]: tenants and bearer tokens.
 //! - [`startup`], [`db`], [`telemetry`]: wiring.
+//! - [`admin`]: operator commands over the projections (views export and
+//!   import, rebuild progress).
 //! - [`bench`]: `memd bench`, measurements against a real daemon.
 
+pub mod admin;
 pub mod api;
 pub mod audit;
 pub mod bench;

@@ -3,17 +3,24 @@
 use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use memd_projectors::{
+    drift,
+    projections::Encoding,
+    rebuild,
+    runtime::{Runtime, RuntimeConfig},
+};
 use sqlx::postgres::PgConnectOptions;
 
 use memd::{
+    admin::{self, progress::ProgressPrinter},
     audit, bench, db,
     domain::{
         limits,
         redact::Redactor,
         tenant::{Scope, TenantId},
     },
-    startup::{Daemon, ServeConfig, shutdown_signal},
+    startup::{Daemon, ProjectionConfig, ServeConfig, shutdown_signal},
     telemetry, tenants,
 };
 
@@ -51,6 +58,43 @@ enum Command {
         /// Database connections in the pool.
         #[arg(long, env = "MEMD_DB_CONNECTIONS", default_value_t = 16)]
         db_connections: u32,
+        /// Do not run projection workers here (run `memd project` elsewhere).
+        #[arg(long)]
+        no_projectors: bool,
+        #[command(flatten)]
+        projection: ProjectionArgs,
+    },
+    /// Run projection workers only, without the HTTP API (to scale out).
+    Project {
+        #[command(flatten)]
+        projection: ProjectionArgs,
+    },
+    /// Delete projections and replay them from the log; prints progress and the rate.
+    Rebuild {
+        /// Only this tenant.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Only these projectors (chunks, decisions, tasks, views); repeatable.
+        #[arg(long = "projector")]
+        projectors: Vec<String>,
+        #[arg(long, env = "MEMD_TOKEN_ENCODING", default_value = "o200k_base")]
+        token_encoding: Encoding,
+    },
+    /// Rebuild into a shadow schema and diff with the live projections; exit 1 on drift.
+    DriftCheck {
+        /// Only this tenant.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        #[arg(long, env = "MEMD_TOKEN_ENCODING", default_value = "o200k_base")]
+        token_encoding: Encoding,
+    },
+    /// Human-editable views (identity, rules, preferences) as Markdown files.
+    Views {
+        #[command(subcommand)]
+        command: ViewsCommand,
     },
     /// Apply pending migrations and exit.
     Migrate,
@@ -69,6 +113,54 @@ enum Command {
     Bench {
         #[command(subcommand)]
         command: bench::BenchCommand,
+    },
+}
+
+#[derive(Args)]
+struct ProjectionArgs {
+    /// Token encoding for chunk token counts (o200k_base or cl100k_base).
+    #[arg(long, env = "MEMD_TOKEN_ENCODING", default_value = "o200k_base")]
+    token_encoding: Encoding,
+    /// Projection worker tasks; tenants are partitioned among them.
+    #[arg(long, env = "MEMD_PROJECTOR_WORKERS", default_value_t = 2)]
+    projector_workers: usize,
+    /// How often workers look for lagging tenants besides LISTEN/NOTIFY, in ms.
+    #[arg(long, env = "MEMD_PROJECTOR_POLL_MS", default_value_t = 1000)]
+    poll_interval_ms: u64,
+}
+
+impl ProjectionArgs {
+    fn config(&self) -> ProjectionConfig {
+        ProjectionConfig {
+            runtime: RuntimeConfig {
+                poll_interval: Duration::from_millis(self.poll_interval_ms.max(10)),
+                workers: self.projector_workers.max(1),
+                listen: true,
+            },
+            encoding: self.token_encoding,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum ViewsCommand {
+    /// Write each view of a tenant to DIR/<view>.md.
+    Export {
+        dir: PathBuf,
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Append a view_update for each DIR/<view>.md that differs from the log.
+    Import {
+        dir: PathBuf,
+        #[arg(long)]
+        tenant: String,
+        /// Who made the edits (recorded as a human actor).
+        #[arg(long, default_value = "operator")]
+        actor: String,
+        /// Extra redaction patterns, one `NAME REGEX` per line.
+        #[arg(long, env = "MEMD_REDACT_PATTERNS")]
+        redact_patterns: Option<PathBuf>,
     },
 }
 
@@ -107,6 +199,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             max_body_bytes,
             redact_patterns,
             db_connections,
+            no_projectors,
+            projection,
         } => {
             let redactor = match redact_patterns {
                 Some(path) => Redactor::with_patterns_file(&path)?,
@@ -131,6 +225,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 max_body_bytes,
                 redactor: Arc::new(redactor),
                 token_cache_ttl: Duration::from_secs(5),
+                projection: (!no_projectors).then(|| projection.config()),
             };
             let daemon = Daemon::bind(&config, pool.clone())
                 .await
@@ -164,9 +259,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("{}", token.expose());
         }
         Command::Verify { tenant } => {
-            let tenant = tenant
-                .map(|t| TenantId::parse(&t).map_err(|e| anyhow::anyhow!("--tenant {}", e.message)))
-                .transpose()?;
+            let tenant = parse_tenant(tenant)?;
             let pool = db::connect(options, 2)
                 .await
                 .context("connecting to PostgreSQL")?;
@@ -199,6 +292,136 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Bench { command } => bench::run(command, &cli.database_url).await?,
+        Command::Project { projection } => {
+            let config = projection.config();
+            let pool = db::connect(options, config.runtime.workers as u32 + 2)
+                .await
+                .context("connecting to PostgreSQL")?;
+            tracing::info!(workers = config.runtime.workers, "projecting");
+            let runtime: Runtime = config.spawn(pool.clone());
+            shutdown_signal().await;
+            runtime.shutdown().await;
+            pool.close().await;
+        }
+        Command::Rebuild {
+            tenant,
+            projectors,
+            token_encoding,
+        } => {
+            let tenant = parse_tenant(tenant)?;
+            let engine = ProjectionConfig {
+                encoding: token_encoding,
+                ..Default::default()
+            }
+            .engine()
+            .only(&projectors)?;
+            let pool = db::connect(options, 2)
+                .await
+                .context("connecting to PostgreSQL")?;
+            let mut printer = ProgressPrinter::new("rebuild");
+            let started = std::time::Instant::now();
+            let done = rebuild::rebuild(
+                &pool,
+                &engine,
+                tenant.as_ref().map(TenantId::as_str),
+                &mut |p| printer.update(p),
+            )
+            .await?;
+            let events: i64 = done.iter().map(|t| t.events).sum();
+            let elapsed = started.elapsed().as_secs_f64();
+            for tenant in &done {
+                println!(
+                    "rebuilt tenant={} events={} in {:.2}s",
+                    tenant.tenant,
+                    tenant.events,
+                    tenant.elapsed.as_secs_f64()
+                );
+            }
+            println!(
+                "rebuilt {} tenant(s), {events} events in {elapsed:.2}s ({:.0} events/s)",
+                done.len(),
+                events as f64 / elapsed.max(1e-9)
+            );
+        }
+        Command::DriftCheck {
+            tenant,
+            json,
+            token_encoding,
+        } => {
+            let tenant = parse_tenant(tenant)?;
+            let engine = ProjectionConfig {
+                encoding: token_encoding,
+                ..Default::default()
+            }
+            .engine();
+            let pool = db::connect(options, 2)
+                .await
+                .context("connecting to PostgreSQL")?;
+            let mut printer = ProgressPrinter::new("drift-check");
+            let report = drift::drift_check(
+                &pool,
+                &engine,
+                tenant.as_ref().map(TenantId::as_str),
+                &mut |p| printer.update(p),
+            )
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", drift::render(&report));
+            }
+            if report.drifted() {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+        Command::Views { command } => {
+            let pool = db::connect(options, 2)
+                .await
+                .context("connecting to PostgreSQL")?;
+            match command {
+                ViewsCommand::Export { dir, tenant } => {
+                    let tenant = parse_tenant(Some(tenant))?.expect("given");
+                    for view in admin::views::export(&pool, &tenant, &dir).await? {
+                        println!(
+                            "{} {} (from {})",
+                            view.view,
+                            view.path.display(),
+                            view.event_id
+                        );
+                    }
+                }
+                ViewsCommand::Import {
+                    dir,
+                    tenant,
+                    actor,
+                    redact_patterns,
+                } => {
+                    let tenant = parse_tenant(Some(tenant))?.expect("given");
+                    let redactor = match redact_patterns {
+                        Some(path) => Redactor::with_patterns_file(&path)?,
+                        None => Redactor::default(),
+                    };
+                    for result in
+                        admin::views::import(&pool, &redactor, &tenant, &dir, &actor).await?
+                    {
+                        match result {
+                            admin::views::Imported::Unchanged { view } => {
+                                println!("{view} unchanged")
+                            }
+                            admin::views::Imported::Updated { view, event_id } => {
+                                println!("{view} updated ({event_id})")
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn parse_tenant(tenant: Option<String>) -> anyhow::Result<Option<TenantId>> {
+    tenant
+        .map(|t| TenantId::parse(&t).map_err(|e| anyhow::anyhow!("--tenant {t:?} {}", e.message)))
+        .transpose()
 }

@@ -3,6 +3,11 @@
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
+use memd_projectors::{
+    Engine,
+    projections::{self, Encoding},
+    runtime::{Runtime, RuntimeConfig},
+};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 
@@ -22,6 +27,27 @@ pub struct ServeConfig {
     pub redactor: Arc<Redactor>,
     /// How long a resolved token is trusted before it is looked up again.
     pub token_cache_ttl: Duration,
+    /// Projection workers run inside the daemon unless this is `None`
+    /// (`memd serve --no-projectors`, with `memd project` elsewhere).
+    pub projection: Option<ProjectionConfig>,
+}
+
+/// How the projector runtime runs.
+#[derive(Debug, Clone, Default)]
+pub struct ProjectionConfig {
+    pub runtime: RuntimeConfig,
+    pub encoding: Encoding,
+}
+
+impl ProjectionConfig {
+    pub fn engine(&self) -> Engine {
+        Engine::new(projections::all(self.encoding))
+    }
+
+    /// Starts the workers on `pool`.
+    pub fn spawn(&self, pool: PgPool) -> Runtime {
+        Runtime::spawn(pool, Arc::new(self.engine()), self.runtime.clone())
+    }
 }
 
 impl Default for ServeConfig {
@@ -31,6 +57,7 @@ impl Default for ServeConfig {
             max_body_bytes: limits::DEFAULT_MAX_BODY_BYTES,
             redactor: Arc::new(Redactor::default()),
             token_cache_ttl: Duration::from_secs(5),
+            projection: Some(ProjectionConfig::default()),
         }
     }
 }
@@ -39,6 +66,8 @@ impl Default for ServeConfig {
 pub struct Daemon {
     listener: TcpListener,
     router: axum::Router,
+    pool: PgPool,
+    projection: Option<ProjectionConfig>,
 }
 
 impl Daemon {
@@ -46,13 +75,15 @@ impl Daemon {
         let listener = TcpListener::bind(&config.listen).await?;
         let state = ApiState {
             appender: Arc::new(Appender::new(pool.clone())),
-            pool,
+            pool: pool.clone(),
             redactor: config.redactor.clone(),
             tokens: Arc::new(TokenCache::new(config.token_cache_ttl)),
         };
         Ok(Self {
             listener,
             router: api::router(state, config.max_body_bytes),
+            pool,
+            projection: config.projection.clone(),
         })
     }
 
@@ -62,13 +93,20 @@ impl Daemon {
             .expect("a bound listener has an address")
     }
 
-    /// Serves until `stop` completes, then stops accepting and lets requests
-    /// in flight finish (an append that started is committed and answered).
+    /// Serves (and projects, unless configured not to) until `stop`
+    /// completes, then stops accepting and lets requests in flight finish (an
+    /// append that started is committed and answered) and projection workers
+    /// finish their batch.
     pub async fn run(self, stop: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         tracing::info!(addr = %self.local_addr(), "memd listening");
-        axum::serve(self.listener, self.router)
+        let projectors = self.projection.map(|p| p.spawn(self.pool.clone()));
+        let served = axum::serve(self.listener, self.router)
             .with_graceful_shutdown(stop)
-            .await
+            .await;
+        if let Some(projectors) = projectors {
+            projectors.shutdown().await;
+        }
+        served
     }
 }
 

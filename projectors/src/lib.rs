@@ -1,6 +1,37 @@
-//! memd's derived side: the projector runtime and the read-model projectors
-//! (chunks, decisions, tasks, views, summary conflicts).
+//! The derived side of memd: projectors that turn the append-only event log
+//! into disposable read models, and the runtime that keeps them current.
 //!
-//! Not built yet (issue 3). The event log it will read is in `../migrations`:
-//! per-tenant, gap-free `seq` on `events`, and a `pg_notify('memd_events',
-//! '<tenant>:<head seq>')` on every append commit.
+//! - [`event`]: events as projectors read them.
+//! - [`projector`]: the [`Projector`] abstraction and the transaction that
+//!   applies a batch and advances the cursors together ([`engine`]).
+//! - [`projections`]: chunks, decision ledger (with summary conflicts), tasks
+//!   and views.
+//! - [`runtime`]: LISTEN/NOTIFY plus polling workers that keep the live
+//!   projections caught up.
+//! - [`rebuild`] and [`drift`]: replay from zero, and prove the live
+//!   projections equal a fresh replay.
+//!
+//! Every projection table lives in a [`Schema`]: `projections` for the live
+//! read models, a throw-away shadow schema during a drift check.
+
+pub mod drift;
+pub mod engine;
+pub mod event;
+pub mod projections;
+pub mod projector;
+pub mod rebuild;
+pub mod runtime;
+pub mod schema;
+
+pub use engine::Engine;
+pub use event::StoredEvent;
+pub use projector::{Projector, Table};
+pub use schema::Schema;
+
+/// Channel on which each append's commit announces `<tenant>:<head seq>`.
+pub const EVENTS_CHANNEL: &str = "memd_events";
+
+/// Channel on which each projection batch's commit announces
+/// `<tenant>:<seq>`: every projector of the set has applied the tenant's log
+/// up to `seq`.
+pub const PROJECTED_CHANNEL: &str = "memd_projected";

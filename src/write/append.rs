@@ -24,8 +24,9 @@ use crate::domain::{
     tenant::TenantId,
 };
 
-/// Channel on which each commit announces `<tenant>:<head seq>`.
-pub const NOTIFY_CHANNEL: &str = "memd_events";
+/// Channel on which each commit announces `<tenant>:<head seq>`; the
+/// projector runtime listens on it.
+pub const NOTIFY_CHANNEL: &str = memd_projectors::EVENTS_CHANNEL;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppendError {

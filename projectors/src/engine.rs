@@ -1,0 +1,312 @@
+//! The one transaction shape every projection write goes through: lock the
+//! tenant's cursors, read the events after them, apply, advance the cursors,
+//! commit. Projection rows and cursors commit together or not at all, so a
+//! crash anywhere neither skips nor repeats an event.
+
+use std::sync::Arc;
+
+use sqlx::{PgConnection, PgPool};
+
+use crate::{
+    PROJECTED_CHANNEL,
+    event::{StoredEvent, read_after},
+    projector::{Projector, reset},
+    schema::Schema,
+};
+
+/// Called after a batch is applied and before its cursors are written, with
+/// the tenant and the batch's last seq; returning true makes the batch fail
+/// there, as a crash would. For tests.
+pub type Failpoint = Arc<dyn Fn(&str, i64) -> bool + Send + Sync>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProjectError {
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    #[error("failpoint: stopped before advancing {tenant}'s cursors to {seq}")]
+    Failpoint { tenant: String, seq: i64 },
+    #[error("unknown projector {0:?} (known: {1})")]
+    UnknownProjector(String, String),
+}
+
+/// What one [`Engine::step`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Applied the events `from < seq <= to`.
+    Advanced { from: i64, to: i64 },
+    /// Nothing after the cursors.
+    CaughtUp,
+    /// Another worker holds every cursor of this tenant; it will finish.
+    Busy,
+    /// The next visible event is not `after + 1`: an earlier seq has not
+    /// committed yet. Waiting is the only safe move.
+    Gap { after: i64, next: i64 },
+}
+
+/// A cursor as held during a transaction.
+#[derive(Clone)]
+pub(crate) struct Cursor {
+    pub projector: Arc<dyn Projector>,
+    pub seq: i64,
+    /// Events above this seq are left for later (drift checks stop where
+    /// the live cursor stood).
+    pub until: i64,
+}
+
+/// How to treat cursors another transaction holds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Wait {
+    /// Skip them: their holder is applying the same events.
+    SkipLocked,
+    /// Wait for them (rebuild).
+    Block,
+}
+
+#[derive(Clone)]
+pub struct Engine {
+    projectors: Vec<Arc<dyn Projector>>,
+    batch_size: i64,
+    failpoint: Option<Failpoint>,
+}
+
+impl Engine {
+    pub const DEFAULT_BATCH_SIZE: i64 = 1000;
+
+    pub fn new(projectors: Vec<Arc<dyn Projector>>) -> Self {
+        Self {
+            projectors,
+            batch_size: Self::DEFAULT_BATCH_SIZE,
+            failpoint: None,
+        }
+    }
+
+    pub fn with_batch_size(mut self, batch_size: i64) -> Self {
+        self.batch_size = batch_size.max(1);
+        self
+    }
+
+    pub fn with_failpoint(mut self, failpoint: Failpoint) -> Self {
+        self.failpoint = Some(failpoint);
+        self
+    }
+
+    pub fn projectors(&self) -> &[Arc<dyn Projector>] {
+        &self.projectors
+    }
+
+    pub fn batch_size(&self) -> i64 {
+        self.batch_size
+    }
+
+    /// The same engine restricted to the named projectors (all when empty).
+    pub fn only(&self, names: &[String]) -> Result<Self, ProjectError> {
+        if names.is_empty() {
+            return Ok(self.clone());
+        }
+        let mut chosen = Vec::new();
+        for name in names {
+            let found = self.projectors.iter().find(|p| p.name() == name);
+            match found {
+                Some(projector) => chosen.push(projector.clone()),
+                None => {
+                    let known: Vec<_> = self.projectors.iter().map(|p| p.name()).collect();
+                    return Err(ProjectError::UnknownProjector(
+                        name.clone(),
+                        known.join(", "),
+                    ));
+                }
+            }
+        }
+        Ok(Self {
+            projectors: chosen,
+            ..self.clone()
+        })
+    }
+
+    /// Applies one batch of `tenant`'s log to the live projections.
+    pub async fn step(&self, pool: &PgPool, tenant: &str) -> Result<Step, ProjectError> {
+        let mut tx = pool.begin().await?;
+        Schema::live().enter(&mut tx).await?;
+        let mut cursors = self.lock_cursors(&mut tx, tenant, Wait::SkipLocked).await?;
+        if cursors.is_empty() {
+            return Ok(Step::Busy);
+        }
+        let from = cursors.iter().map(|c| c.seq).min().unwrap_or(0);
+        let events = read_after(&mut tx, tenant, from, i64::MAX, self.batch_size).await?;
+        let ready = contiguous(from, &events);
+        let step = match (ready.last(), events.first()) {
+            (Some(last), _) => Step::Advanced { from, to: last.seq },
+            (None, Some(next)) => Step::Gap {
+                after: from,
+                next: next.seq,
+            },
+            (None, None) => Step::CaughtUp,
+        };
+        apply(&mut tx, tenant, &mut cursors, ready).await?;
+        if let (Some(failpoint), Step::Advanced { to, .. }) = (&self.failpoint, step)
+            && failpoint(tenant, to)
+        {
+            return Err(ProjectError::Failpoint {
+                tenant: tenant.to_owned(),
+                seq: to,
+            });
+        }
+        save_cursors(&mut tx, tenant, &cursors).await?;
+        if let Step::Advanced { .. } = step {
+            let projected = cursors.iter().map(|c| c.seq).min().unwrap_or(0);
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(PROJECTED_CHANNEL)
+                .bind(format!("{tenant}:{projected}"))
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(step)
+    }
+
+    /// Locks this engine's cursors of `tenant` in the transaction's schema,
+    /// creating missing ones, and resets those written by another version
+    /// of their projector.
+    pub(crate) async fn lock_cursors(
+        &self,
+        tx: &mut PgConnection,
+        tenant: &str,
+        wait: Wait,
+    ) -> Result<Vec<Cursor>, ProjectError> {
+        let names: Vec<&str> = self.projectors.iter().map(|p| p.name()).collect();
+        let versions: Vec<i32> = self.projectors.iter().map(|p| p.version()).collect();
+        sqlx::query(
+            "INSERT INTO cursors (projector, tenant_id, seq, version)
+             SELECT p, $1, 0, v FROM unnest($2::text[], $3::int[]) AS u (p, v)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(tenant)
+        .bind(&names)
+        .bind(&versions)
+        .execute(&mut *tx)
+        .await?;
+        let lock = match wait {
+            Wait::SkipLocked => "FOR UPDATE SKIP LOCKED",
+            Wait::Block => "FOR UPDATE",
+        };
+        let rows: Vec<(String, i64, i32)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT projector, seq, version FROM cursors
+              WHERE tenant_id = $1 AND projector = ANY ($2)
+              ORDER BY projector {lock}"
+        )))
+        .bind(tenant)
+        .bind(&names)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut cursors = Vec::with_capacity(rows.len());
+        for (name, seq, version) in rows {
+            let Some(projector) = self.projectors.iter().find(|p| p.name() == name) else {
+                continue;
+            };
+            let seq = if version == projector.version() {
+                seq
+            } else {
+                tracing::info!(
+                    projector = name,
+                    tenant,
+                    from = version,
+                    to = projector.version(),
+                    "projector version changed: replaying the tenant's log"
+                );
+                reset(tx, projector.as_ref(), tenant).await?;
+                0
+            };
+            cursors.push(Cursor {
+                projector: projector.clone(),
+                seq,
+                until: i64::MAX,
+            });
+        }
+        Ok(cursors)
+    }
+}
+
+/// The leading run of `events` that continues `after` without a hole.
+fn contiguous(after: i64, events: &[StoredEvent]) -> &[StoredEvent] {
+    let run = events
+        .iter()
+        .zip(after + 1..)
+        .take_while(|(event, expected)| event.seq == *expected)
+        .count();
+    &events[..run]
+}
+
+/// Gives each cursor's projector the events above its seq (up to its
+/// `until`) and moves the cursor to the last one.
+pub(crate) async fn apply(
+    tx: &mut PgConnection,
+    tenant: &str,
+    cursors: &mut [Cursor],
+    events: &[StoredEvent],
+) -> Result<(), sqlx::Error> {
+    for cursor in cursors.iter_mut() {
+        let start = events.partition_point(|e| e.seq <= cursor.seq);
+        let end = events.partition_point(|e| e.seq <= cursor.until);
+        if start >= end {
+            continue;
+        }
+        let slice = &events[start..end];
+        cursor.projector.apply(tx, tenant, slice).await?;
+        cursor.seq = slice[slice.len() - 1].seq;
+    }
+    Ok(())
+}
+
+pub(crate) async fn save_cursors(
+    tx: &mut PgConnection,
+    tenant: &str,
+    cursors: &[Cursor],
+) -> Result<(), sqlx::Error> {
+    let names: Vec<&str> = cursors.iter().map(|c| c.projector.name()).collect();
+    let seqs: Vec<i64> = cursors.iter().map(|c| c.seq).collect();
+    let versions: Vec<i32> = cursors.iter().map(|c| c.projector.version()).collect();
+    sqlx::query(
+        "UPDATE cursors c SET seq = u.seq, version = u.version
+           FROM unnest($2::text[], $3::bigint[], $4::int[]) AS u (projector, seq, version)
+          WHERE c.tenant_id = $1 AND c.projector = u.projector",
+    )
+    .bind(tenant)
+    .bind(&names)
+    .bind(&seqs)
+    .bind(&versions)
+    .execute(tx)
+    .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(seq: i64) -> StoredEvent {
+        StoredEvent {
+            seq,
+            event_id: format!("evt_{seq}"),
+            created_at: chrono::DateTime::UNIX_EPOCH,
+            ts: chrono::DateTime::UNIX_EPOCH,
+            session_id: "s".into(),
+            channel: "private".into(),
+            actor_type: "human".into(),
+            actor_id: "a".into(),
+            kind: "message".into(),
+            sensitivity: "none".into(),
+            tags: vec![],
+            content: serde_json::json!({"text": "x"}),
+            refs: vec![],
+            artifact_id: None,
+        }
+    }
+
+    #[test]
+    fn contiguous_stops_at_the_first_hole() {
+        let events: Vec<_> = [4, 5, 7, 8].into_iter().map(event).collect();
+        assert_eq!(contiguous(3, &events).len(), 2);
+        assert!(contiguous(2, &events).is_empty(), "seq 3 has not committed");
+        assert!(contiguous(0, &[]).is_empty());
+    }
+}

@@ -1,0 +1,480 @@
+//! `chunks`: the retrieval units. One event gives one chunk, or several
+//! ~400-token parts when its text is long (tool outputs keep the line range
+//! each part covers).
+
+use sha2::{Digest, Sha256};
+use sqlx::PgConnection;
+
+use super::tokens::TokenCounter;
+use crate::{
+    event::StoredEvent,
+    projector::{BoxFuture, Projector, Table},
+};
+
+/// Parts aim at this many tokens. Splitting estimates 4 bytes per token and
+/// the stored `token_est` is the exact count of the part's text.
+pub const TARGET_TOKENS: usize = 400;
+const BYTES_PER_TOKEN: usize = 4;
+
+const TABLES: &[Table] = &[Table {
+    name: "chunks",
+    key: &["tenant_id", "chunk_id"],
+}];
+
+/// Tags that pin a memory: its chunks get the importance bonus.
+const PINNED_TAGS: &[&str] = &["pinned", "pin", "important"];
+
+/// Files that say what a project is and how it starts: a README, a package
+/// manifest, an entrypoint. Reading one is worth more than an arbitrary file.
+const KEY_FILE_NAMES: &[&str] = &[
+    "readme",
+    "package.json",
+    "cargo.toml",
+    "pyproject.toml",
+    "setup.py",
+    "requirements.txt",
+    "go.mod",
+    "pom.xml",
+    "build.gradle",
+    "gemfile",
+    "composer.json",
+    "makefile",
+    "dockerfile",
+    "docker-compose.yml",
+];
+const ENTRYPOINT_STEMS: &[&str] = &["main", "index", "app", "server", "cli", "__main__", "lib"];
+
+pub struct ChunkProjector {
+    tokens: TokenCounter,
+}
+
+impl ChunkProjector {
+    const BASE_VERSION: i32 = 1;
+
+    pub fn new(tokens: TokenCounter) -> Self {
+        Self { tokens }
+    }
+}
+
+/// One row of `chunks`, before it is written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chunk {
+    pub chunk_id: String,
+    pub event_id: String,
+    pub seq: i64,
+    pub part: i32,
+    pub source: Option<String>,
+    pub line_start: Option<i32>,
+    pub line_end: Option<i32>,
+    pub text: String,
+    pub token_est: i32,
+    pub importance: f32,
+    pub content_hash: Vec<u8>,
+}
+
+/// The text an event contributes to retrieval, where its first line is,
+/// and a short label of where it came from. `None` for kinds that are not
+/// retrieval units (tool calls, view updates, handoffs).
+fn retrievable(event: &StoredEvent) -> Option<(String, Option<i32>, Option<String>)> {
+    match event.kind.as_str() {
+        "message" => Some((event.text("text")?.to_owned(), None, None)),
+        "summary" => Some((event.text("text")?.to_owned(), None, None)),
+        "tool_result" => {
+            let text = event.text("excerpt_text")?.to_owned();
+            let first_line = event
+                .content
+                .pointer("/line_range/0")
+                .and_then(|v| v.as_i64())
+                .unwrap_or(1);
+            let tool = event.text("tool").unwrap_or("tool");
+            let source = match event.text("path") {
+                Some(path) => format!("{tool} {path}"),
+                None => tool.to_owned(),
+            };
+            Some((text, Some(first_line as i32), Some(source)))
+        }
+        "decision" => {
+            let mut text = event.text("decision")?.to_owned();
+            for (label, field) in [
+                ("Rationale", "rationale"),
+                ("Constraints", "constraints"),
+                ("Alternatives", "alternatives"),
+                ("Consequences", "consequences"),
+            ] {
+                let items = event.strings(field);
+                if !items.is_empty() {
+                    text.push_str(&format!("\n{label}: {}", items.join("; ")));
+                }
+            }
+            let source = event.text("key").map(|key| format!("decision {key}"));
+            Some((text, None, source))
+        }
+        "task_update" => {
+            let task = event.text("task_id")?;
+            let status = event.text("status").unwrap_or("open");
+            let mut text = format!("Task {task} ({status})");
+            if let Some(title) = event.text("title") {
+                text.push_str(": ");
+                text.push_str(title);
+            }
+            if let Some(details) = event.text("details") {
+                text.push('\n');
+                text.push_str(details);
+            }
+            Some((text, None, Some(format!("task {task}"))))
+        }
+        _ => None,
+    }
+}
+
+/// How much a chunk matters regardless of the query: decisions > tasks >
+/// summaries > messages > tool output, key project files above other tool
+/// output, and a bonus for pinned tags. In [0, 1].
+pub fn importance(event: &StoredEvent) -> f32 {
+    let base: f32 = match event.kind.as_str() {
+        "decision" => 0.9,
+        "task_update" => 0.7,
+        "summary" => 0.6,
+        "message" if event.actor_type == "human" => 0.5,
+        "message" => 0.4,
+        "tool_result" if event.text("path").is_some_and(is_key_file) => 0.6,
+        "tool_result" => 0.3,
+        _ => 0.2,
+    };
+    let pinned = event
+        .tags
+        .iter()
+        .any(|tag| PINNED_TAGS.contains(&tag.to_ascii_lowercase().as_str()));
+    if pinned { (base + 0.3).min(1.0) } else { base }
+}
+
+fn is_key_file(path: &str) -> bool {
+    let name = path
+        .rsplit(['/', '\\'])
+        .next()
+        .unwrap_or(path)
+        .to_ascii_lowercase();
+    if KEY_FILE_NAMES
+        .iter()
+        .any(|key| name == *key || (key == &"readme" && name.starts_with("readme")))
+    {
+        return true;
+    }
+    let stem = name.split('.').next().unwrap_or(&name);
+    ENTRYPOINT_STEMS.contains(&stem) && name.contains('.')
+}
+
+/// SHA-256 of the text with case and whitespace runs folded, so the same
+/// fact recorded twice dedupes.
+pub fn content_hash(text: &str) -> Vec<u8> {
+    let mut hasher = Sha256::new();
+    let mut first = true;
+    for word in text.split_whitespace() {
+        if !first {
+            hasher.update(b" ");
+        }
+        first = false;
+        hasher.update(word.to_lowercase().as_bytes());
+    }
+    hasher.finalize().to_vec()
+}
+
+/// A part of a long text: its text and the (1-based, inclusive) lines it
+/// covers, relative to the text.
+#[derive(Debug, PartialEq)]
+pub struct Part<'a> {
+    pub text: &'a str,
+    pub first_line: usize,
+    pub last_line: usize,
+}
+
+/// Splits `text` into parts of about `target_bytes`, on line boundaries. A
+/// single line longer than the target is cut on char boundaries.
+pub fn split(text: &str, target_bytes: usize) -> Vec<Part<'_>> {
+    if text.len() <= target_bytes {
+        return vec![Part {
+            text,
+            first_line: 1,
+            last_line: text.lines().count().max(1),
+        }];
+    }
+    let mut parts = Vec::new();
+    let mut start = 0; // byte offset of the current part
+    let mut first_line = 1;
+    let mut line = 1;
+    let mut offset = 0;
+    for raw_line in text.split_inclusive('\n') {
+        let end = offset + raw_line.len();
+        if end - start > target_bytes && offset > start {
+            parts.push(Part {
+                text: &text[start..offset],
+                first_line,
+                last_line: line - 1,
+            });
+            start = offset;
+            first_line = line;
+        }
+        while end - start > target_bytes {
+            let mut cut = floor_char_boundary(text, start + target_bytes);
+            if cut == start {
+                // The target is smaller than this one character.
+                cut = start + text[start..].chars().next().map_or(1, char::len_utf8);
+            }
+            parts.push(Part {
+                text: &text[start..cut],
+                first_line: line,
+                last_line: line,
+            });
+            start = cut;
+            first_line = line;
+        }
+        offset = end;
+        line += 1;
+    }
+    if start < text.len() {
+        parts.push(Part {
+            text: &text[start..],
+            first_line,
+            last_line: line - 1,
+        });
+    }
+    parts
+}
+
+fn floor_char_boundary(text: &str, mut index: usize) -> usize {
+    while !text.is_char_boundary(index) {
+        index -= 1;
+    }
+    index
+}
+
+impl ChunkProjector {
+    /// The chunks of one event.
+    pub fn chunks_of(&self, event: &StoredEvent) -> Vec<Chunk> {
+        let Some((text, first_line, source)) = retrievable(event) else {
+            return Vec::new();
+        };
+        let importance = importance(event);
+        let ulid = event
+            .event_id
+            .strip_prefix("evt_")
+            .unwrap_or(&event.event_id);
+        split(&text, TARGET_TOKENS * BYTES_PER_TOKEN)
+            .into_iter()
+            .filter(|part| !part.text.trim().is_empty())
+            .enumerate()
+            .map(|(index, part)| Chunk {
+                chunk_id: format!("chk_{ulid}_{index}"),
+                event_id: event.event_id.clone(),
+                seq: event.seq,
+                part: index as i32,
+                source: source.clone(),
+                line_start: first_line.map(|first| first + part.first_line as i32 - 1),
+                line_end: first_line.map(|first| first + part.last_line as i32 - 1),
+                text: part.text.to_owned(),
+                token_est: self.tokens.count(part.text) as i32,
+                importance,
+                content_hash: content_hash(part.text),
+            })
+            .collect()
+    }
+}
+
+impl Projector for ChunkProjector {
+    fn name(&self) -> &'static str {
+        "chunks"
+    }
+
+    fn version(&self) -> i32 {
+        Self::BASE_VERSION * 10 + self.tokens.encoding().version_digit()
+    }
+
+    fn tables(&self) -> &'static [Table] {
+        TABLES
+    }
+
+    fn apply<'a>(
+        &'a self,
+        tx: &'a mut PgConnection,
+        tenant: &'a str,
+        events: &'a [StoredEvent],
+    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            let mut rows = Rows::default();
+            for event in events {
+                for chunk in self.chunks_of(event) {
+                    rows.push(event, chunk);
+                }
+            }
+            if rows.chunk_id.is_empty() {
+                return Ok(());
+            }
+            rows.insert(tx, tenant).await
+        })
+    }
+}
+
+/// Column arrays for one multi-row INSERT.
+#[derive(Default)]
+struct Rows {
+    chunk_id: Vec<String>,
+    event_id: Vec<String>,
+    seq: Vec<i64>,
+    part: Vec<i32>,
+    ts: Vec<chrono::DateTime<chrono::Utc>>,
+    session_id: Vec<String>,
+    channel: Vec<String>,
+    sensitivity: Vec<String>,
+    actor_type: Vec<String>,
+    actor_id: Vec<String>,
+    kind: Vec<String>,
+    // text[][] must be rectangular, so tags travel as JSON arrays.
+    tags: Vec<String>,
+    source: Vec<Option<String>>,
+    line_start: Vec<Option<i32>>,
+    line_end: Vec<Option<i32>>,
+    text: Vec<String>,
+    token_est: Vec<i32>,
+    importance: Vec<f32>,
+    content_hash: Vec<Vec<u8>>,
+}
+
+impl Rows {
+    fn push(&mut self, event: &StoredEvent, chunk: Chunk) {
+        self.chunk_id.push(chunk.chunk_id);
+        self.event_id.push(chunk.event_id);
+        self.seq.push(chunk.seq);
+        self.part.push(chunk.part);
+        self.ts.push(event.ts);
+        self.session_id.push(event.session_id.clone());
+        self.channel.push(event.channel.clone());
+        self.sensitivity.push(event.sensitivity.clone());
+        self.actor_type.push(event.actor_type.clone());
+        self.actor_id.push(event.actor_id.clone());
+        self.kind.push(event.kind.clone());
+        self.tags
+            .push(serde_json::to_string(&event.tags).expect("strings serialize"));
+        self.source.push(chunk.source);
+        self.line_start.push(chunk.line_start);
+        self.line_end.push(chunk.line_end);
+        self.text.push(chunk.text);
+        self.token_est.push(chunk.token_est);
+        self.importance.push(chunk.importance);
+        self.content_hash.push(chunk.content_hash);
+    }
+
+    async fn insert(self, tx: &mut PgConnection, tenant: &str) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "INSERT INTO chunks (tenant_id, chunk_id, event_id, seq, part, ts, session_id, channel,
+                                 sensitivity, actor_type, actor_id, kind, tags, source, line_start,
+                                 line_end, text, token_est, importance, content_hash)
+             SELECT $1, u.chunk_id, u.event_id, u.seq, u.part, u.ts, u.session_id, u.channel,
+                    u.sensitivity, u.actor_type, u.actor_id, u.kind,
+                    ARRAY(SELECT jsonb_array_elements_text(u.tags::jsonb)), u.source, u.line_start,
+                    u.line_end, u.text, u.token_est, u.importance, u.content_hash
+               FROM unnest($2::text[], $3::text[], $4::bigint[], $5::int[], $6::timestamptz[],
+                           $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
+                           $12::text[], $13::text[], $14::text[], $15::int[], $16::int[],
+                           $17::text[], $18::int[], $19::real[], $20::bytea[])
+                    AS u (chunk_id, event_id, seq, part, ts, session_id, channel, sensitivity,
+                          actor_type, actor_id, kind, tags, source, line_start, line_end, text,
+                          token_est, importance, content_hash)",
+        )
+        .bind(tenant)
+        .bind(self.chunk_id)
+        .bind(self.event_id)
+        .bind(self.seq)
+        .bind(self.part)
+        .bind(self.ts)
+        .bind(self.session_id)
+        .bind(self.channel)
+        .bind(self.sensitivity)
+        .bind(self.actor_type)
+        .bind(self.actor_id)
+        .bind(self.kind)
+        .bind(self.tags)
+        .bind(self.source)
+        .bind(self.line_start)
+        .bind(self.line_end)
+        .bind(self.text)
+        .bind(self.token_est)
+        .bind(self.importance)
+        .bind(self.content_hash)
+        .execute(tx)
+        .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn short_text_is_one_part() {
+        let parts = split("one\ntwo\n", 100);
+        assert_eq!(
+            parts,
+            vec![Part {
+                text: "one\ntwo\n",
+                first_line: 1,
+                last_line: 2
+            }]
+        );
+    }
+
+    #[test]
+    fn long_text_splits_on_lines_and_keeps_ranges() {
+        let text: String = (1..=10).map(|i| format!("line {i:02}\n")).collect();
+        // Each line is 8 bytes; 20 bytes hold two lines.
+        let parts = split(&text, 20);
+        assert_eq!(parts.len(), 5);
+        assert_eq!(parts[0].text, "line 01\nline 02\n");
+        assert_eq!((parts[0].first_line, parts[0].last_line), (1, 2));
+        assert_eq!((parts[4].first_line, parts[4].last_line), (9, 10));
+    }
+
+    #[test]
+    fn key_files_are_recognised() {
+        for path in [
+            "README.md",
+            "repo/package.json",
+            "src/main.rs",
+            "src/index.ts",
+            "Cargo.toml",
+        ] {
+            assert!(is_key_file(path), "{path}");
+        }
+        for path in ["src/util.rs", "docs/notes.md", "main"] {
+            assert!(!is_key_file(path), "{path}");
+        }
+    }
+
+    #[test]
+    fn content_hash_ignores_case_and_spacing() {
+        assert_eq!(
+            content_hash("We use  Postgres\n"),
+            content_hash("we use postgres")
+        );
+        assert_ne!(
+            content_hash("we use postgres"),
+            content_hash("we use mysql")
+        );
+    }
+
+    proptest! {
+        /// Parts cover the text exactly, in order, and none is far above the
+        /// target.
+        #[test]
+        fn parts_cover_the_text(text in "(\\PC{0,30}\n?){0,60}", target in 8usize..200) {
+            let parts = split(&text, target);
+            let joined: String = parts.iter().map(|p| p.text).collect();
+            prop_assert_eq!(joined, text.clone());
+            for part in &parts {
+                prop_assert!(part.text.len() <= target.max(4) || parts.len() == 1);
+                prop_assert!(part.first_line <= part.last_line);
+            }
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! What a projector is.
+
+use std::{future::Future, pin::Pin};
+
+use sqlx::PgConnection;
+
+use crate::event::StoredEvent;
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A projection table: its name (unqualified, resolved through the
+/// transaction's `search_path`) and its key columns, which order digests and
+/// pair rows in drift reports. Every table has a `tenant_id` column.
+#[derive(Debug, Clone, Copy)]
+pub struct Table {
+    pub name: &'static str,
+    pub key: &'static [&'static str],
+}
+
+/// Turns events into rows of its tables.
+///
+/// `apply` runs inside the transaction that also advances the projector's
+/// cursor, so it must only write through `tx`. It receives a tenant's events
+/// in seq order, each exactly once, and must be deterministic: the rows may
+/// depend on the events and on rows it wrote earlier, never on the clock or
+/// on other projectors' tables, so that a replay reproduces them exactly.
+pub trait Projector: Send + Sync {
+    /// Stable name, the key of its cursor.
+    fn name(&self) -> &'static str;
+
+    /// Bump when the rows it derives change: cursors written by another
+    /// version are reset and the tenant's log is replayed.
+    fn version(&self) -> i32;
+
+    fn tables(&self) -> &'static [Table];
+
+    fn apply<'a>(
+        &'a self,
+        tx: &'a mut PgConnection,
+        tenant: &'a str,
+        events: &'a [StoredEvent],
+    ) -> BoxFuture<'a, Result<(), sqlx::Error>>;
+}
+
+/// Deletes a tenant's rows from every table of `projector`.
+pub async fn reset(
+    tx: &mut PgConnection,
+    projector: &dyn Projector,
+    tenant: &str,
+) -> Result<(), sqlx::Error> {
+    for table in projector.tables() {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DELETE FROM {} WHERE tenant_id = $1",
+            table.name
+        )))
+        .bind(tenant)
+        .execute(&mut *tx)
+        .await?;
+    }
+    Ok(())
+}

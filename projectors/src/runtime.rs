@@ -1,0 +1,263 @@
+//! Keeps the live projections caught up with the log.
+//!
+//! A listener task LISTENs on [`EVENTS_CHANNEL`] and hands each notified
+//! tenant to one of the workers (a tenant always goes to the same worker).
+//! It also polls every `poll_interval` for tenants whose cursors are behind
+//! their head, so a lost notification (or a listener reconnecting) only
+//! delays projection. Workers apply batches through [`Engine::step`], whose
+//! cursor locks (`FOR UPDATE SKIP LOCKED`) also keep workers of other
+//! processes from applying the same events.
+
+use std::{
+    collections::{BTreeSet, hash_map::DefaultHasher},
+    hash::{Hash, Hasher},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use sqlx::{PgPool, postgres::PgListener};
+use tokio::{
+    sync::{Notify, watch},
+    task::JoinHandle,
+};
+
+use crate::{
+    EVENTS_CHANNEL,
+    engine::{Engine, ProjectError, Step},
+};
+
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// How often to look for lagging tenants without being notified.
+    pub poll_interval: Duration,
+    /// Worker tasks in this process; tenants are partitioned among them.
+    pub workers: usize,
+    /// LISTEN for appends. Off, projection relies on polling alone.
+    pub listen: bool,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            poll_interval: Duration::from_secs(1),
+            workers: 2,
+            listen: true,
+        }
+    }
+}
+
+/// A running set of projection workers.
+pub struct Runtime {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Runtime {
+    pub fn spawn(pool: PgPool, engine: Arc<Engine>, config: RuntimeConfig) -> Self {
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(run(pool, engine, config, stopped));
+        Self { stop, task }
+    }
+
+    /// Stops the workers after the batch each is applying, and waits.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// Tenants waiting for one worker.
+#[derive(Default)]
+struct Queue {
+    tenants: Mutex<BTreeSet<String>>,
+    wake: Notify,
+}
+
+impl Queue {
+    fn push(&self, tenant: String) {
+        self.tenants.lock().expect("queue lock").insert(tenant);
+        self.wake.notify_one();
+    }
+
+    fn pop(&self) -> Option<String> {
+        self.tenants.lock().expect("queue lock").pop_first()
+    }
+}
+
+fn backoff() -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(50))
+        .with_max_delay(Duration::from_secs(5))
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
+
+async fn run(
+    pool: PgPool,
+    engine: Arc<Engine>,
+    config: RuntimeConfig,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let queues: Vec<Arc<Queue>> = (0..config.workers.max(1))
+        .map(|_| Arc::new(Queue::default()))
+        .collect();
+    let workers: Vec<_> = queues
+        .iter()
+        .map(|queue| {
+            tokio::spawn(work(
+                pool.clone(),
+                engine.clone(),
+                queue.clone(),
+                stopped.clone(),
+            ))
+        })
+        .collect();
+    let dispatch = |tenant: String| {
+        let mut hasher = DefaultHasher::new();
+        tenant.hash(&mut hasher);
+        queues[(hasher.finish() % queues.len() as u64) as usize].push(tenant);
+    };
+
+    let mut listener: Option<PgListener> = None;
+    let mut retry = backoff();
+    let mut poll = tokio::time::interval(config.poll_interval);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        if config.listen && listener.is_none() {
+            match listen(&pool).await {
+                Ok(connected) => {
+                    listener = Some(connected);
+                    retry = backoff();
+                    // Whatever was appended while not listening.
+                    poll.reset_immediately();
+                }
+                Err(err) => {
+                    let delay = retry.next().unwrap_or(Duration::from_secs(5));
+                    tracing::warn!(error = %err, ?delay, "projector listener cannot connect");
+                    tokio::select! {
+                        _ = stopped.changed() => break,
+                        () = tokio::time::sleep(delay) => continue,
+                    }
+                }
+            }
+        }
+        let notified = async {
+            match listener.as_mut() {
+                Some(listener) => listener.try_recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = stopped.changed() => break,
+            _ = poll.tick() => match lagging_tenants(&pool, &engine).await {
+                Ok(tenants) => tenants.into_iter().for_each(dispatch),
+                Err(err) => tracing::warn!(error = %err, "looking for lagging tenants failed"),
+            },
+            received = notified => match received {
+                Ok(Some(notification)) => {
+                    if let Some((tenant, _seq)) = notification.payload().rsplit_once(':') {
+                        dispatch(tenant.to_owned());
+                    }
+                }
+                Ok(None) => {
+                    tracing::warn!("projector listener lost its connection; reconnected, catching up");
+                    poll.reset_immediately();
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "projector listener failed; reconnecting");
+                    listener = None;
+                }
+            },
+        }
+    }
+    drop(listener);
+    for worker in workers {
+        let _ = worker.await;
+    }
+}
+
+async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(EVENTS_CHANNEL).await?;
+    Ok(listener)
+}
+
+/// Tenants with events above some cursor of the engine's projectors, or
+/// with a cursor written by another projector version.
+pub async fn lagging_tenants(pool: &PgPool, engine: &Engine) -> Result<Vec<String>, sqlx::Error> {
+    let names: Vec<&str> = engine.projectors().iter().map(|p| p.name()).collect();
+    let versions: Vec<i32> = engine.projectors().iter().map(|p| p.version()).collect();
+    sqlx::query_scalar(
+        "SELECT h.tenant_id
+           FROM public.tenant_heads h
+          CROSS JOIN unnest($1::text[], $2::int[]) AS p (name, version)
+           LEFT JOIN projections.cursors c ON c.tenant_id = h.tenant_id AND c.projector = p.name
+          WHERE h.seq > 0 AND (c.seq IS NULL OR c.seq < h.seq OR c.version <> p.version)
+          GROUP BY h.tenant_id
+          ORDER BY h.tenant_id",
+    )
+    .bind(&names)
+    .bind(&versions)
+    .fetch_all(pool)
+    .await
+}
+
+async fn work(
+    pool: PgPool,
+    engine: Arc<Engine>,
+    queue: Arc<Queue>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut retry = backoff();
+    loop {
+        tokio::select! {
+            _ = stopped.changed() => return,
+            () = queue.wake.notified() => {}
+        }
+        while let Some(tenant) = queue.pop() {
+            if *stopped.borrow() {
+                return;
+            }
+            match catch_up(&pool, &engine, &tenant, &stopped).await {
+                Ok(()) => retry = backoff(),
+                Err(err) => {
+                    let delay = retry.next().unwrap_or(Duration::from_secs(5));
+                    tracing::warn!(tenant, error = %err, ?delay, "projection failed; retrying");
+                    queue.push(tenant);
+                    tokio::select! {
+                        _ = stopped.changed() => return,
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Applies batches until the tenant is caught up, another worker has it, or
+/// the log has a hole (an earlier seq not committed yet: the next
+/// notification or poll comes back for it).
+async fn catch_up(
+    pool: &PgPool,
+    engine: &Engine,
+    tenant: &str,
+    stopped: &watch::Receiver<bool>,
+) -> Result<(), ProjectError> {
+    loop {
+        match engine.step(pool, tenant).await? {
+            Step::Advanced { .. } if !*stopped.borrow() => continue,
+            Step::Gap { after, next } => {
+                tracing::debug!(
+                    tenant,
+                    after,
+                    next,
+                    "waiting for an earlier event to commit"
+                );
+                return Ok(());
+            }
+            _ => return Ok(()),
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! Views as files a person can read and edit (P6): `memd views export DIR`
+//! writes each view of a tenant as `DIR/<view>.md`; `memd views import DIR`
+//! appends a `view_update` event for every file whose text differs from the
+//! view's latest text in the log. Edits go through the log like any other
+//! write (redacted, hash-chained), so the projection, rebuilds and audits
+//! all see them.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde_json::json;
+use sqlx::PgPool;
+
+use crate::{
+    domain::{
+        event::{EventRequest, NewEvent},
+        redact::Redactor,
+        tenant::TenantId,
+    },
+    write,
+};
+
+const EXTENSION: &str = "md";
+
+#[derive(Debug)]
+pub struct Exported {
+    pub view: String,
+    pub path: PathBuf,
+    pub event_id: String,
+}
+
+/// Writes the tenant's projected views into `dir` (created if missing).
+pub async fn export(pool: &PgPool, tenant: &TenantId, dir: &Path) -> anyhow::Result<Vec<Exported>> {
+    let views: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT view, text, event_id FROM projections.views WHERE tenant_id = $1 ORDER BY view",
+    )
+    .bind(tenant.as_str())
+    .fetch_all(pool)
+    .await?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut exported = Vec::with_capacity(views.len());
+    for (view, text, event_id) in views {
+        let path = dir.join(format!("{view}.{EXTENSION}"));
+        std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
+        exported.push(Exported {
+            view,
+            path,
+            event_id,
+        });
+    }
+    Ok(exported)
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Imported {
+    Unchanged { view: String },
+    Updated { view: String, event_id: String },
+}
+
+/// Appends a `view_update` for every `DIR/<view>.md` whose text differs
+/// from the view's latest text in the log, as `actor` (a human). A new view
+/// is private; an edited one keeps the channel and sensitivity it had.
+pub async fn import(
+    pool: &PgPool,
+    redactor: &Redactor,
+    tenant: &TenantId,
+    dir: &Path,
+    actor: &str,
+) -> anyhow::Result<Vec<Imported>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == EXTENSION))
+        .collect();
+    files.sort();
+    let mut results = Vec::with_capacity(files.len());
+    for path in files {
+        let view = path
+            .file_stem()
+            .and_then(|stem| stem.to_str())
+            .with_context(|| format!("{}: file name is not UTF-8", path.display()))?
+            .to_owned();
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let latest: Option<(String, String, String)> = sqlx::query_as(
+            "SELECT content->>'text', channel, sensitivity FROM events
+              WHERE tenant_id = $1 AND kind = 'view_update' AND content->>'view' = $2
+              ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(tenant.as_str())
+        .bind(&view)
+        .fetch_optional(pool)
+        .await?;
+        let (channel, sensitivity) = match &latest {
+            Some((current, _, _)) if *current == text => {
+                results.push(Imported::Unchanged { view });
+                continue;
+            }
+            Some((_, channel, sensitivity)) => (channel.clone(), sensitivity.clone()),
+            None => ("private".to_owned(), "none".to_owned()),
+        };
+        let request: EventRequest = serde_json::from_value(json!({
+            "session_id": "views-import",
+            "channel": channel,
+            "actor": {"type": "human", "id": actor},
+            "kind": "view_update",
+            "sensitivity": sensitivity,
+            "content": {"view": view, "text": text},
+        }))?;
+        let event = NewEvent::parse(request, redactor)
+            .map_err(|err| anyhow::anyhow!("{}: {} {}", path.display(), err.field, err.message))?;
+        let appended = write::append(pool, tenant, vec![event]).await?;
+        results.push(Imported::Updated {
+            view,
+            event_id: appended[0].event_id.clone(),
+        });
+    }
+    Ok(results)
+}
