@@ -114,3 +114,28 @@ pub(crate) async fn replay(
     }
     Ok(read)
 }
+
+/// A digest of each of the engine's tables for `tenant` in `schema`: MD5
+/// over every row's JSON, in key order. Equal digests mean equal content.
+pub async fn digests(
+    pool: &PgPool,
+    engine: &Engine,
+    schema: &Schema,
+    tenant: &str,
+) -> Result<std::collections::BTreeMap<String, String>, sqlx::Error> {
+    let mut digests = std::collections::BTreeMap::new();
+    for table in engine.projectors().iter().flat_map(|p| p.tables()) {
+        let digest: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT md5(coalesce(string_agg(to_jsonb(t)::text, E'\\n' ORDER BY {key}), ''))
+               FROM {schema}.{table} t WHERE tenant_id = $1",
+            key = table.key.join(", "),
+            schema = schema.name(),
+            table = table.name,
+        )))
+        .bind(tenant)
+        .fetch_one(pool)
+        .await?;
+        digests.insert(table.name.to_owned(), digest);
+    }
+    Ok(digests)
+}

@@ -167,3 +167,34 @@ pub fn memd_cli(database_url: &str, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
 }
+
+/// Waits until every projector has applied `tenant`'s log up to its head.
+pub async fn wait_projected(pool: &PgPool, tenant: &str) {
+    let engine = memd::startup::ProjectionConfig::default().engine();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let lagging = memd_projectors::runtime::lagging_tenants(pool, &engine)
+            .await
+            .expect("lagging tenants");
+        if !lagging.iter().any(|t| t == tenant) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "projections of {tenant} did not catch up within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// An event of `kind` with `content` and `refs`, from an agent in session s1.
+pub fn event(kind: &str, content: Value, refs: &[&str]) -> Value {
+    json!({
+        "session_id": "s1",
+        "channel": "private",
+        "actor": {"type": "agent", "id": "agent-1"},
+        "kind": kind,
+        "content": content,
+        "refs": refs,
+    })
+}

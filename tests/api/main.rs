@@ -6,6 +6,8 @@ mod chain;
 mod concurrency;
 mod events;
 mod helpers;
+mod projections;
+mod projector_runtime;
 mod secrets;
 mod shutdown;
 mod tool_results;

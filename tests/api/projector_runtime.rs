@@ -1,0 +1,330 @@
+//! The projector runtime's guarantees: every event applied exactly once, in
+//! order, whatever crashes, concurrent workers, late commits, lost
+//! notifications or dropped connections happen. A counting projector records
+//! each application in a table without a unique key, so a repeat shows up as
+//! a duplicate row and a skip as a missing one.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use memd::{
+    db,
+    domain::{
+        event::{EventRequest, NewEvent},
+        redact::Redactor,
+        tenant::{Scope, TenantId},
+    },
+    tenants, write,
+};
+use memd_projectors::{
+    Engine, Projector, StoredEvent, Table,
+    engine::Step,
+    projector::BoxFuture,
+    runtime::{Runtime, RuntimeConfig},
+};
+use serde_json::json;
+use sqlx::{
+    PgConnection, PgPool,
+    postgres::{PgConnectOptions, PgPoolOptions},
+};
+
+/// Appends one row per application of an event.
+struct Counting;
+
+const COUNTING_TABLES: &[Table] = &[Table {
+    name: "applied",
+    key: &["tenant_id", "seq"],
+}];
+
+impl Projector for Counting {
+    fn name(&self) -> &'static str {
+        "counting"
+    }
+    fn version(&self) -> i32 {
+        1
+    }
+    fn tables(&self) -> &'static [Table] {
+        COUNTING_TABLES
+    }
+    fn apply<'a>(
+        &'a self,
+        tx: &'a mut PgConnection,
+        tenant: &'a str,
+        events: &'a [StoredEvent],
+    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+            sqlx::query("INSERT INTO applied (tenant_id, seq) SELECT $1, unnest($2::bigint[])")
+                .bind(tenant)
+                .bind(seqs)
+                .execute(tx)
+                .await?;
+            Ok(())
+        })
+    }
+}
+
+async fn setup(connect: PgConnectOptions, tenants: &[&str]) -> PgPool {
+    let pool = db::connect(connect, 10).await.unwrap();
+    sqlx::query("CREATE TABLE projections.applied (tenant_id TEXT NOT NULL, seq BIGINT NOT NULL)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    for tenant in tenants {
+        tenants::create_tenant(&pool, &TenantId::parse(tenant).unwrap(), Scope::Admin)
+            .await
+            .unwrap();
+    }
+    pool
+}
+
+fn counting_engine() -> Engine {
+    Engine::new(vec![Arc::new(Counting)])
+}
+
+async fn append_messages(pool: &PgPool, tenant: &str, count: usize) {
+    let redactor = Redactor::default();
+    let events = (0..count)
+        .map(|i| {
+            let request: EventRequest = serde_json::from_value(json!({
+                "session_id": "s1", "channel": "private",
+                "actor": {"type": "human", "id": "u"}, "kind": "message",
+                "content": {"text": format!("message {i}")},
+            }))
+            .unwrap();
+            NewEvent::parse(request, &redactor).unwrap()
+        })
+        .collect();
+    write::append(pool, &TenantId::parse(tenant).unwrap(), events)
+        .await
+        .unwrap();
+}
+
+/// Fails the test unless every event of `tenant` up to `head` was applied
+/// exactly once.
+async fn assert_exactly_once(pool: &PgPool, tenant: &str, head: i64) {
+    let (rows, distinct, max): (i64, i64, Option<i64>) = sqlx::query_as(
+        "SELECT count(*), count(DISTINCT seq), max(seq) FROM projections.applied WHERE tenant_id = $1",
+    )
+    .bind(tenant)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(rows, distinct, "{tenant}: an event was applied twice");
+    assert_eq!(
+        (distinct, max),
+        (head, Some(head)),
+        "{tenant}: an event was skipped"
+    );
+}
+
+async fn wait_for_cursor(pool: &PgPool, tenant: &str, seq: i64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let at: Option<i64> = sqlx::query_scalar(
+            "SELECT seq FROM projections.cursors WHERE projector = 'counting' AND tenant_id = $1",
+        )
+        .bind(tenant)
+        .fetch_optional(pool)
+        .await
+        .unwrap();
+        if at >= Some(seq) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{tenant}: cursor at {at:?}, never reached {seq}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn fast_poll(listen: bool) -> RuntimeConfig {
+    RuntimeConfig {
+        poll_interval: Duration::from_millis(50),
+        workers: 2,
+        listen,
+    }
+}
+
+#[sqlx::test]
+async fn a_crash_between_projection_write_and_cursor_advance_neither_skips_nor_repeats(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let pool = setup(connect, &["acme"]).await;
+    append_messages(&pool, "acme", 250).await;
+    let crashes = Arc::new(AtomicUsize::new(0));
+    let counter = crashes.clone();
+    let engine = counting_engine()
+        .with_batch_size(40)
+        // Crash on the first three batches, and on every batch that ends on a multiple of 7.
+        .with_failpoint(Arc::new(move |_, last_seq| {
+            let crashed = counter.load(Ordering::SeqCst);
+            let crash = crashed < 3 || (last_seq % 7 == 0 && crashed < 10);
+            if crash {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
+            crash
+        }));
+    let runtime = Runtime::spawn(pool.clone(), Arc::new(engine), fast_poll(true));
+    wait_for_cursor(&pool, "acme", 250).await;
+    runtime.shutdown().await;
+    assert!(crashes.load(Ordering::SeqCst) >= 3, "the failpoint fired");
+    assert_exactly_once(&pool, "acme", 250).await;
+}
+
+#[sqlx::test]
+async fn two_runtimes_on_one_database_never_apply_an_event_twice(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let tenants = ["t1", "t2", "t3"];
+    let pool = setup(connect.clone(), &tenants).await;
+    // Two "processes": separate pools, separate runtimes, small batches so
+    // their transactions interleave.
+    let other_pool = db::connect(connect, 10).await.unwrap();
+    let engine = Arc::new(counting_engine().with_batch_size(5));
+    let first = Runtime::spawn(pool.clone(), engine.clone(), fast_poll(true));
+    let second = Runtime::spawn(other_pool.clone(), engine, fast_poll(true));
+    let writers: Vec<_> = tenants
+        .iter()
+        .flat_map(|tenant| (0..4).map(move |w| (tenant.to_string(), w)))
+        .map(|(tenant, w)| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                for round in 0..10 {
+                    append_messages(&pool, &tenant, 1 + (w + round) % 4).await;
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    for tenant in tenants {
+        let head: i64 = sqlx::query_scalar("SELECT seq FROM tenant_heads WHERE tenant_id = $1")
+            .bind(tenant)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        wait_for_cursor(&pool, tenant, head).await;
+        assert_exactly_once(&pool, tenant, head).await;
+    }
+    first.shutdown().await;
+    second.shutdown().await;
+}
+
+/// Inserts an event row directly, as a writer without the head lock would.
+async fn insert_raw(conn: &mut PgConnection, tenant: &str, seq: i64) {
+    sqlx::query(
+        "INSERT INTO events (tenant_id, seq, event_id, created_at, ts, session_id, channel,
+                             actor_type, actor_id, kind, sensitivity, tags, content, refs,
+                             prev_hash, hash)
+         VALUES ($1, $2, 'evt_raw' || $2, now(), now(), 's', 'private', 'human', 'u', 'message',
+                 'none', '{}', '{\"text\": \"raw\"}', '{}', '\\x00'::bytea || repeat('0', 31)::bytea,
+                 '\\x00'::bytea || repeat('0', 31)::bytea)",
+    )
+    .bind(tenant)
+    .bind(seq)
+    .execute(conn)
+    .await
+    .unwrap();
+}
+
+#[sqlx::test]
+async fn a_later_seq_committing_first_is_not_applied_before_the_earlier_one(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let pool = setup(connect, &["acme"]).await;
+    let engine = counting_engine();
+    let mut early = pool.begin().await.unwrap();
+    insert_raw(&mut early, "acme", 1).await;
+    let mut late = pool.begin().await.unwrap();
+    insert_raw(&mut late, "acme", 2).await;
+    late.commit().await.unwrap();
+
+    // Seq 2 is visible, seq 1 is not committed yet.
+    assert_eq!(
+        engine.step(&pool, "acme").await.unwrap(),
+        Step::Gap { after: 0, next: 2 }
+    );
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM projections.applied")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(applied, 0, "nothing is applied past the hole");
+
+    early.commit().await.unwrap();
+    assert_eq!(
+        engine.step(&pool, "acme").await.unwrap(),
+        Step::Advanced { from: 0, to: 2 }
+    );
+    assert_eq!(engine.step(&pool, "acme").await.unwrap(), Step::CaughtUp);
+    assert_exactly_once(&pool, "acme", 2).await;
+}
+
+#[sqlx::test]
+async fn polling_alone_catches_up_when_no_notification_arrives(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let pool = setup(connect, &["acme"]).await;
+    let runtime = Runtime::spawn(pool.clone(), Arc::new(counting_engine()), fast_poll(false));
+    append_messages(&pool, "acme", 30).await;
+    wait_for_cursor(&pool, "acme", 30).await;
+    runtime.shutdown().await;
+    assert_exactly_once(&pool, "acme", 30).await;
+}
+
+#[sqlx::test]
+async fn notifications_alone_wake_the_workers(_: PgPoolOptions, connect: PgConnectOptions) {
+    let pool = setup(connect, &["acme"]).await;
+    let config = RuntimeConfig {
+        poll_interval: Duration::from_secs(3600),
+        ..fast_poll(true)
+    };
+    let runtime = Runtime::spawn(pool.clone(), Arc::new(counting_engine()), config);
+    append_messages(&pool, "acme", 1).await;
+    // The first event may be found by the start-up poll; once it is applied
+    // the listener is up, and the next poll is an hour away.
+    wait_for_cursor(&pool, "acme", 1).await;
+    append_messages(&pool, "acme", 5).await;
+    wait_for_cursor(&pool, "acme", 6).await;
+    runtime.shutdown().await;
+    assert_exactly_once(&pool, "acme", 6).await;
+}
+
+#[sqlx::test]
+async fn workers_reconnect_after_losing_their_connections_and_catch_up(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let pool = setup(connect, &["acme"]).await;
+    let config = RuntimeConfig {
+        poll_interval: Duration::from_secs(3600),
+        ..fast_poll(true)
+    };
+    let runtime = Runtime::spawn(pool.clone(), Arc::new(counting_engine()), config);
+    append_messages(&pool, "acme", 10).await;
+    wait_for_cursor(&pool, "acme", 10).await;
+
+    let killed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+          WHERE datname = current_database() AND pid <> pg_backend_pid()) k",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(killed >= 1, "the listener's connection was terminated");
+    append_messages(&pool, "acme", 10).await;
+    wait_for_cursor(&pool, "acme", 20).await;
+    runtime.shutdown().await;
+    assert_exactly_once(&pool, "acme", 20).await;
+}
