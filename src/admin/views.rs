@@ -92,10 +92,6 @@ pub async fn import(
         .fetch_optional(pool)
         .await?;
         let (channel, sensitivity) = match &latest {
-            Some((current, _, _)) if *current == text => {
-                results.push(Imported::Unchanged { view });
-                continue;
-            }
             Some((_, channel, sensitivity)) => (channel.clone(), sensitivity.clone()),
             None => ("private".to_owned(), "none".to_owned()),
         };
@@ -109,6 +105,15 @@ pub async fn import(
         }))?;
         let event = NewEvent::parse(request, redactor)
             .map_err(|err| anyhow::anyhow!("{}: {} {}", path.display(), err.field, err.message))?;
+        // Compared after redaction: a file holding a secret would otherwise
+        // differ from its stored, redacted text forever.
+        let unchanged = latest
+            .as_ref()
+            .is_some_and(|(current, _, _)| event.content["text"].as_str() == Some(current));
+        if unchanged {
+            results.push(Imported::Unchanged { view });
+            continue;
+        }
         let appended = write::append(pool, tenant, vec![event]).await?;
         results.push(Imported::Updated {
             view,

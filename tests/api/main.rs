@@ -8,6 +8,7 @@ mod events;
 mod helpers;
 mod projections;
 mod projector_runtime;
+mod rebuild;
 mod secrets;
 mod shutdown;
 mod tool_results;
