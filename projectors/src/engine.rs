@@ -125,8 +125,7 @@ impl Engine {
 
     /// Applies one batch of `tenant`'s log to the live projections.
     pub async fn step(&self, pool: &PgPool, tenant: &str) -> Result<Step, ProjectError> {
-        let mut tx = pool.begin().await?;
-        Schema::live().enter(&mut tx).await?;
+        let mut tx = Schema::live().begin(pool).await?;
         let mut cursors = self.lock_cursors(&mut tx, tenant, Wait::SkipLocked).await?;
         if cursors.is_empty() {
             return Ok(Step::Busy);
@@ -142,8 +141,12 @@ impl Engine {
             },
             (None, None) => Step::CaughtUp,
         };
+        let Step::Advanced { to, .. } = step else {
+            // Nothing applied: nothing to write.
+            return Ok(step);
+        };
         apply(&mut tx, tenant, &mut cursors, ready).await?;
-        if let (Some(failpoint), Step::Advanced { to, .. }) = (&self.failpoint, step)
+        if let Some(failpoint) = &self.failpoint
             && failpoint(tenant, to)
         {
             return Err(ProjectError::Failpoint {
@@ -152,14 +155,6 @@ impl Engine {
             });
         }
         save_cursors(&mut tx, tenant, &cursors).await?;
-        if let Step::Advanced { .. } = step {
-            let projected = cursors.iter().map(|c| c.seq).min().unwrap_or(0);
-            sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(PROJECTED_CHANNEL)
-                .bind(format!("{tenant}:{projected}"))
-                .execute(&mut *tx)
-                .await?;
-        }
         tx.commit().await?;
         Ok(step)
     }
@@ -174,30 +169,41 @@ impl Engine {
         wait: Wait,
     ) -> Result<Vec<Cursor>, ProjectError> {
         let names: Vec<&str> = self.projectors.iter().map(|p| p.name()).collect();
-        let versions: Vec<i32> = self.projectors.iter().map(|p| p.version()).collect();
-        sqlx::query(
-            "INSERT INTO cursors (projector, tenant_id, seq, version)
-             SELECT p, $1, 0, v FROM unnest($2::text[], $3::int[]) AS u (p, v)
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(tenant)
-        .bind(&names)
-        .bind(&versions)
-        .execute(&mut *tx)
-        .await?;
         let lock = match wait {
             Wait::SkipLocked => "FOR UPDATE SKIP LOCKED",
             Wait::Block => "FOR UPDATE",
         };
-        let rows: Vec<(String, i64, i32)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let select = format!(
             "SELECT projector, seq, version FROM cursors
               WHERE tenant_id = $1 AND projector = ANY ($2)
               ORDER BY projector {lock}"
-        )))
-        .bind(tenant)
-        .bind(&names)
-        .fetch_all(&mut *tx)
-        .await?;
+        );
+        let mut rows: Vec<(String, i64, i32)> = sqlx::query_as(sqlx::AssertSqlSafe(select.clone()))
+            .bind(tenant)
+            .bind(&names)
+            .fetch_all(&mut *tx)
+            .await?;
+        // Missing rows (a new tenant or projector) are created, then locked.
+        // Rows another worker holds are skipped, so fewer rows than
+        // projectors can also mean contention: the insert is then a no-op.
+        if rows.len() < names.len() {
+            let versions: Vec<i32> = self.projectors.iter().map(|p| p.version()).collect();
+            sqlx::query(
+                "INSERT INTO cursors (projector, tenant_id, seq, version)
+                 SELECT p, $1, 0, v FROM unnest($2::text[], $3::int[]) AS u (p, v)
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(tenant)
+            .bind(&names)
+            .bind(&versions)
+            .execute(&mut *tx)
+            .await?;
+            rows = sqlx::query_as(sqlx::AssertSqlSafe(select))
+                .bind(tenant)
+                .bind(&names)
+                .fetch_all(&mut *tx)
+                .await?;
+        }
         let mut cursors = Vec::with_capacity(rows.len());
         for (name, seq, version) in rows {
             let Some(projector) = self.projectors.iter().find(|p| p.name() == name) else {
@@ -257,6 +263,9 @@ pub(crate) async fn apply(
     Ok(())
 }
 
+/// Writes the cursors and, in the same statement, the notification (sent at
+/// commit) on [`PROJECTED_CHANNEL`] of how far the tenant's projections now
+/// reach.
 pub(crate) async fn save_cursors(
     tx: &mut PgConnection,
     tenant: &str,
@@ -265,15 +274,21 @@ pub(crate) async fn save_cursors(
     let names: Vec<&str> = cursors.iter().map(|c| c.projector.name()).collect();
     let seqs: Vec<i64> = cursors.iter().map(|c| c.seq).collect();
     let versions: Vec<i32> = cursors.iter().map(|c| c.projector.version()).collect();
+    let projected = seqs.iter().copied().min().unwrap_or(0);
     sqlx::query(
-        "UPDATE cursors c SET seq = u.seq, version = u.version
-           FROM unnest($2::text[], $3::bigint[], $4::int[]) AS u (projector, seq, version)
-          WHERE c.tenant_id = $1 AND c.projector = u.projector",
+        "WITH saved AS (
+             UPDATE cursors c SET seq = u.seq, version = u.version
+               FROM unnest($2::text[], $3::bigint[], $4::int[]) AS u (projector, seq, version)
+              WHERE c.tenant_id = $1 AND c.projector = u.projector
+         )
+         SELECT pg_notify($5, $1 || ':' || $6::text)",
     )
     .bind(tenant)
     .bind(&names)
     .bind(&seqs)
     .bind(&versions)
+    .bind(PROJECTED_CHANNEL)
+    .bind(projected)
     .execute(tx)
     .await?;
     Ok(())

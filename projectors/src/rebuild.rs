@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use sqlx::{PgConnection, PgPool};
 
 use crate::{
-    PROJECTED_CHANNEL,
     engine::{Cursor, Engine, ProjectError, Wait, apply, save_cursors},
     event::read_after,
     projector::reset,
@@ -49,8 +48,7 @@ pub async fn rebuild(
     let mut done = Vec::with_capacity(tenants.len());
     for tenant in tenants {
         let started = Instant::now();
-        let mut tx = pool.begin().await?;
-        Schema::live().enter(&mut tx).await?;
+        let mut tx = Schema::live().begin(pool).await?;
         let mut cursors = engine.lock_cursors(&mut tx, &tenant, Wait::Block).await?;
         for cursor in &mut cursors {
             reset(&mut tx, cursor.projector.as_ref(), &tenant).await?;
@@ -58,12 +56,6 @@ pub async fn rebuild(
         }
         let events = replay(&mut tx, engine, &tenant, &mut cursors, progress).await?;
         save_cursors(&mut tx, &tenant, &cursors).await?;
-        let projected = cursors.iter().map(|c| c.seq).min().unwrap_or(0);
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(PROJECTED_CHANNEL)
-            .bind(format!("{tenant}:{projected}"))
-            .execute(&mut *tx)
-            .await?;
         tx.commit().await?;
         done.push(TenantRebuild {
             tenant,

@@ -9,7 +9,7 @@
 //! processes from applying the same events.
 
 use std::{
-    collections::{BTreeSet, hash_map::DefaultHasher},
+    collections::{HashSet, VecDeque, hash_map::DefaultHasher},
     hash::{Hash, Hasher},
     sync::{Arc, Mutex},
     time::Duration,
@@ -67,21 +67,37 @@ impl Runtime {
     }
 }
 
-/// Tenants waiting for one worker.
+/// Tenants waiting for one worker, first come first served: under steady
+/// load every tenant keeps arriving, and any other order starves some.
+/// A tenant already waiting is not queued twice (its next step applies
+/// everything above its cursor anyway).
 #[derive(Default)]
 struct Queue {
-    tenants: Mutex<BTreeSet<String>>,
+    waiting: Mutex<Waiting>,
     wake: Notify,
+}
+
+#[derive(Default)]
+struct Waiting {
+    order: VecDeque<String>,
+    queued: HashSet<String>,
 }
 
 impl Queue {
     fn push(&self, tenant: String) {
-        self.tenants.lock().expect("queue lock").insert(tenant);
+        let mut waiting = self.waiting.lock().expect("queue lock");
+        if waiting.queued.insert(tenant.clone()) {
+            waiting.order.push_back(tenant);
+        }
+        drop(waiting);
         self.wake.notify_one();
     }
 
     fn pop(&self) -> Option<String> {
-        self.tenants.lock().expect("queue lock").pop_first()
+        let mut waiting = self.waiting.lock().expect("queue lock");
+        let tenant = waiting.order.pop_front()?;
+        waiting.queued.remove(&tenant);
+        Some(tenant)
     }
 }
 
@@ -259,5 +275,26 @@ async fn catch_up(
             }
             _ => return Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Queue;
+
+    #[test]
+    fn tenants_are_served_in_arrival_order_once_each() {
+        let queue = Queue::default();
+        for tenant in ["b", "a", "b", "c", "a"] {
+            queue.push(tenant.to_owned());
+        }
+        let order: Vec<_> = std::iter::from_fn(|| queue.pop()).collect();
+        assert_eq!(order, ["b", "a", "c"]);
+        // Served tenants may queue again, behind those already waiting.
+        queue.push("z".to_owned());
+        queue.push("b".to_owned());
+        assert_eq!(queue.pop().as_deref(), Some("z"));
+        assert_eq!(queue.pop().as_deref(), Some("b"));
+        assert_eq!(queue.pop(), None);
     }
 }

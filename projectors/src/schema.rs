@@ -1,7 +1,7 @@
 //! Where projection tables live: the live `projections` schema, or a shadow
 //! copy used by drift checks.
 
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 
 /// A validated schema name (lowercase letters, digits and `_`), safe to
 /// splice into SQL.
@@ -25,6 +25,25 @@ impl Schema {
 
     pub fn name(&self) -> &str {
         &self.0
+    }
+
+    /// Begins a projection transaction whose unqualified table names resolve
+    /// in this schema, in one round trip (the hot path of every projection
+    /// step).
+    ///
+    /// Its commit does not wait for the WAL flush (`synchronous_commit =
+    /// off`): a crash may lose the last projection commits, but cursors
+    /// commit with their rows, so both are lost together and the events are
+    /// applied again. The log itself is always committed synchronously.
+    pub async fn begin(
+        &self,
+        pool: &PgPool,
+    ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+        pool.begin_with(sqlx::AssertSqlSafe(format!(
+            "BEGIN; SET LOCAL search_path TO {}, public; SET LOCAL synchronous_commit = off",
+            self.0
+        )))
+        .await
     }
 
     /// Points unqualified table names of this transaction at the schema.
