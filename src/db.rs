@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use anyhow::Context;
+
 use sqlx::{
     Postgres,
     migrate::{MigrateDatabase, Migrator},
@@ -10,6 +12,16 @@ use sqlx::{
 
 /// The schema in `migrations/`, compiled into the binary.
 pub static MIGRATOR: Migrator = sqlx::migrate!();
+
+/// Applies memd's migrations, then creates the background-job tables of
+/// apalis (in the `apalis` schema, with their own migration history).
+pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
+    MIGRATOR.run(pool).await.context("applying migrations")?;
+    crate::admin::jobs::setup(pool)
+        .await
+        .context("creating the job queue tables")?;
+    Ok(())
+}
 
 /// Connects a pool to an existing database.
 pub async fn connect(

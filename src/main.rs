@@ -13,7 +13,7 @@ use memd_projectors::{
 use sqlx::postgres::PgConnectOptions;
 
 use memd::{
-    admin::{self, progress::ProgressPrinter},
+    admin::{self, jobs::JobWorker, progress::ProgressPrinter},
     audit, bench, db,
     domain::{
         limits,
@@ -215,10 +215,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .await
                 .context("connecting to PostgreSQL")?;
             if !no_migrate {
-                db::MIGRATOR
-                    .run(&pool)
-                    .await
-                    .context("applying migrations")?;
+                db::migrate(&pool).await?;
             }
             let config = ServeConfig {
                 listen,
@@ -241,10 +238,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let pool = db::connect(options, 2)
                 .await
                 .context("connecting to PostgreSQL")?;
-            db::MIGRATOR
-                .run(&pool)
-                .await
-                .context("applying migrations")?;
+            db::migrate(&pool).await?;
             eprintln!("migrations applied");
         }
         Command::Tenant {
@@ -299,7 +293,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .context("connecting to PostgreSQL")?;
             tracing::info!(workers = config.runtime.workers, "projecting");
             let runtime: Runtime = config.spawn(pool.clone());
+            let jobs = JobWorker::spawn(pool.clone(), Arc::new(config.engine()));
             shutdown_signal().await;
+            jobs.shutdown().await;
             runtime.shutdown().await;
             pool.close().await;
         }

@@ -12,6 +12,7 @@ use sqlx::PgPool;
 use tokio::net::TcpListener;
 
 use crate::{
+    admin::jobs::JobWorker,
     api::{self, ApiState},
     domain::{limits, redact::Redactor},
     tenants::TokenCache,
@@ -27,8 +28,9 @@ pub struct ServeConfig {
     pub redactor: Arc<Redactor>,
     /// How long a resolved token is trusted before it is looked up again.
     pub token_cache_ttl: Duration,
-    /// Projection workers run inside the daemon unless this is `None`
-    /// (`memd serve --no-projectors`, with `memd project` elsewhere).
+    /// Projection workers and the admin job worker run inside the daemon
+    /// unless this is `None` (`memd serve --no-projectors`, with `memd
+    /// project` elsewhere).
     pub projection: Option<ProjectionConfig>,
 }
 
@@ -99,11 +101,17 @@ impl Daemon {
     /// finish their batch.
     pub async fn run(self, stop: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         tracing::info!(addr = %self.local_addr(), "memd listening");
-        let projectors = self.projection.map(|p| p.spawn(self.pool.clone()));
+        let workers = self.projection.map(|p| {
+            (
+                p.spawn(self.pool.clone()),
+                JobWorker::spawn(self.pool.clone(), Arc::new(p.engine())),
+            )
+        });
         let served = axum::serve(self.listener, self.router)
             .with_graceful_shutdown(stop)
             .await;
-        if let Some(projectors) = projectors {
+        if let Some((projectors, jobs)) = workers {
+            jobs.shutdown().await;
             projectors.shutdown().await;
         }
         served

@@ -21,23 +21,46 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "body_too_large",
-                    "the request body is over the daemon's limit (--max-body-bytes)",
-                )
-                .with_field("body")
-            } else {
-                ApiError::new(rejection.status(), "bad_body", rejection.body_text())
-                    .with_field("body")
-            }
-        })?;
-        serde_json::from_slice(&bytes).map(JsonBody).map_err(|err| {
-            ApiError::invalid(FieldError::new("body", format!("is not valid JSON: {err}")))
-        })
+        let bytes = body_bytes(req, state).await?;
+        parse(&bytes).map(JsonBody)
     }
+}
+
+/// Like [`JsonBody`], but an empty body reads as `{}`: for calls whose
+/// fields are all optional (`curl -X POST` with nothing).
+pub struct OptionalJsonBody(pub serde_json::Value);
+
+impl<S: Send + Sync> FromRequest<S> for OptionalJsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = body_bytes(req, state).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self(serde_json::Value::Object(Default::default())));
+        }
+        parse(&bytes).map(OptionalJsonBody)
+    }
+}
+
+async fn body_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+    Bytes::from_request(req, state).await.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                "the request body is over the daemon's limit (--max-body-bytes)",
+            )
+            .with_field("body")
+        } else {
+            ApiError::new(rejection.status(), "bad_body", rejection.body_text()).with_field("body")
+        }
+    })
+}
+
+fn parse(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
+    serde_json::from_slice(bytes).map_err(|err| {
+        ApiError::invalid(FieldError::new("body", format!("is not valid JSON: {err}")))
+    })
 }
 
 /// The caller, from `Authorization: Bearer <token>`. The tenant of every call

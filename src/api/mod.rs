@@ -1,6 +1,7 @@
 //! The HTTP interface. Handlers are thin: parse at the edge into domain types,
 //! call the write or read side, map errors to the one error shape.
 
+mod admin;
 mod artifacts;
 pub mod error;
 mod events;
@@ -36,7 +37,10 @@ pub struct ApiState {
 pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
     let api = Router::new()
         .route("/events", post(events::post_events))
-        .route("/artifacts/{id}", get(artifacts::get_artifact));
+        .route("/artifacts/{id}", get(artifacts::get_artifact))
+        .route("/admin/rebuild", post(admin::post_rebuild))
+        .route("/admin/drift-check", post(admin::post_drift_check))
+        .route("/admin/jobs/{id}", get(admin::get_job));
     Router::new()
         .nest("/api/v1", api)
         .route("/healthz", get(health::healthz))

@@ -49,7 +49,7 @@ async fn measure(
     batch: usize,
 ) -> anyhow::Result<(Vec<Row>, String)> {
     let pool = db::connect(scratch.options.clone(), 48).await?;
-    db::MIGRATOR.run(&pool).await?;
+    db::migrate(&pool).await?;
     let environment = environment(&pool).await?;
     let mut tokens = Vec::new();
     for index in 0..TENANTS {

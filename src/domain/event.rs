@@ -446,25 +446,7 @@ fn check_content(kind: Kind, content: &Value) -> Result<(), FieldError> {
 
 /// Deserializes `content` into a kind's shape, naming the failing field.
 pub(crate) fn shape<T: for<'de> Deserialize<'de>>(content: &Value) -> Result<T, FieldError> {
-    serde_path_to_error::deserialize(content).map_err(|err| path_error("content", err))
-}
-
-/// Names the field a serde error is about. serde reports a missing field at
-/// its parent, so the field's own name is taken from the message.
-fn path_error(prefix: &str, err: serde_path_to_error::Error<serde_json::Error>) -> FieldError {
-    let path = err.path().to_string();
-    let message = err.into_inner().to_string();
-    let mut parts: Vec<String> = Vec::new();
-    if !prefix.is_empty() {
-        parts.push(prefix.to_string());
-    }
-    if path != "." {
-        parts.push(path);
-    }
-    if let Some(name) = field_named_in(&message) {
-        parts.push(name);
-    }
-    FieldError::new(parts.join("."), message)
+    super::parse_json("content", content)
 }
 
 pub(crate) fn non_empty(field: &str, value: &str) -> Result<(), FieldError> {
@@ -520,13 +502,7 @@ pub fn parse_body(body: Value) -> Result<(Vec<EventRequest>, bool), FieldError> 
 }
 
 fn parse_one(value: Value) -> Result<EventRequest, FieldError> {
-    serde_path_to_error::deserialize(value).map_err(|err| path_error("", err))
-}
-
-/// `missing field `x`` → `x`. (For an unknown field the path already ends with it.)
-fn field_named_in(message: &str) -> Option<String> {
-    let rest = message.strip_prefix("missing field `")?;
-    rest.split('`').next().map(str::to_string)
+    super::parse_json("", value)
 }
 
 /// Reads a tool-result field that the normalizer needs.

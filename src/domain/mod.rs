@@ -43,3 +43,32 @@ impl FieldError {
 pub fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", ulid::Ulid::generate())
 }
+
+/// Deserializes a request (or part of one, under `prefix`) into `T`, naming
+/// the failing field by its JSON path.
+pub fn parse_json<'de, T: serde::Deserialize<'de>>(
+    prefix: &str,
+    value: impl serde::Deserializer<'de, Error = serde_json::Error>,
+) -> Result<T, FieldError> {
+    serde_path_to_error::deserialize(value).map_err(|err| {
+        let path = err.path().to_string();
+        let message = err.into_inner().to_string();
+        let mut parts: Vec<String> = Vec::new();
+        if !prefix.is_empty() {
+            parts.push(prefix.to_string());
+        }
+        if path != "." {
+            parts.push(path);
+        }
+        // serde reports a missing field at its parent; take its name from
+        // the message (`missing field `x``). An unknown field is already
+        // the last element of the path.
+        if let Some(name) = message
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.split('`').next())
+        {
+            parts.push(name.to_string());
+        }
+        FieldError::new(parts.join("."), message)
+    })
+}

@@ -33,6 +33,8 @@ pub async fn spawn_daemon_with(connect: PgConnectOptions, config: ServeConfig) -
     let pool = db::connect(connect, 20)
         .await
         .expect("connect to the test database");
+    // #[sqlx::test] applied memd's migrations; the job queue has its own.
+    db::migrate(&pool).await.expect("migrate");
     let config = ServeConfig {
         listen: "127.0.0.1:0".into(),
         ..config

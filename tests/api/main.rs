@@ -1,6 +1,7 @@
 //! Integration tests: each runs the real daemon on its own fresh database
 //! (`#[sqlx::test]`) and talks to it over HTTP, as agents do.
 
+mod admin_jobs;
 mod append_only;
 mod chain;
 mod concurrency;

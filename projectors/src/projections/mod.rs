@@ -11,6 +11,9 @@ use std::sync::Arc;
 use crate::projector::Projector;
 pub use tokens::{Encoding, TokenCounter};
 
+/// The names of [`all`]'s projectors, without loading a token encoding.
+pub const NAMES: &[&str] = &["chunks", "decisions", "tasks", "views"];
+
 /// Every projector memd runs, in the order they are applied within a batch.
 pub fn all(encoding: Encoding) -> Vec<Arc<dyn Projector>> {
     vec![
@@ -19,4 +22,16 @@ pub fn all(encoding: Encoding) -> Vec<Arc<dyn Projector>> {
         Arc::new(tasks::TaskProjector),
         Arc::new(views::ViewProjector),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn names_list_every_projector_in_order() {
+        let names: Vec<_> = super::all(super::Encoding::default())
+            .iter()
+            .map(|p| p.name())
+            .collect();
+        assert_eq!(names, super::NAMES);
+    }
 }

@@ -1,0 +1,227 @@
+//! Rebuild and drift check as background jobs, for operators who drive memd
+//! over HTTP. Jobs are queued in PostgreSQL with apalis (tables in the
+//! `apalis` schema), so a job survives a restart of the daemon that accepted
+//! it, and any daemon or `memd project` process on the database may run it.
+//! A job always concerns one tenant: the one whose admin token queued it.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use apalis::prelude::{
+    BackendExt, BoxDynError, Data, Strategy, TaskBuilder, TaskId, WorkerBuilder,
+};
+use apalis_postgres::{Config, PostgresStorage, Pubsub};
+use chrono::{DateTime, Utc};
+use memd_projectors::{Engine, drift, rebuild};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sqlx::{PgPool, Row};
+use tokio::{sync::oneshot, task::JoinHandle};
+
+/// The apalis queue (its `job_type`) every memd admin job goes through.
+pub const QUEUE: &str = "memd.admin";
+
+/// What a job does. Stored as JSON in `apalis.jobs.job`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AdminJob {
+    /// Drop the tenant's projections (of `projectors`, all when empty) and replay.
+    Rebuild {
+        tenant: String,
+        #[serde(default)]
+        projectors: Vec<String>,
+    },
+    /// Rebuild the tenant's projections in a shadow schema and diff.
+    DriftCheck { tenant: String },
+}
+
+impl AdminJob {
+    pub fn tenant(&self) -> &str {
+        match self {
+            Self::Rebuild { tenant, .. } | Self::DriftCheck { tenant } => tenant,
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Rebuild { .. } => "rebuild",
+            Self::DriftCheck { .. } => "drift_check",
+        }
+    }
+}
+
+/// Creates the apalis tables (idempotent; they live in their own schema
+/// with their own migration history).
+pub async fn setup(pool: &PgPool) -> Result<(), apalis_postgres::Error> {
+    PostgresStorage::setup(pool).await
+}
+
+/// Queues `job` and returns its id. A failed job is not retried: the
+/// operator reads the error and queues it again.
+pub async fn enqueue(pool: &PgPool, job: &AdminJob) -> Result<String, apalis_postgres::Error> {
+    let id = ulid::Ulid::generate();
+    let task =
+        TaskBuilder::new(serde_json::to_vec(job).map_err(apalis_postgres::Error::JsonError)?)
+            .task_id(TaskId::from_ulid(id))
+            .max_attempts(1)
+            .build();
+    let mut conn = pool.acquire().await?;
+    apalis_postgres::queries::push_tasks(&mut *conn, QUEUE, vec![task]).await?;
+    Ok(id.to_string())
+}
+
+/// A job as the status endpoint shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobStatus {
+    pub job_id: String,
+    pub kind: &'static str,
+    /// `pending`, `running`, `done` or `failed`.
+    pub status: &'static str,
+    pub queued_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// What the job produced, once done.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// Why it failed, once failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The job `id` of `tenant`; `None` when it does not exist or belongs to
+/// another tenant (indistinguishable to the caller).
+pub async fn status(
+    pool: &PgPool,
+    tenant: &str,
+    id: &str,
+) -> Result<Option<JobStatus>, sqlx::Error> {
+    let row = sqlx::query(
+        "SELECT convert_from(job, 'UTF8')::jsonb AS job, status, last_result,
+                run_at AS queued_at, lock_at AS started_at, done_at AS finished_at
+           FROM apalis.jobs WHERE id = $1 AND job_type = $2",
+    )
+    .bind(id)
+    .bind(QUEUE)
+    .fetch_optional(pool)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    let Ok(job) = serde_json::from_value::<AdminJob>(row.try_get("job")?) else {
+        return Ok(None);
+    };
+    if job.tenant() != tenant {
+        return Ok(None);
+    }
+    let raw_status: String = row.try_get("status")?;
+    let last_result: Option<Value> = row.try_get("last_result")?;
+    let (status, result, error) = match (raw_status.as_str(), last_result) {
+        ("Done", Some(Value::Object(mut outcome))) if outcome.contains_key("Ok") => {
+            ("done", outcome.remove("Ok"), None)
+        }
+        ("Done" | "Failed" | "Killed", Some(outcome)) => {
+            let error = outcome
+                .get("Err")
+                .map(|e| e.as_str().map_or_else(|| e.to_string(), str::to_owned))
+                .unwrap_or_else(|| outcome.to_string());
+            ("failed", None, Some(error))
+        }
+        ("Done", None) => ("done", None, None),
+        ("Failed" | "Killed", None) => ("failed", None, None),
+        ("Running", _) => ("running", None, None),
+        _ => ("pending", None, None),
+    };
+    Ok(Some(JobStatus {
+        job_id: id.to_owned(),
+        kind: job.kind(),
+        status,
+        queued_at: row.try_get("queued_at")?,
+        started_at: row.try_get("started_at")?,
+        finished_at: row.try_get("finished_at")?,
+        result,
+        error,
+    }))
+}
+
+/// What a job runs against.
+#[derive(Clone)]
+struct JobContext {
+    pool: PgPool,
+    engine: Arc<Engine>,
+}
+
+async fn run_job(job: AdminJob, ctx: Data<JobContext>) -> Result<Value, BoxDynError> {
+    let started = Instant::now();
+    tracing::info!(
+        tenant = job.tenant(),
+        kind = job.kind(),
+        "admin job started"
+    );
+    let result = match &job {
+        AdminJob::Rebuild { tenant, projectors } => {
+            let engine = ctx.engine.only(projectors)?;
+            let done = rebuild::rebuild(&ctx.pool, &engine, Some(tenant), &mut |_| {}).await?;
+            let events: i64 = done.iter().map(|t| t.events).sum();
+            let seconds = started.elapsed().as_secs_f64();
+            json!({
+                "tenant": tenant,
+                "projectors": engine.projectors().iter().map(|p| p.name()).collect::<Vec<_>>(),
+                "events": events,
+                "seconds": seconds,
+                "events_per_second": events as f64 / seconds.max(1e-9),
+            })
+        }
+        AdminJob::DriftCheck { tenant } => {
+            let report =
+                drift::drift_check(&ctx.pool, &ctx.engine, Some(tenant), &mut |_| {}).await?;
+            json!({
+                "drifted": report.drifted(),
+                "report": report,
+                "text": drift::render(&report),
+            })
+        }
+    };
+    tracing::info!(tenant = job.tenant(), kind = job.kind(), elapsed = ?started.elapsed(), "admin job finished");
+    Ok(result)
+}
+
+/// A running worker that takes jobs from [`QUEUE`].
+pub struct JobWorker {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+impl JobWorker {
+    pub fn spawn(pool: PgPool, engine: Arc<Engine>) -> Self {
+        let (stop, stopped) = oneshot::channel::<()>();
+        // Woken by NOTIFY when a job is queued, and polling every second so
+        // a job queued while the listener was not yet (or no longer)
+        // connected is not left waiting.
+        let wake = Strategy::new()
+            .stream(Pubsub::new(pool.clone(), QUEUE.to_owned()))
+            .interval(Duration::from_secs(1));
+        let storage = PostgresStorage::<AdminJob>::new(&pool)
+            .with_config(Config::default().queue(QUEUE).batch_size(1))
+            .poll_with_strategy(wake);
+        let worker = WorkerBuilder::new(crate::domain::new_id("memd-admin"))
+            .backend(storage)
+            .data(JobContext { pool, engine })
+            .build(run_job);
+        let task = tokio::spawn(async move {
+            let signal = async move {
+                let _ = stopped.await;
+                Ok::<(), std::io::Error>(())
+            };
+            if let Err(err) = worker.run_until(signal).await {
+                tracing::warn!(error = %err, "admin job worker stopped");
+            }
+        });
+        Self { stop, task }
+    }
+
+    /// Stops taking jobs; a job being run finishes first.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
