@@ -4,6 +4,8 @@
 //! ledger as it stood at the summary's seq: applying both in one ordered
 //! pass keeps that check deterministic on replay.
 
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
 use serde_json::{Value, json};
 use sqlx::{PgConnection, Row};
 
@@ -45,216 +47,504 @@ impl Projector for DecisionProjector {
         events: &'a [StoredEvent],
     ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
         Box::pin(async move {
-            for event in events {
-                match event.kind.as_str() {
-                    "decision" => record_decision(tx, tenant, event).await?,
-                    "summary" => record_summary(tx, tenant, event).await?,
-                    _ => {}
+            let relevant: Vec<&StoredEvent> = events
+                .iter()
+                .filter(|e| e.kind == "decision" || e.kind == "summary")
+                .collect();
+            if relevant.is_empty() {
+                return Ok(());
+            }
+            // The batch is folded in memory and each row written once: one
+            // transaction (a rebuild) may supersede the same key thousands
+            // of times, and updating a row that often leaves a chain of
+            // versions every later lookup would have to walk.
+            let mut ledger = Ledger::load(tx, tenant, &relevant).await?;
+            let mut summaries = Vec::new();
+            for event in relevant {
+                if event.kind == "decision" {
+                    ledger.decide(event);
+                } else {
+                    summaries.push(ledger.check_summary(event));
                 }
             }
-            Ok(())
+            ledger.write(tx, tenant).await?;
+            insert_summaries(tx, tenant, summaries).await
         })
     }
 }
 
-/// Refs that name no event of this tenant recorded before `seq`. A ref is
-/// an event id, or a chunk id (`chk_<ulid>_<part>`, from `evt_<ulid>`).
-async fn missing_refs(
-    tx: &mut PgConnection,
-    tenant: &str,
-    refs: &[String],
-    seq: i64,
-) -> Result<Vec<String>, sqlx::Error> {
-    if refs.is_empty() {
-        return Ok(Vec::new());
-    }
-    sqlx::query_scalar(
-        r"SELECT r FROM unnest($2::text[]) WITH ORDINALITY AS u (r, o)
-           WHERE NOT EXISTS (
-                 SELECT 1 FROM public.events e
-                  WHERE e.tenant_id = $1 AND e.seq < $3
-                    AND e.event_id = CASE WHEN r LIKE 'chk\_%'
-                                          THEN 'evt_' || split_part(substr(r, 5), '_', 1)
-                                          ELSE r END)
-           ORDER BY o",
-    )
-    .bind(tenant)
-    .bind(refs)
-    .bind(seq)
-    .fetch_all(tx)
-    .await
+/// The decided value of an active decision, as summaries are checked
+/// against it.
+#[derive(Debug, Clone)]
+struct Active {
+    decision_id: String,
+    decision: String,
+    value: Option<Value>,
+    refs: Vec<String>,
 }
 
-async fn record_decision(
-    tx: &mut PgConnection,
-    tenant: &str,
-    event: &StoredEvent,
-) -> Result<(), sqlx::Error> {
-    let key = event.text("key").map(str::to_owned);
-    let supersedes = event.text("supersedes").map(str::to_owned);
-    let rejected = rejection(tx, tenant, event, supersedes.as_deref()).await?;
-    if rejected.is_none() {
-        sqlx::query(
-            "UPDATE decisions SET status = 'superseded', superseded_by = $2
-              WHERE tenant_id = $1 AND status = 'active'
-                AND (decision_id = $3 OR (key IS NOT NULL AND key = $4))",
-        )
-        .bind(tenant)
-        .bind(&event.event_id)
-        .bind(&supersedes)
-        .bind(&key)
-        .execute(&mut *tx)
-        .await?;
-    }
-    let status = if rejected.is_some() {
-        "rejected"
-    } else {
-        "active"
-    };
-    sqlx::query(
-        "INSERT INTO decisions (tenant_id, decision_id, seq, ts, session_id, channel, sensitivity,
-                                actor_id, tags, status, key, scope, decision, value, rationale,
-                                constraints, alternatives, consequences, confidence, refs,
-                                supersedes, superseded_by, rejected_reason)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-                 $19, $20, $21, NULL, $22)",
-    )
-    .bind(tenant)
-    .bind(&event.event_id)
-    .bind(event.seq)
-    .bind(event.ts)
-    .bind(&event.session_id)
-    .bind(&event.channel)
-    .bind(&event.sensitivity)
-    .bind(&event.actor_id)
-    .bind(&event.tags)
-    .bind(status)
-    .bind(&key)
-    .bind(event.text("scope").unwrap_or("project"))
-    .bind(event.text("decision").unwrap_or_default())
-    .bind(event.content.get("value"))
-    .bind(event.strings("rationale"))
-    .bind(event.strings("constraints"))
-    .bind(event.strings("alternatives"))
-    .bind(event.strings("consequences"))
-    .bind(event.content.get("confidence").and_then(Value::as_f64))
-    .bind(&event.refs)
-    .bind(&supersedes)
-    .bind(rejected)
-    .execute(tx)
-    .await?;
-    Ok(())
+/// A decision this batch creates.
+struct NewDecision<'a> {
+    event: &'a StoredEvent,
+    status: &'static str,
+    superseded_by: Option<String>,
+    rejected_reason: Option<String>,
 }
 
-/// Why a decision cannot enter the ledger, if it cannot (P4: every decision
-/// cites the evidence it rests on).
-async fn rejection(
-    tx: &mut PgConnection,
-    tenant: &str,
-    event: &StoredEvent,
-    supersedes: Option<&str>,
-) -> Result<Option<String>, sqlx::Error> {
-    if event.refs.is_empty() {
-        return Ok(Some(
-            "no refs: a decision must cite the events or chunks it rests on".to_owned(),
-        ));
-    }
-    let missing = missing_refs(tx, tenant, &event.refs, event.seq).await?;
-    if !missing.is_empty() {
-        return Ok(Some(format!(
-            "refs not found among this tenant's earlier events: {}",
-            missing.join(", ")
-        )));
-    }
-    if let Some(old) = supersedes {
-        let known: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM decisions WHERE tenant_id = $1 AND decision_id = $2)",
+/// The part of the ledger a batch touches, as of the event being applied.
+#[derive(Default)]
+struct Ledger<'a> {
+    /// Where each ref of the batch points: the seq of the event it names.
+    ref_seqs: HashMap<String, i64>,
+    /// Decisions an event may name in `supersedes`: id → (key, active).
+    known: HashMap<String, (Option<String>, bool)>,
+    /// The active decision of each key.
+    active_by_key: HashMap<String, Active>,
+    /// Decisions created by this batch, in order, and where each is.
+    created: Vec<NewDecision<'a>>,
+    created_at: HashMap<String, usize>,
+    /// Earlier decisions this batch supersedes: id → successor.
+    superseded: BTreeMap<String, String>,
+}
+
+impl<'a> Ledger<'a> {
+    async fn load(
+        tx: &mut PgConnection,
+        tenant: &str,
+        events: &[&'a StoredEvent],
+    ) -> Result<Self, sqlx::Error> {
+        let mut ledger = Ledger::default();
+        let refs: BTreeSet<&str> = events
+            .iter()
+            .flat_map(|e| e.refs.iter().map(String::as_str))
+            .collect();
+        let refs: Vec<&str> = refs.into_iter().collect();
+        // A ref is an event id, or a chunk id (`chk_<ulid>_<part>`, from `evt_<ulid>`).
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            r"SELECT r, e.seq FROM unnest($2::text[]) AS r
+                JOIN public.events e
+                  ON e.tenant_id = $1
+                 AND e.event_id = CASE WHEN r LIKE 'chk\_%'
+                                       THEN 'evt_' || split_part(substr(r, 5), '_', 1)
+                                       ELSE r END",
         )
         .bind(tenant)
-        .bind(old)
-        .fetch_one(&mut *tx)
+        .bind(&refs)
+        .fetch_all(&mut *tx)
         .await?;
-        if !known {
-            return Ok(Some(format!(
+        ledger.ref_seqs = rows.into_iter().collect();
+
+        let named: Vec<&str> = events.iter().filter_map(|e| e.text("supersedes")).collect();
+        let rows: Vec<(String, Option<String>, String)> = sqlx::query_as(
+            "SELECT decision_id, key, status FROM decisions
+              WHERE tenant_id = $1 AND decision_id = ANY ($2)",
+        )
+        .bind(tenant)
+        .bind(&named)
+        .fetch_all(&mut *tx)
+        .await?;
+        for (id, key, status) in rows {
+            ledger.known.insert(id, (key, status == "active"));
+        }
+
+        let keys: BTreeSet<&str> = events
+            .iter()
+            .flat_map(|e| {
+                let claimed = e
+                    .content
+                    .get("claims")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|claim| claim.get("key").and_then(Value::as_str));
+                e.text("key").into_iter().chain(claimed)
+            })
+            .collect();
+        let keys: Vec<&str> = keys.into_iter().collect();
+        let rows = sqlx::query(
+            "SELECT decision_id, key, decision, value, refs FROM decisions
+              WHERE tenant_id = $1 AND key = ANY ($2) AND status = 'active'",
+        )
+        .bind(tenant)
+        .bind(&keys)
+        .fetch_all(&mut *tx)
+        .await?;
+        for row in rows {
+            let id: String = row.get("decision_id");
+            let key: String = row.get("key");
+            ledger.known.insert(id.clone(), (Some(key.clone()), true));
+            ledger.active_by_key.insert(
+                key,
+                Active {
+                    decision_id: id,
+                    decision: row.get("decision"),
+                    value: row.get("value"),
+                    refs: row.get("refs"),
+                },
+            );
+        }
+        Ok(ledger)
+    }
+
+    /// Refs that name no event of this tenant recorded before `event`.
+    fn missing_refs(&self, event: &StoredEvent) -> Vec<String> {
+        event
+            .refs
+            .iter()
+            .filter(|r| !self.ref_seqs.get(*r).is_some_and(|seq| *seq < event.seq))
+            .cloned()
+            .collect()
+    }
+
+    /// Why a decision cannot enter the ledger, if it cannot (P4: every
+    /// decision cites the evidence it rests on).
+    fn rejection(&self, event: &StoredEvent) -> Option<String> {
+        if event.refs.is_empty() {
+            return Some(
+                "no refs: a decision must cite the events or chunks it rests on".to_owned(),
+            );
+        }
+        let missing = self.missing_refs(event);
+        if !missing.is_empty() {
+            return Some(format!(
+                "refs not found among this tenant's earlier events: {}",
+                missing.join(", ")
+            ));
+        }
+        if let Some(old) = event.text("supersedes")
+            && !self.known.contains_key(old)
+        {
+            return Some(format!(
                 "supersedes {old}, which is not an earlier decision of this tenant"
-            )));
+            ));
+        }
+        None
+    }
+
+    fn decide(&mut self, event: &'a StoredEvent) {
+        let rejected_reason = self.rejection(event);
+        let key = event.text("key");
+        if rejected_reason.is_none() {
+            // The decision named by `supersedes`, and the active one of the
+            // same key, give way to this one.
+            let mut replaced: Vec<String> = Vec::new();
+            if let Some(old) = event.text("supersedes")
+                && self.known.get(old).is_some_and(|(_, active)| *active)
+            {
+                replaced.push(old.to_owned());
+            }
+            if let Some(active) = key.and_then(|key| self.active_by_key.get(key)) {
+                replaced.push(active.decision_id.clone());
+            }
+            for old in replaced {
+                self.supersede(&old, &event.event_id);
+            }
+        }
+        let status = if rejected_reason.is_some() {
+            "rejected"
+        } else {
+            "active"
+        };
+        self.known.insert(
+            event.event_id.clone(),
+            (key.map(str::to_owned), status == "active"),
+        );
+        if let (Some(key), "active") = (key, status) {
+            self.active_by_key.insert(
+                key.to_owned(),
+                Active {
+                    decision_id: event.event_id.clone(),
+                    decision: event.text("decision").unwrap_or_default().to_owned(),
+                    value: event.content.get("value").cloned(),
+                    refs: event.refs.clone(),
+                },
+            );
+        }
+        self.created_at
+            .insert(event.event_id.clone(), self.created.len());
+        self.created.push(NewDecision {
+            event,
+            status,
+            superseded_by: None,
+            rejected_reason,
+        });
+    }
+
+    fn supersede(&mut self, old: &str, successor: &str) {
+        let Some((key, active)) = self.known.get_mut(old) else {
+            return;
+        };
+        if !*active {
+            return;
+        }
+        *active = false;
+        if let Some(key) = key
+            && self
+                .active_by_key
+                .get(key.as_str())
+                .is_some_and(|a| a.decision_id == old)
+        {
+            self.active_by_key.remove(key.as_str());
+        }
+        match self.created_at.get(old) {
+            Some(&index) => {
+                let created = &mut self.created[index];
+                created.status = "superseded";
+                created.superseded_by = Some(successor.to_owned());
+            }
+            None => {
+                self.superseded.insert(old.to_owned(), successor.to_owned());
+            }
         }
     }
-    Ok(None)
-}
 
-async fn record_summary(
-    tx: &mut PgConnection,
-    tenant: &str,
-    event: &StoredEvent,
-) -> Result<(), sqlx::Error> {
-    let mut conflicts = Vec::new();
-    if event.refs.is_empty() {
-        conflicts.push(json!({
-            "reason": "no_refs",
-            "message": "a summary must cite the events it summarizes",
-        }));
-    } else {
-        let missing = missing_refs(tx, tenant, &event.refs, event.seq).await?;
-        if !missing.is_empty() {
+    /// A summary checked against the ledger as it stands at its seq (A4).
+    fn check_summary(&self, event: &'a StoredEvent) -> (&'a StoredEvent, Value, Vec<Value>) {
+        let mut conflicts = Vec::new();
+        if event.refs.is_empty() {
             conflicts.push(json!({
-                "reason": "missing_refs",
-                "message": "refs not found among this tenant's earlier events",
-                "refs": missing,
+                "reason": "no_refs",
+                "message": "a summary must cite the events it summarizes",
+            }));
+        } else {
+            let missing = self.missing_refs(event);
+            if !missing.is_empty() {
+                conflicts.push(json!({
+                    "reason": "missing_refs",
+                    "message": "refs not found among this tenant's earlier events",
+                    "refs": missing,
+                }));
+            }
+        }
+        let claims = event.content.get("claims").cloned().unwrap_or(json!([]));
+        for claim in claims.as_array().into_iter().flatten() {
+            let (Some(key), Some(value)) =
+                (claim.get("key").and_then(Value::as_str), claim.get("value"))
+            else {
+                continue;
+            };
+            let Some(decided) = self.active_by_key.get(key) else {
+                continue;
+            };
+            if agrees(value, decided.value.as_ref(), &decided.decision) {
+                continue;
+            }
+            conflicts.push(json!({
+                "reason": "contradicts_decision",
+                "message": format!("claims {key} = {value}, but the active decision says otherwise"),
+                "key": key,
+                "claim": value,
+                "summary_refs": event.refs,
+                "decision_id": decided.decision_id,
+                "decision": decided.decision,
+                "decision_value": decided.value,
+                "decision_refs": decided.refs,
             }));
         }
+        (event, claims, conflicts)
     }
-    let claims = event.content.get("claims").cloned().unwrap_or(json!([]));
-    for claim in claims.as_array().into_iter().flatten() {
-        let (Some(key), Some(value)) =
-            (claim.get("key").and_then(Value::as_str), claim.get("value"))
-        else {
-            continue;
-        };
-        let decision = sqlx::query(
-            "SELECT decision_id, decision, value, refs FROM decisions
-              WHERE tenant_id = $1 AND key = $2 AND status = 'active'
-              ORDER BY seq DESC LIMIT 1",
+
+    async fn write(self, tx: &mut PgConnection, tenant: &str) -> Result<(), sqlx::Error> {
+        if !self.superseded.is_empty() {
+            let (old, by): (Vec<String>, Vec<String>) = self.superseded.into_iter().unzip();
+            sqlx::query(
+                "UPDATE decisions d SET status = 'superseded', superseded_by = u.by
+                   FROM unnest($2::text[], $3::text[]) AS u (id, by)
+                  WHERE d.tenant_id = $1 AND d.decision_id = u.id",
+            )
+            .bind(tenant)
+            .bind(old)
+            .bind(by)
+            .execute(&mut *tx)
+            .await?;
+        }
+        if self.created.is_empty() {
+            return Ok(());
+        }
+        let mut rows = DecisionRows::default();
+        for created in self.created {
+            rows.push(created);
+        }
+        rows.insert(tx, tenant).await
+    }
+}
+
+/// Column arrays for one multi-row INSERT of decisions. Arrays of arrays
+/// must be rectangular in PostgreSQL, so lists travel as JSON.
+#[derive(Default)]
+struct DecisionRows {
+    decision_id: Vec<String>,
+    seq: Vec<i64>,
+    ts: Vec<chrono::DateTime<chrono::Utc>>,
+    session_id: Vec<String>,
+    channel: Vec<String>,
+    sensitivity: Vec<String>,
+    actor_id: Vec<String>,
+    tags: Vec<String>,
+    status: Vec<&'static str>,
+    key: Vec<Option<String>>,
+    scope: Vec<String>,
+    decision: Vec<String>,
+    value: Vec<Option<String>>,
+    rationale: Vec<String>,
+    constraints: Vec<String>,
+    alternatives: Vec<String>,
+    consequences: Vec<String>,
+    confidence: Vec<Option<f64>>,
+    refs: Vec<String>,
+    supersedes: Vec<Option<String>>,
+    superseded_by: Vec<Option<String>>,
+    rejected_reason: Vec<Option<String>>,
+}
+
+fn json_list(items: &[String]) -> String {
+    serde_json::to_string(items).expect("strings serialize")
+}
+
+impl DecisionRows {
+    fn push(&mut self, created: NewDecision<'_>) {
+        let event = created.event;
+        self.decision_id.push(event.event_id.clone());
+        self.seq.push(event.seq);
+        self.ts.push(event.ts);
+        self.session_id.push(event.session_id.clone());
+        self.channel.push(event.channel.clone());
+        self.sensitivity.push(event.sensitivity.clone());
+        self.actor_id.push(event.actor_id.clone());
+        self.tags.push(json_list(&event.tags));
+        self.status.push(created.status);
+        self.key.push(event.text("key").map(str::to_owned));
+        self.scope
+            .push(event.text("scope").unwrap_or("project").to_owned());
+        self.decision
+            .push(event.text("decision").unwrap_or_default().to_owned());
+        self.value
+            .push(event.content.get("value").map(Value::to_string));
+        self.rationale.push(json_list(&event.strings("rationale")));
+        self.constraints
+            .push(json_list(&event.strings("constraints")));
+        self.alternatives
+            .push(json_list(&event.strings("alternatives")));
+        self.consequences
+            .push(json_list(&event.strings("consequences")));
+        self.confidence
+            .push(event.content.get("confidence").and_then(Value::as_f64));
+        self.refs.push(json_list(&event.refs));
+        self.supersedes
+            .push(event.text("supersedes").map(str::to_owned));
+        self.superseded_by.push(created.superseded_by);
+        self.rejected_reason.push(created.rejected_reason);
+    }
+
+    async fn insert(self, tx: &mut PgConnection, tenant: &str) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "INSERT INTO decisions (tenant_id, decision_id, seq, ts, session_id, channel, sensitivity,
+                                    actor_id, tags, status, key, scope, decision, value, rationale,
+                                    constraints, alternatives, consequences, confidence, refs,
+                                    supersedes, superseded_by, rejected_reason)
+             SELECT $1, u.decision_id, u.seq, u.ts, u.session_id, u.channel, u.sensitivity,
+                    u.actor_id, ARRAY(SELECT jsonb_array_elements_text(u.tags::jsonb)), u.status,
+                    u.key, u.scope, u.decision, u.value::jsonb,
+                    ARRAY(SELECT jsonb_array_elements_text(u.rationale::jsonb)),
+                    ARRAY(SELECT jsonb_array_elements_text(u.constraints::jsonb)),
+                    ARRAY(SELECT jsonb_array_elements_text(u.alternatives::jsonb)),
+                    ARRAY(SELECT jsonb_array_elements_text(u.consequences::jsonb)),
+                    u.confidence, ARRAY(SELECT jsonb_array_elements_text(u.refs::jsonb)),
+                    u.supersedes, u.superseded_by, u.rejected_reason
+               FROM unnest($2::text[], $3::bigint[], $4::timestamptz[], $5::text[], $6::text[],
+                           $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
+                           $12::text[], $13::text[], $14::text[], $15::text[], $16::text[],
+                           $17::text[], $18::text[], $19::float8[], $20::text[], $21::text[],
+                           $22::text[], $23::text[])
+                    AS u (decision_id, seq, ts, session_id, channel, sensitivity, actor_id, tags,
+                          status, key, scope, decision, value, rationale, constraints,
+                          alternatives, consequences, confidence, refs, supersedes,
+                          superseded_by, rejected_reason)",
         )
         .bind(tenant)
-        .bind(key)
-        .fetch_optional(&mut *tx)
+        .bind(self.decision_id)
+        .bind(self.seq)
+        .bind(self.ts)
+        .bind(self.session_id)
+        .bind(self.channel)
+        .bind(self.sensitivity)
+        .bind(self.actor_id)
+        .bind(self.tags)
+        .bind(self.status)
+        .bind(self.key)
+        .bind(self.scope)
+        .bind(self.decision)
+        .bind(self.value)
+        .bind(self.rationale)
+        .bind(self.constraints)
+        .bind(self.alternatives)
+        .bind(self.consequences)
+        .bind(self.confidence)
+        .bind(self.refs)
+        .bind(self.supersedes)
+        .bind(self.superseded_by)
+        .bind(self.rejected_reason)
+        .execute(tx)
         .await?;
-        let Some(decision) = decision else { continue };
-        let decided: String = decision.get("decision");
-        let decided_value: Option<Value> = decision.get("value");
-        if agrees(value, decided_value.as_ref(), &decided) {
-            continue;
-        }
-        conflicts.push(json!({
-            "reason": "contradicts_decision",
-            "message": format!("claims {key} = {value}, but the active decision says otherwise"),
-            "key": key,
-            "claim": value,
-            "summary_refs": event.refs,
-            "decision_id": decision.get::<String, _>("decision_id"),
-            "decision": decided,
-            "decision_value": decided_value,
-            "decision_refs": decision.get::<Vec<String>, _>("refs"),
-        }));
+        Ok(())
+    }
+}
+
+async fn insert_summaries(
+    tx: &mut PgConnection,
+    tenant: &str,
+    summaries: Vec<(&StoredEvent, Value, Vec<Value>)>,
+) -> Result<(), sqlx::Error> {
+    if summaries.is_empty() {
+        return Ok(());
+    }
+    let mut event_id = Vec::new();
+    let mut seq = Vec::new();
+    let mut ts = Vec::new();
+    let mut session_id = Vec::new();
+    let mut channel = Vec::new();
+    let mut sensitivity = Vec::new();
+    let mut text = Vec::new();
+    let mut refs = Vec::new();
+    let mut claims = Vec::new();
+    let mut conflicted = Vec::new();
+    let mut conflicts = Vec::new();
+    for (event, event_claims, event_conflicts) in summaries {
+        event_id.push(event.event_id.clone());
+        seq.push(event.seq);
+        ts.push(event.ts);
+        session_id.push(event.session_id.clone());
+        channel.push(event.channel.clone());
+        sensitivity.push(event.sensitivity.clone());
+        text.push(event.text("text").unwrap_or_default().to_owned());
+        refs.push(json_list(&event.refs));
+        claims.push(event_claims.to_string());
+        conflicted.push(!event_conflicts.is_empty());
+        conflicts.push(Value::Array(event_conflicts).to_string());
     }
     sqlx::query(
         "INSERT INTO summaries (tenant_id, event_id, seq, ts, session_id, channel, sensitivity,
                                 text, refs, claims, conflicted, conflicts)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+         SELECT $1, u.event_id, u.seq, u.ts, u.session_id, u.channel, u.sensitivity, u.text,
+                ARRAY(SELECT jsonb_array_elements_text(u.refs::jsonb)), u.claims::jsonb,
+                u.conflicted, u.conflicts::jsonb
+           FROM unnest($2::text[], $3::bigint[], $4::timestamptz[], $5::text[], $6::text[],
+                       $7::text[], $8::text[], $9::text[], $10::text[], $11::bool[], $12::text[])
+                AS u (event_id, seq, ts, session_id, channel, sensitivity, text, refs, claims,
+                      conflicted, conflicts)",
     )
     .bind(tenant)
-    .bind(&event.event_id)
-    .bind(event.seq)
-    .bind(event.ts)
-    .bind(&event.session_id)
-    .bind(&event.channel)
-    .bind(&event.sensitivity)
-    .bind(event.text("text").unwrap_or_default())
-    .bind(&event.refs)
-    .bind(&claims)
-    .bind(!conflicts.is_empty())
-    .bind(Value::Array(conflicts))
+    .bind(event_id)
+    .bind(seq)
+    .bind(ts)
+    .bind(session_id)
+    .bind(channel)
+    .bind(sensitivity)
+    .bind(text)
+    .bind(refs)
+    .bind(claims)
+    .bind(conflicted)
+    .bind(conflicts)
     .execute(tx)
     .await?;
     Ok(())

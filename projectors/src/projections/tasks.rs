@@ -1,5 +1,7 @@
 //! `tasks`: the latest state of each task, from `task_update` events.
 
+use std::collections::BTreeMap;
+
 use sqlx::PgConnection;
 
 use crate::{
@@ -34,58 +36,171 @@ impl Projector for TaskProjector {
         events: &'a [StoredEvent],
     ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
         Box::pin(async move {
-            for event in events.iter().filter(|e| e.kind == "task_update") {
-                upsert(tx, tenant, event).await?;
+            let updates: Vec<(&str, &StoredEvent)> = events
+                .iter()
+                .filter(|e| e.kind == "task_update")
+                .filter_map(|e| Some((e.text("task_id")?, e)))
+                .collect();
+            if updates.is_empty() {
+                return Ok(());
             }
-            Ok(())
+            // Folded in memory, each task written once per batch: a rebuild
+            // is one transaction, and a row updated thousands of times in
+            // one transaction leaves versions every later lookup walks.
+            let ids: Vec<&str> = updates.iter().map(|(id, _)| *id).collect();
+            let mut tasks: BTreeMap<String, Task> = sqlx::query_as::<_, Task>(
+                "SELECT task_id, status, title, details, refs, event_ids, session_id, channel,
+                        sensitivity, first_seq, last_seq, updated_at
+                   FROM tasks WHERE tenant_id = $1 AND task_id = ANY ($2)",
+            )
+            .bind(tenant)
+            .bind(&ids)
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .map(|task| (task.task_id.clone(), task))
+            .collect();
+            for (task_id, event) in updates {
+                match tasks.get_mut(task_id) {
+                    Some(task) => task.update(event),
+                    None => {
+                        tasks.insert(task_id.to_owned(), Task::new(task_id, event));
+                    }
+                }
+            }
+            upsert(tx, tenant, tasks.into_values()).await
         })
     }
 }
 
-/// Status, channel and refs follow the latest update; a title or details
-/// left out of an update keep their earlier value; sensitivity is the
-/// highest any update carried, so a task never becomes more visible than
-/// what was said about it.
+/// One row of `tasks`.
+#[derive(Debug, Clone, sqlx::FromRow)]
+struct Task {
+    task_id: String,
+    status: String,
+    title: String,
+    details: String,
+    refs: Vec<String>,
+    event_ids: Vec<String>,
+    session_id: String,
+    channel: String,
+    sensitivity: String,
+    first_seq: i64,
+    last_seq: i64,
+    updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+const SENSITIVITIES: [&str; 4] = ["none", "low", "high", "secret"];
+
+impl Task {
+    fn new(task_id: &str, event: &StoredEvent) -> Self {
+        let mut task = Task {
+            task_id: task_id.to_owned(),
+            status: String::new(),
+            title: event.text("title").unwrap_or(task_id).to_owned(),
+            details: String::new(),
+            refs: Vec::new(),
+            event_ids: Vec::new(),
+            session_id: String::new(),
+            channel: String::new(),
+            sensitivity: event.sensitivity.clone(),
+            first_seq: event.seq,
+            last_seq: event.seq,
+            updated_at: event.ts,
+        };
+        task.update(event);
+        task
+    }
+
+    /// Status, channel and refs follow the latest update; a title or
+    /// details left out of an update keep their earlier value; sensitivity
+    /// is the highest any update carried, so a task never becomes more
+    /// visible than what was said about it.
+    fn update(&mut self, event: &StoredEvent) {
+        self.status = event.text("status").unwrap_or("open").to_owned();
+        if let Some(title) = event.text("title") {
+            self.title = title.to_owned();
+        }
+        if let Some(details) = event.text("details") {
+            self.details = details.to_owned();
+        }
+        self.refs = event.refs.clone();
+        self.event_ids.push(event.event_id.clone());
+        self.session_id = event.session_id.clone();
+        self.channel = event.channel.clone();
+        let rank = |s: &str| SENSITIVITIES.iter().position(|known| *known == s);
+        if rank(&event.sensitivity) > rank(&self.sensitivity) {
+            self.sensitivity = event.sensitivity.clone();
+        }
+        self.last_seq = event.seq;
+        self.updated_at = event.ts;
+    }
+}
+
 async fn upsert(
     tx: &mut PgConnection,
     tenant: &str,
-    event: &StoredEvent,
+    tasks: impl Iterator<Item = Task>,
 ) -> Result<(), sqlx::Error> {
-    let Some(task_id) = event.text("task_id") else {
-        return Ok(());
-    };
+    let json = |items: &[String]| serde_json::to_string(items).expect("strings serialize");
+    let mut task_id = Vec::new();
+    let mut status = Vec::new();
+    let mut title = Vec::new();
+    let mut details = Vec::new();
+    let mut refs = Vec::new();
+    let mut event_ids = Vec::new();
+    let mut session_id = Vec::new();
+    let mut channel = Vec::new();
+    let mut sensitivity = Vec::new();
+    let mut first_seq = Vec::new();
+    let mut last_seq = Vec::new();
+    let mut updated_at = Vec::new();
+    for task in tasks {
+        task_id.push(task.task_id);
+        status.push(task.status);
+        title.push(task.title);
+        details.push(task.details);
+        refs.push(json(&task.refs));
+        event_ids.push(json(&task.event_ids));
+        session_id.push(task.session_id);
+        channel.push(task.channel);
+        sensitivity.push(task.sensitivity);
+        first_seq.push(task.first_seq);
+        last_seq.push(task.last_seq);
+        updated_at.push(task.updated_at);
+    }
     sqlx::query(
-        "INSERT INTO tasks AS t (tenant_id, task_id, status, title, details, refs, event_ids,
-                                 session_id, channel, sensitivity, first_seq, last_seq, updated_at)
-         VALUES ($1, $2, $3, coalesce($4, $2), coalesce($5, ''), $6, ARRAY[$7], $8, $9, $10,
-                 $11, $11, $12)
+        "INSERT INTO tasks (tenant_id, task_id, status, title, details, refs, event_ids,
+                            session_id, channel, sensitivity, first_seq, last_seq, updated_at)
+         SELECT $1, u.task_id, u.status, u.title, u.details,
+                ARRAY(SELECT jsonb_array_elements_text(u.refs::jsonb)),
+                ARRAY(SELECT jsonb_array_elements_text(u.event_ids::jsonb)),
+                u.session_id, u.channel, u.sensitivity, u.first_seq, u.last_seq, u.updated_at
+           FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+                       $8::text[], $9::text[], $10::text[], $11::bigint[], $12::bigint[],
+                       $13::timestamptz[])
+                AS u (task_id, status, title, details, refs, event_ids, session_id, channel,
+                      sensitivity, first_seq, last_seq, updated_at)
          ON CONFLICT (tenant_id, task_id) DO UPDATE SET
-             status = EXCLUDED.status,
-             title = coalesce($4, t.title),
-             details = coalesce($5, t.details),
-             refs = EXCLUDED.refs,
-             event_ids = t.event_ids || EXCLUDED.event_ids,
-             session_id = EXCLUDED.session_id,
-             channel = EXCLUDED.channel,
-             sensitivity = CASE
-                 WHEN array_position(ARRAY['none', 'low', 'high', 'secret'], EXCLUDED.sensitivity)
-                    > array_position(ARRAY['none', 'low', 'high', 'secret'], t.sensitivity)
-                 THEN EXCLUDED.sensitivity ELSE t.sensitivity END,
-             last_seq = EXCLUDED.last_seq,
-             updated_at = EXCLUDED.updated_at",
+             status = EXCLUDED.status, title = EXCLUDED.title, details = EXCLUDED.details,
+             refs = EXCLUDED.refs, event_ids = EXCLUDED.event_ids,
+             session_id = EXCLUDED.session_id, channel = EXCLUDED.channel,
+             sensitivity = EXCLUDED.sensitivity, first_seq = EXCLUDED.first_seq,
+             last_seq = EXCLUDED.last_seq, updated_at = EXCLUDED.updated_at",
     )
     .bind(tenant)
     .bind(task_id)
-    .bind(event.text("status").unwrap_or("open"))
-    .bind(event.text("title"))
-    .bind(event.text("details"))
-    .bind(&event.refs)
-    .bind(&event.event_id)
-    .bind(&event.session_id)
-    .bind(&event.channel)
-    .bind(&event.sensitivity)
-    .bind(event.seq)
-    .bind(event.ts)
+    .bind(status)
+    .bind(title)
+    .bind(details)
+    .bind(refs)
+    .bind(event_ids)
+    .bind(session_id)
+    .bind(channel)
+    .bind(sensitivity)
+    .bind(first_seq)
+    .bind(last_seq)
+    .bind(updated_at)
     .execute(tx)
     .await?;
     Ok(())

@@ -1,6 +1,8 @@
 //! `views`: identity, rules, preferences and other documents a person can
 //! read and edit (P6). The latest `view_update` of each view wins.
 
+use std::collections::BTreeMap;
+
 use sqlx::PgConnection;
 
 use crate::{
@@ -35,31 +37,57 @@ impl Projector for ViewProjector {
         events: &'a [StoredEvent],
     ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
         Box::pin(async move {
+            // The latest update of each view in the batch is the only one
+            // that shows: write it once (see the tasks projector for why).
+            let mut latest: BTreeMap<&str, (&str, &StoredEvent)> = BTreeMap::new();
             for event in events.iter().filter(|e| e.kind == "view_update") {
-                let (Some(view), Some(text)) = (event.text("view"), event.text("text")) else {
-                    continue;
-                };
-                sqlx::query(
-                    "INSERT INTO views (tenant_id, view, text, event_id, seq, ts, actor_id,
-                                        channel, sensitivity)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-                     ON CONFLICT (tenant_id, view) DO UPDATE SET
-                         text = EXCLUDED.text, event_id = EXCLUDED.event_id,
-                         seq = EXCLUDED.seq, ts = EXCLUDED.ts, actor_id = EXCLUDED.actor_id,
-                         channel = EXCLUDED.channel, sensitivity = EXCLUDED.sensitivity",
-                )
-                .bind(tenant)
-                .bind(view)
-                .bind(text)
-                .bind(&event.event_id)
-                .bind(event.seq)
-                .bind(event.ts)
-                .bind(&event.actor_id)
-                .bind(&event.channel)
-                .bind(&event.sensitivity)
-                .execute(&mut *tx)
-                .await?;
+                if let (Some(view), Some(text)) = (event.text("view"), event.text("text")) {
+                    latest.insert(view, (text, event));
+                }
             }
+            if latest.is_empty() {
+                return Ok(());
+            }
+            let mut view = Vec::new();
+            let mut text = Vec::new();
+            let mut event_id = Vec::new();
+            let mut seq = Vec::new();
+            let mut ts = Vec::new();
+            let mut actor_id = Vec::new();
+            let mut channel = Vec::new();
+            let mut sensitivity = Vec::new();
+            for (name, (body, event)) in latest {
+                view.push(name);
+                text.push(body);
+                event_id.push(event.event_id.as_str());
+                seq.push(event.seq);
+                ts.push(event.ts);
+                actor_id.push(event.actor_id.as_str());
+                channel.push(event.channel.as_str());
+                sensitivity.push(event.sensitivity.as_str());
+            }
+            sqlx::query(
+                "INSERT INTO views (tenant_id, view, text, event_id, seq, ts, actor_id, channel,
+                                    sensitivity)
+                 SELECT $1, u.* FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[],
+                                            $6::timestamptz[], $7::text[], $8::text[], $9::text[])
+                        AS u (view, text, event_id, seq, ts, actor_id, channel, sensitivity)
+                 ON CONFLICT (tenant_id, view) DO UPDATE SET
+                     text = EXCLUDED.text, event_id = EXCLUDED.event_id,
+                     seq = EXCLUDED.seq, ts = EXCLUDED.ts, actor_id = EXCLUDED.actor_id,
+                     channel = EXCLUDED.channel, sensitivity = EXCLUDED.sensitivity",
+            )
+            .bind(tenant)
+            .bind(view)
+            .bind(text)
+            .bind(event_id)
+            .bind(seq)
+            .bind(ts)
+            .bind(actor_id)
+            .bind(channel)
+            .bind(sensitivity)
+            .execute(&mut *tx)
+            .await?;
             Ok(())
         })
     }
