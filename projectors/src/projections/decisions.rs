@@ -191,7 +191,7 @@ impl<'a> Ledger<'a> {
         event
             .refs
             .iter()
-            .filter(|r| !self.ref_seqs.get(*r).is_some_and(|seq| *seq < event.seq))
+            .filter(|r| self.ref_seqs.get(*r).is_none_or(|seq| *seq >= event.seq))
             .cloned()
             .collect()
     }
