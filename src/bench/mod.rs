@@ -3,6 +3,7 @@
 
 mod append;
 mod harness;
+mod project;
 
 use std::path::PathBuf;
 
@@ -23,6 +24,22 @@ pub enum BenchCommand {
         #[arg(long, default_value = "bench/append.md")]
         out: PathBuf,
     },
+    /// Projection lag under a steady append rate, and rebuild throughput at
+    /// growing history sizes.
+    Project {
+        /// Target append rate for the lag measurement, events/s.
+        #[arg(long, default_value_t = 1000)]
+        rate: u32,
+        /// Seconds of steady load.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// History sizes to rebuild, comma-separated (each loads on top of the previous).
+        #[arg(long, value_delimiter = ',', default_value = "100000,1000000")]
+        sizes: Vec<u64>,
+        /// Where to write the results.
+        #[arg(long, default_value = "bench/project.md")]
+        out: PathBuf,
+    },
 }
 
 pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()> {
@@ -36,6 +53,23 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
                 database_url,
                 std::time::Duration::from_secs_f64(seconds),
                 batch,
+                &out,
+            )
+            .await
+        }
+        BenchCommand::Project {
+            rate,
+            seconds,
+            sizes,
+            out,
+        } => {
+            project::run(
+                database_url,
+                project::Options {
+                    rate,
+                    seconds,
+                    sizes,
+                },
                 &out,
             )
             .await

@@ -1,0 +1,537 @@
+//! `memd bench project`: projection lag under a steady append rate, and
+//! rebuild-from-zero throughput at growing history sizes.
+
+use std::{
+    collections::HashMap,
+    fmt::Write as _,
+    path::Path,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use anyhow::Context;
+use memd_projectors::{PROJECTED_CHANNEL, rebuild};
+use serde_json::{Value, json};
+use sqlx::{PgPool, postgres::PgListener};
+
+use super::harness::{RunningDaemon, ScratchDatabase, environment, percentile};
+use crate::{
+    db,
+    domain::{
+        event::{EventRequest, NewEvent},
+        redact::Redactor,
+        tenant::{Scope, TenantId},
+    },
+    startup::ProjectionConfig,
+    tenants, write,
+};
+
+/// Tenants the steady load is spread over, one paced writer each.
+const LAG_TENANTS: usize = 8;
+
+pub struct Options {
+    pub rate: u32,
+    pub seconds: f64,
+    pub sizes: Vec<u64>,
+}
+
+struct LagResult {
+    sent: usize,
+    errors: usize,
+    achieved_rate: f64,
+    lags: Vec<Duration>,
+    unobserved: usize,
+}
+
+struct RebuildResult {
+    history: History,
+    events: u64,
+    chunks: i64,
+    elapsed: Duration,
+    /// PostgreSQL alone writing the same chunk rows (see [`raw_chunk_insert`]).
+    raw_chunks: Duration,
+    load_elapsed: Duration,
+}
+
+/// The kinds of history rebuilt.
+#[derive(Debug, Clone, Copy)]
+enum History {
+    /// An assistant's conversation: mostly short messages, some tool calls
+    /// with short results, a few decisions and task updates.
+    Chat,
+    /// A coding agent reading files: 15% tool outputs of ~5 KB each, which
+    /// carry three quarters of the text.
+    ToolHeavy,
+}
+
+impl History {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Chat => "chat",
+            Self::ToolHeavy => "tool-heavy",
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Self::Chat => {
+                "80% messages, 8% tool calls, 8% tool results of ~300 B, 2% decisions, 2% task updates"
+            }
+            Self::ToolHeavy => {
+                "70% messages, 15% tool outputs of ~5 KB, 5% decisions, 5% task updates, \
+                 3% summaries with claims, 2% view updates"
+            }
+        }
+    }
+
+    fn event(self, i: u64, evidence: Option<&str>) -> Value {
+        match self {
+            Self::Chat => chat_event(i, evidence),
+            Self::ToolHeavy => mixed_event(i, evidence),
+        }
+    }
+}
+
+/// PostgreSQL's own cost of what dominates a rebuild: one INSERT of the
+/// tenant's chunk rows, as the rebuild produced them, into an identical
+/// table (same generated tsvector, same indexes). No reading of the log, no
+/// token counting, no other projection.
+async fn raw_chunk_insert(pool: &PgPool, tenant: &TenantId) -> anyhow::Result<Duration> {
+    const COLUMNS: &str = "tenant_id, chunk_id, event_id, seq, part, ts, session_id, channel, \
+        sensitivity, actor_type, actor_id, kind, tags, source, line_start, line_end, text, \
+        token_est, importance, content_hash";
+    let mut conn = pool.acquire().await?;
+    sqlx::query("CREATE TEMP TABLE raw_chunks (LIKE projections.chunks INCLUDING ALL)")
+        .execute(&mut *conn)
+        .await?;
+    let started = Instant::now();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO raw_chunks ({COLUMNS}) SELECT {COLUMNS} FROM projections.chunks WHERE tenant_id = $1"
+    )))
+    .bind(tenant.as_str())
+    .execute(&mut *conn)
+    .await?;
+    let elapsed = started.elapsed();
+    sqlx::query("DROP TABLE raw_chunks")
+        .execute(&mut *conn)
+        .await?;
+    Ok(elapsed)
+}
+
+pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Result<()> {
+    let scratch = ScratchDatabase::create(database_url).await?;
+    let result = measure(&scratch, &options).await;
+    scratch.drop_now().await?;
+    let (lag, rebuilds, environment) = result?;
+    let report = render(&options, &lag, &rebuilds, &environment);
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(out, &report).with_context(|| format!("writing {}", out.display()))?;
+    print!("{report}");
+    eprintln!("written to {}", out.display());
+    Ok(())
+}
+
+async fn measure(
+    scratch: &ScratchDatabase,
+    options: &Options,
+) -> anyhow::Result<(LagResult, Vec<RebuildResult>, String)> {
+    let pool = db::connect(scratch.options.clone(), 24).await?;
+    db::migrate(&pool).await?;
+    let environment = environment(&pool).await?;
+    let lag = measure_lag(&pool, options).await?;
+    eprintln!(
+        "lag at {:.0} events/s: p50 {:.1} ms, p95 {:.1} ms",
+        lag.achieved_rate,
+        percentile(&lag.lags, 50.0).as_secs_f64() * 1e3,
+        percentile(&lag.lags, 95.0).as_secs_f64() * 1e3
+    );
+    let mut rebuilds = Vec::new();
+    for history in [History::Chat, History::ToolHeavy] {
+        let tenant = TenantId::parse(history.name()).expect("valid tenant id");
+        tenants::create_tenant(&pool, &tenant, Scope::Write).await?;
+        let mut loaded = 0;
+        for &size in &options.sizes {
+            let started = Instant::now();
+            load(&pool, &tenant, history, loaded, size).await?;
+            let load_elapsed = started.elapsed();
+            loaded = size;
+            let engine = ProjectionConfig::default().engine();
+            let started = Instant::now();
+            let done = rebuild::rebuild(&pool, &engine, Some(tenant.as_str()), &mut |_| {}).await?;
+            let elapsed = started.elapsed();
+            let chunks: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM projections.chunks WHERE tenant_id = $1")
+                    .bind(tenant.as_str())
+                    .fetch_one(&pool)
+                    .await?;
+            let raw_chunks = raw_chunk_insert(&pool, &tenant).await?;
+            let events = done.iter().map(|t| t.events as u64).sum();
+            eprintln!(
+                "{} rebuild of {events} events: {:.1} s, {:.0} events/s (raw chunk INSERT {:.1} s)",
+                history.name(),
+                elapsed.as_secs_f64(),
+                events as f64 / elapsed.as_secs_f64(),
+                raw_chunks.as_secs_f64(),
+            );
+            rebuilds.push(RebuildResult {
+                history,
+                events,
+                chunks,
+                elapsed,
+                raw_chunks,
+                load_elapsed,
+            });
+        }
+    }
+    pool.close().await;
+    Ok((lag, rebuilds, environment))
+}
+
+/// Appends at `rate` events/s over HTTP for `seconds`, and times each event
+/// from its acknowledged commit to the projection commit that covers it
+/// (announced on `memd_projected`).
+async fn measure_lag(pool: &PgPool, options: &Options) -> anyhow::Result<LagResult> {
+    let mut tokens = Vec::new();
+    for index in 0..LAG_TENANTS {
+        let tenant = TenantId::parse(&format!("lag-{index}")).expect("valid tenant id");
+        tokens.push(
+            tenants::create_tenant(pool, &tenant, Scope::Write)
+                .await?
+                .expose()
+                .to_string(),
+        );
+    }
+    let projected: Arc<Mutex<Vec<(String, i64, Instant)>>> = Arc::default();
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(PROJECTED_CHANNEL).await?;
+    let seen = projected.clone();
+    let listening = tokio::spawn(async move {
+        while let Ok(notification) = listener.recv().await {
+            if let Some((tenant, seq)) = notification.payload().rsplit_once(':')
+                && let Ok(seq) = seq.parse()
+            {
+                seen.lock()
+                    .expect("lock")
+                    .push((tenant.to_owned(), seq, Instant::now()));
+            }
+        }
+    });
+
+    let daemon = RunningDaemon::start(pool.clone()).await?;
+    let client = reqwest::Client::new();
+    let url = format!("{}/api/v1/events", daemon.base_url);
+    let interval = Duration::from_secs_f64(LAG_TENANTS as f64 / f64::from(options.rate.max(1)));
+    let duration = Duration::from_secs_f64(options.seconds);
+    let started = Instant::now();
+    let writers: Vec<_> = tokens
+        .into_iter()
+        .enumerate()
+        .map(|(index, token)| {
+            let client = client.clone();
+            let url = url.clone();
+            tokio::spawn(async move {
+                let mut acked = Vec::new();
+                let mut errors = 0;
+                let mut ticker = tokio::time::interval(interval);
+                ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+                let mut i = 0_u64;
+                while started.elapsed() < duration {
+                    ticker.tick().await;
+                    let body = message(index, i);
+                    i += 1;
+                    let response = client
+                        .post(&url)
+                        .bearer_auth(&token)
+                        .json(&body)
+                        .send()
+                        .await;
+                    let at = Instant::now();
+                    match response {
+                        Ok(r) if r.status().is_success() => {
+                            let seq = r.json::<Value>().await.ok().and_then(|v| v["seq"].as_i64());
+                            match seq {
+                                Some(seq) => acked.push((seq, at)),
+                                None => errors += 1,
+                            }
+                        }
+                        _ => errors += 1,
+                    }
+                }
+                (format!("lag-{index}"), acked, errors)
+            })
+        })
+        .collect();
+    let mut acks = Vec::new();
+    let mut errors = 0;
+    for writer in writers {
+        let (tenant, acked, writer_errors) = writer.await?;
+        errors += writer_errors;
+        acks.push((tenant, acked));
+    }
+    let sending = started.elapsed();
+    // Let the last batches land.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    daemon.stop().await?;
+    listening.abort();
+
+    let projected = projected.lock().expect("lock");
+    let mut by_tenant: HashMap<&str, Vec<(i64, Instant)>> = HashMap::new();
+    for (tenant, seq, at) in projected.iter() {
+        by_tenant.entry(tenant).or_default().push((*seq, *at));
+    }
+    let mut lags = Vec::new();
+    let mut unobserved = 0;
+    let mut sent = 0;
+    for (tenant, acked) in &acks {
+        let notes = by_tenant.get(tenant.as_str()).cloned().unwrap_or_default();
+        sent += acked.len();
+        for (seq, acked_at) in acked {
+            // The first projection commit covering this seq.
+            match notes.iter().find(|(covered, _)| covered >= seq) {
+                Some((_, at)) => lags.push(at.saturating_duration_since(*acked_at)),
+                None => unobserved += 1,
+            }
+        }
+    }
+    Ok(LagResult {
+        sent,
+        errors,
+        achieved_rate: sent as f64 / sending.as_secs_f64(),
+        lags,
+        unobserved,
+    })
+}
+
+fn message(writer: usize, i: u64) -> Value {
+    json!({
+        "session_id": format!("lag-session-{writer}"),
+        "channel": "private",
+        "actor": {"type": "agent", "id": format!("agent-{writer}")},
+        "kind": "message",
+        "content": {"text": format!(
+            "Lag probe {i} from writer {writer}: the deploy of the billing service to staging \
+             finished; smoke tests green except the invoice export, which times out after 30 s."
+        )},
+    })
+}
+
+/// Appends events `from+1..=to` of `history` to `tenant`, in batches of 1000.
+async fn load(
+    pool: &PgPool,
+    tenant: &TenantId,
+    history: History,
+    from: u64,
+    to: u64,
+) -> anyhow::Result<()> {
+    const BATCH: u64 = 1000;
+    let redactor = Redactor::default();
+    let mut last_event: Option<String> = None;
+    let mut n = from;
+    while n < to {
+        let end = (n + BATCH).min(to);
+        let mut events = Vec::with_capacity((end - n) as usize);
+        for i in n..end {
+            let body = history.event(i, last_event.as_deref());
+            let request: EventRequest = serde_json::from_value(body)?;
+            events.push(
+                NewEvent::parse(request, &redactor)
+                    .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?,
+            );
+        }
+        let appended = write::append(pool, tenant, events).await?;
+        last_event = appended.last().map(|a| a.event_id.clone());
+        n = end;
+        if n.is_multiple_of(100_000) {
+            eprintln!("loaded {n} events");
+        }
+    }
+    Ok(())
+}
+
+const STATUSES: [&str; 3] = ["open", "doing", "done"];
+const VIEWS: [&str; 3] = ["identity", "rules", "preferences"];
+
+fn chat_event(i: u64, evidence: Option<&str>) -> Value {
+    let refs: Vec<&str> = evidence.into_iter().collect();
+    let (actor, kind, content, refs) = match i % 50 {
+        0..=39 if i.is_multiple_of(2) => (
+            "human",
+            "message",
+            json!({"text": format!("Can you check why the nightly export {i} failed for account {}? \
+                    It worked yesterday.", i % 311)}),
+            vec![],
+        ),
+        0..=39 => (
+            "agent",
+            "message",
+            json!({"text": format!("The export job {i} timed out after 30 s while reading account {}; \
+                    I will retry with a smaller page size.", i % 311)}),
+            vec![],
+        ),
+        40..=43 => (
+            "agent",
+            "tool_call",
+            json!({"tool": "jobs.status", "args": {"job": format!("export-{i}")}}),
+            vec![],
+        ),
+        44..=47 => (
+            "tool",
+            "tool_result",
+            json!({"tool": "jobs.status", "output": format!(
+                "job export-{i}: failed\nreason: timeout after 30000 ms\npages read: {}\nretries: 2\n", i % 97)}),
+            vec![],
+        ),
+        48 => (
+            "agent",
+            "decision",
+            json!({"decision": format!("Export pages of {} rows", 100 + i % 7 * 50), "key": "export-page-size",
+                   "scope": "project", "rationale": ["timeouts above 500 rows"]}),
+            refs,
+        ),
+        _ => (
+            "agent",
+            "task_update",
+            json!({"task_id": format!("T-{}", i % 25), "status": STATUSES[(i % 3) as usize],
+                   "title": format!("Fix export for account {}", i % 25)}),
+            vec![],
+        ),
+    };
+    json!({
+        "session_id": format!("session-{}", i / 200),
+        "channel": "private",
+        "actor": {"type": actor, "id": actor},
+        "kind": kind,
+        "content": content,
+        "refs": refs,
+    })
+}
+
+fn mixed_event(i: u64, evidence: Option<&str>) -> Value {
+    let refs: Vec<&str> = evidence.into_iter().collect();
+    let (kind, content, refs) = match i % 100 {
+        0..=69 => (
+            "message",
+            json!({"text": format!("Message {i}: we looked at module {} and the retry policy; \
+                    the queue drains in about {} seconds under load.", i % 37, i % 90)}),
+            vec![],
+        ),
+        70..=84 => {
+            let output: String = (0..60)
+                .map(|line| format!("{line:>4} | fn step_{i}_{line}(ctx: &mut Context) -> Result<()> {{ ctx.advance() }}\n"))
+                .collect();
+            (
+                "tool_result",
+                json!({"tool": "fs.read_file", "path": format!("src/mod_{}.rs", i % 50), "output": output}),
+                vec![],
+            )
+        }
+        85..=89 => (
+            "decision",
+            json!({"decision": format!("Use strategy {i} for module {}", i % 13), "key": format!("module-{}", i % 13),
+                   "scope": "project", "rationale": ["measured", "simpler"]}),
+            refs,
+        ),
+        90..=94 => (
+            "task_update",
+            json!({"task_id": format!("T-{}", i % 40), "status": STATUSES[(i % 3) as usize],
+                   "title": format!("Task {}", i % 40)}),
+            vec![],
+        ),
+        95..=97 => (
+            "summary",
+            json!({"text": format!("Summary {i}: module {} uses strategy {i}", i % 13),
+                   "claims": [{"key": format!("module-{}", i % 13), "value": format!("strategy {i}")}]}),
+            refs,
+        ),
+        _ => (
+            "view_update",
+            json!({"view": VIEWS[(i % 3) as usize], "text": format!("Revision {i}")}),
+            vec![],
+        ),
+    };
+    json!({
+        "session_id": format!("session-{}", i / 500),
+        "channel": "private",
+        "actor": {"type": "agent", "id": "loader"},
+        "kind": kind,
+        "content": content,
+        "refs": refs,
+    })
+}
+
+fn render(
+    options: &Options,
+    lag: &LagResult,
+    rebuilds: &[RebuildResult],
+    environment: &str,
+) -> String {
+    let command: Vec<String> = std::env::args().collect();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let mut out = String::new();
+    let _ = writeln!(out, "# memd bench project\n");
+    let _ = writeln!(out, "Command: `{}`  ", command.join(" "));
+    let _ = writeln!(
+        out,
+        "Date: {}  ",
+        chrono::Utc::now().format("%Y-%m-%d %H:%M UTC")
+    );
+    let _ = writeln!(out, "Machine: {environment}\n");
+    let _ = writeln!(out, "## Projection lag under a steady append rate\n");
+    let _ = writeln!(
+        out,
+        "{LAG_TENANTS} tenants, one paced HTTP writer each, single-event appends for {:.0} s at a target of {} events/s; \
+         the daemon runs its default projection workers. Lag = from the append's acknowledged commit to the \
+         projection commit that covers the event (its `memd_projected` notification).\n",
+        options.seconds, options.rate
+    );
+    let _ = writeln!(
+        out,
+        "| events sent | achieved events/s | errors | lag p50 ms | lag p95 ms | lag p99 ms | lag max ms | never observed |"
+    );
+    let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        out,
+        "| {} | {:.0} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
+        lag.sent,
+        lag.achieved_rate,
+        lag.errors,
+        ms(percentile(&lag.lags, 50.0)),
+        ms(percentile(&lag.lags, 95.0)),
+        ms(percentile(&lag.lags, 99.0)),
+        ms(percentile(&lag.lags, 100.0)),
+        lag.unobserved
+    );
+    let _ = writeln!(out, "\n## Rebuild from zero\n");
+    let _ = writeln!(
+        out,
+        "Per history, one tenant loaded with batched appends up to each size (each size on top of the previous), \
+         then `rebuild` of every projector for that tenant, in one transaction. \
+         *Raw chunk INSERT* is PostgreSQL alone writing the same chunk rows in one statement into an identical \
+         table (generated tsvector, GIN and b-tree indexes): the floor for the projection that dominates a rebuild.\n"
+    );
+    for history in [History::Chat, History::ToolHeavy] {
+        let _ = writeln!(out, "- **{}**: {}", history.name(), history.describe());
+    }
+    let _ = writeln!(
+        out,
+        "\n| history | events | chunks | rebuild s | rebuild events/s | raw chunk INSERT s | memd / raw time | (load s) |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    for r in rebuilds {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {:.1} | {:.0} | {:.1} | {:.2} | {:.1} |",
+            r.history.name(),
+            r.events,
+            r.chunks,
+            r.elapsed.as_secs_f64(),
+            r.events as f64 / r.elapsed.as_secs_f64(),
+            r.raw_chunks.as_secs_f64(),
+            r.elapsed.as_secs_f64() / r.raw_chunks.as_secs_f64().max(1e-9),
+            r.load_elapsed.as_secs_f64()
+        );
+    }
+    out
+}
