@@ -20,6 +20,7 @@ pub mod event;
 pub mod projections;
 pub mod projector;
 pub mod rebuild;
+pub mod render;
 pub mod runtime;
 pub mod schema;
 

@@ -1,0 +1,141 @@
+//! How memory is written into a bundle's prompt, and why its token counts
+//! add up exactly.
+//!
+//! A bundle is a sequence of blocks: a section heading (`## rules\n`), then
+//! per item a handle (`[E3]`), a meta line and a body:
+//!
+//! ```text
+//! ## retrieved_evidence
+//! [E1] alice · 2026-11-23 10:30
+//! We deploy on Fridays only after the smoke tests pass.
+//! [E2] fs · tool_result fs.read_file README.md lines 1-40 · 2026-11-23 10:31
+//! # legacy-billing
+//! ...
+//! ```
+//!
+//! The BPE encodings split text into pieces with a regular expression
+//! before merging bytes, and a piece can only run across a block boundary
+//! through line breaks or through `[\r\n/]*` after punctuation. So every
+//! meta line starts with a space and ends with a digit then `\n`, every body
+//! starts with neither `\r` nor `\n` and ends with exactly one `\n` after a
+//! non-space, and every heading and handle starts with `#` or `[`: no piece
+//! crosses a boundary, and the tokens of the whole prompt are exactly the
+//! sum of the tokens of its blocks. That lets the projector count an item's
+//! meta line and body once and store it (`chunks.token_est`), and the read
+//! side budget a bundle by adding stored numbers (proved by the property
+//! test below, and by the bundle's own property test).
+
+use chrono::{DateTime, Utc};
+
+/// The body of an item: `text` without leading line breaks and trailing
+/// whitespace, closed by one newline. Empty when nothing is left.
+pub fn body(text: &str) -> String {
+    let trimmed = text.trim_start_matches(['\r', '\n']).trim_end();
+    if trimmed.is_empty() {
+        return String::new();
+    }
+    let mut body = String::with_capacity(trimmed.len() + 1);
+    body.push_str(trimmed);
+    body.push('\n');
+    body
+}
+
+/// A meta line: ` part · part · 2026-11-23 10:30\n`. Parts are flattened to
+/// one line; empty parts are left out.
+pub fn meta<'a>(parts: impl IntoIterator<Item = &'a str>, at: DateTime<Utc>) -> String {
+    let mut line = String::new();
+    for part in parts {
+        let part = one_line(part);
+        if part.is_empty() {
+            continue;
+        }
+        line.push(' ');
+        line.push_str(&part);
+        line.push_str(" ·");
+    }
+    line.push(' ');
+    line.push_str(&at.format("%Y-%m-%d %H:%M").to_string());
+    line.push('\n');
+    line
+}
+
+/// A section heading: `## name\n` (names are `[a-z_]+`).
+pub fn heading(name: &str) -> String {
+    format!("## {name}\n")
+}
+
+/// An item's handle, by which the prompt cites it: `[E3]`.
+pub fn handle(prefix: char, index: usize) -> String {
+    format!("[{prefix}{index}]")
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::projections::{Encoding, TokenCounter};
+
+    #[test]
+    fn bodies_and_meta_lines_have_their_shape() {
+        assert_eq!(body("\n\n  indented\ncode  \n\n"), "  indented\ncode\n");
+        assert_eq!(body(" \n\t"), "");
+        let at = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        assert_eq!(
+            meta(["alice", "", "tool_result  a\nb"], at),
+            " alice · tool_result a b · 2023-11-14 22:13\n"
+        );
+    }
+
+    fn text() -> impl Strategy<Value = String> {
+        // Line breaks, slashes, punctuation, digits, letters of several
+        // scripts, spaces and tabs: the characters the tokenizer's piece
+        // boundaries depend on.
+        proptest::collection::vec(
+            prop_oneof![
+                Just("\n".to_owned()),
+                Just("\r\n".to_owned()),
+                Just("/".to_owned()),
+                Just(" ".to_owned()),
+                Just("\t".to_owned()),
+                Just("'s".to_owned()),
+                "[.,;:!?#*()\\[\\]{}<>\"'`~|-]{1,3}",
+                "[0-9]{1,5}",
+                "[a-zA-Z]{1,8}",
+                "[éßЖ中文한국어🙂]{1,3}",
+            ],
+            0..40,
+        )
+        .prop_map(|parts| parts.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+        /// Counting a prompt equals adding the counts of its blocks.
+        #[test]
+        fn block_counts_add_up_to_the_prompt_count(
+            items in proptest::collection::vec((text(), text(), 1usize..250), 1..8),
+            cl100k in any::<bool>(),
+        ) {
+            let counter = TokenCounter::new(if cl100k { Encoding::Cl100kBase } else { Encoding::O200kBase });
+            let at = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+            let mut prompt = heading("retrieved_evidence");
+            let mut sum = counter.count(&prompt);
+            for (actor, content, index) in &items {
+                let item_handle = handle('E', *index);
+                let block = meta([actor.as_str(), "message"], at) + &body(content);
+                sum += counter.count(&item_handle) + counter.count(&block);
+                prompt.push_str(&item_handle);
+                prompt.push_str(&block);
+                let next = heading("recent_window");
+                sum += counter.count(&next);
+                prompt.push_str(&next);
+            }
+            prop_assert_eq!(counter.count(&prompt), sum, "{:?}", prompt);
+        }
+    }
+}
