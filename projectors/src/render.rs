@@ -15,10 +15,10 @@
 //!
 //! The BPE encodings split text into pieces with a regular expression
 //! before merging bytes, and a piece can only run across a block boundary
-//! through line breaks or through `[\r\n/]*` after punctuation. So every
-//! meta line starts with a space and ends with a digit then `\n`, every body
-//! starts with neither `\r` nor `\n` and ends with exactly one `\n` after a
-//! non-space, and every heading and handle starts with `#` or `[`: no piece
+//! through runs of whitespace ending in line breaks, or through `[\r\n/]*`
+//! after punctuation. So every meta line starts with a space and ends with a
+//! digit then `\n`, every body starts with a line that is not blank and ends
+//! with exactly one `\n` after a non-space, and every heading and handle starts with `#` or `[`: no piece
 //! crosses a boundary, and the tokens of the whole prompt are exactly the
 //! sum of the tokens of its blocks. That lets the projector count an item's
 //! meta line and body once and store it (`chunks.token_est`), and the read
@@ -27,10 +27,18 @@
 
 use chrono::{DateTime, Utc};
 
-/// The body of an item: `text` without leading line breaks and trailing
-/// whitespace, closed by one newline. Empty when nothing is left.
+/// The body of an item: `text` without its leading blank lines and
+/// trailing whitespace, closed by one newline. Empty when nothing is left.
+/// (A leading blank line, even of spaces, would merge with the meta line's
+/// newline into one piece.)
 pub fn body(text: &str) -> String {
-    let trimmed = text.trim_start_matches(['\r', '\n']).trim_end();
+    let mut rest = text;
+    while let Some(end) = rest.find('\n')
+        && rest[..end].trim().is_empty()
+    {
+        rest = &rest[end + 1..];
+    }
+    let trimmed = rest.trim_end();
     if trimmed.is_empty() {
         return String::new();
     }
@@ -59,6 +67,29 @@ pub fn meta<'a>(parts: impl IntoIterator<Item = &'a str>, at: DateTime<Utc>) -> 
     line
 }
 
+/// The meta line of a chunk: who, what (tool and lines, decision key,
+/// task; nothing for a plain message), when.
+pub fn chunk_meta(
+    actor_id: &str,
+    kind: &str,
+    source: Option<&str>,
+    lines: Option<(i32, i32)>,
+    at: DateTime<Utc>,
+) -> String {
+    let label = match kind {
+        "message" => String::new(),
+        "tool_result" => {
+            let mut label = format!("tool_result {}", source.unwrap_or_default());
+            if let Some((first, last)) = lines {
+                label.push_str(&format!(" lines {first}-{last}"));
+            }
+            label
+        }
+        _ => source.unwrap_or(kind).to_owned(),
+    };
+    meta([actor_id, label.as_str()], at)
+}
+
 /// A section heading: `## name\n` (names are `[a-z_]+`).
 pub fn heading(name: &str) -> String {
     format!("## {name}\n")
@@ -83,6 +114,7 @@ mod tests {
     #[test]
     fn bodies_and_meta_lines_have_their_shape() {
         assert_eq!(body("\n\n  indented\ncode  \n\n"), "  indented\ncode\n");
+        assert_eq!(body(" \n\t\r\n/x"), "/x\n");
         assert_eq!(body(" \n\t"), "");
         let at = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
         assert_eq!(
@@ -99,6 +131,8 @@ mod tests {
             prop_oneof![
                 Just("\n".to_owned()),
                 Just("\r\n".to_owned()),
+                Just(" \n".to_owned()),
+                Just("\t \r\n".to_owned()),
                 Just("/".to_owned()),
                 Just(" ".to_owned()),
                 Just("\t".to_owned()),

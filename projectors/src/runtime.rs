@@ -101,7 +101,8 @@ impl Queue {
     }
 }
 
-fn backoff() -> impl Iterator<Item = Duration> {
+/// Reconnect and retry delays: 50 ms doubling to 5 s, with jitter, forever.
+pub fn backoff() -> impl Iterator<Item = Duration> {
     ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(50))
         .with_max_delay(Duration::from_secs(5))

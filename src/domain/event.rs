@@ -59,6 +59,7 @@ wire_enum!(
         TaskUpdate => "task_update",
         Summary => "summary",
         ViewUpdate => "view_update",
+        Handoff => "handoff",
     }
 );
 wire_enum!(
@@ -388,6 +389,22 @@ struct ViewUpdateContent {
     text: String,
 }
 
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct HandoffContent {
+    to_agent: String,
+    task: String,
+    task_id: Option<String>,
+    #[serde(default)]
+    constraints: Vec<String>,
+    #[serde(default)]
+    decision_ids: Vec<String>,
+    #[serde(default)]
+    required_files: Vec<String>,
+    #[serde(default)]
+    open_questions: Vec<String>,
+}
+
 fn check_content(kind: Kind, content: &Value) -> Result<(), FieldError> {
     if !content.is_object() {
         return Err(FieldError::new("content", "must be a JSON object"));
@@ -424,6 +441,11 @@ fn check_content(kind: Kind, content: &Value) -> Result<(), FieldError> {
         Kind::Summary => {
             let c: SummaryContent = shape(content)?;
             non_empty("content.text", &c.text)
+        }
+        Kind::Handoff => {
+            let c: HandoffContent = shape(content)?;
+            non_empty("content.to_agent", &c.to_agent)?;
+            non_empty("content.task", &c.task)
         }
         Kind::ViewUpdate => {
             let c: ViewUpdateContent = shape(content)?;

@@ -1,7 +1,10 @@
 //! What each projection derives from the log, observed after the daemon's
 //! own projection workers have caught up.
 
-use memd_projectors::projections::{Encoding, TokenCounter};
+use memd_projectors::{
+    projections::{Encoding, TokenCounter},
+    render,
+};
 use serde_json::{Value, json};
 use sqlx::{
     PgPool,
@@ -44,18 +47,30 @@ async fn messages_become_searchable_chunks_with_exact_token_counts(
     .await;
     wait_projected(&app.pool, "acme").await;
 
-    let (chunk_id, stored, token_est, kind, channel): (String, String, i32, String, String) =
-        sqlx::query_as(
-            "SELECT chunk_id, text, token_est, kind, channel FROM projections.chunks
-              WHERE tsv @@ plainto_tsquery('english', 'stored invoice')",
-        )
-        .fetch_one(&app.pool)
-        .await
-        .expect("the message is found by full-text search");
+    let (chunk_id, stored, token_est, kind, channel, ts): (
+        String,
+        String,
+        i32,
+        String,
+        String,
+        chrono::DateTime<chrono::Utc>,
+    ) = sqlx::query_as(
+        "SELECT chunk_id, text, token_est, kind, channel, ts FROM projections.chunks
+          WHERE tsv @@ plainto_tsquery('english', 'stored invoice')",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .expect("the message is found by full-text search");
     assert_eq!(stored, text);
+    // Counted once, as a bundle renders it: meta line and body.
+    let rendered = render::chunk_meta("user-1", "message", None, None, ts) + &render::body(text);
+    assert_eq!(
+        rendered,
+        format!(" user-1 · {}\n{text}\n", ts.format("%Y-%m-%d %H:%M"))
+    );
     assert_eq!(
         token_est as usize,
-        TokenCounter::new(Encoding::O200kBase).count(text)
+        TokenCounter::new(Encoding::O200kBase).count(&rendered)
     );
     assert_eq!((kind.as_str(), channel.as_str()), ("message", "private"));
     assert_eq!(chunk_id, id(&sent).replace("evt_", "chk_") + "_0");

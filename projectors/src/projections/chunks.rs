@@ -9,10 +9,12 @@ use super::tokens::TokenCounter;
 use crate::{
     event::StoredEvent,
     projector::{BoxFuture, Projector, Table},
+    render,
 };
 
-/// Parts aim at this many tokens. Splitting estimates 4 bytes per token and
-/// the stored `token_est` is the exact count of the part's text.
+/// Parts aim at this many tokens. Splitting estimates 4 bytes per token;
+/// the stored `token_est` is the exact count of the part as a bundle renders
+/// it (its meta line and body, see [`render`]).
 pub const TARGET_TOKENS: usize = 400;
 const BYTES_PER_TOKEN: usize = 4;
 
@@ -49,7 +51,8 @@ pub struct ChunkProjector {
 }
 
 impl ChunkProjector {
-    const BASE_VERSION: i32 = 1;
+    /// 2: `token_est` counts the chunk as a bundle renders it.
+    const BASE_VERSION: i32 = 2;
 
     pub fn new(tokens: TokenCounter) -> Self {
         Self { tokens }
@@ -263,18 +266,29 @@ impl ChunkProjector {
             .into_iter()
             .filter(|part| !part.text.trim().is_empty())
             .enumerate()
-            .map(|(index, part)| Chunk {
-                chunk_id: format!("chk_{ulid}_{index}"),
-                event_id: event.event_id.clone(),
-                seq: event.seq,
-                part: index as i32,
-                source: source.clone(),
-                line_start: first_line.map(|first| first + part.first_line as i32 - 1),
-                line_end: first_line.map(|first| first + part.last_line as i32 - 1),
-                text: part.text.to_owned(),
-                token_est: self.tokens.count(part.text) as i32,
-                importance,
-                content_hash: content_hash(part.text),
+            .map(|(index, part)| {
+                let line_start = first_line.map(|first| first + part.first_line as i32 - 1);
+                let line_end = first_line.map(|first| first + part.last_line as i32 - 1);
+                let rendered = render::chunk_meta(
+                    &event.actor_id,
+                    &event.kind,
+                    source.as_deref(),
+                    line_start.zip(line_end),
+                    event.ts,
+                ) + &render::body(part.text);
+                Chunk {
+                    chunk_id: format!("chk_{ulid}_{index}"),
+                    event_id: event.event_id.clone(),
+                    seq: event.seq,
+                    part: index as i32,
+                    source: source.clone(),
+                    line_start,
+                    line_end,
+                    text: part.text.to_owned(),
+                    token_est: self.tokens.count(&rendered) as i32,
+                    importance,
+                    content_hash: content_hash(part.text),
+                }
             })
             .collect()
     }

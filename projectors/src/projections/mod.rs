@@ -2,6 +2,7 @@
 
 pub mod chunks;
 pub mod decisions;
+pub mod handoffs;
 pub mod tasks;
 pub mod tokens;
 pub mod views;
@@ -12,7 +13,7 @@ use crate::projector::Projector;
 pub use tokens::{Encoding, TokenCounter};
 
 /// The names of [`all`]'s projectors, without loading a token encoding.
-pub const NAMES: &[&str] = &["chunks", "decisions", "tasks", "views"];
+pub const NAMES: &[&str] = &["chunks", "decisions", "tasks", "views", "handoffs"];
 
 /// Every projector memd runs, in the order they are applied within a batch.
 pub fn all(encoding: Encoding) -> Vec<Arc<dyn Projector>> {
@@ -21,6 +22,7 @@ pub fn all(encoding: Encoding) -> Vec<Arc<dyn Projector>> {
         Arc::new(decisions::DecisionProjector),
         Arc::new(tasks::TaskProjector),
         Arc::new(views::ViewProjector),
+        Arc::new(handoffs::HandoffProjector),
     ]
 }
 

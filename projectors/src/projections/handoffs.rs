@@ -1,0 +1,73 @@
+//! `handoffs`: the packets agents hand each other (PRD A6), one row per
+//! `handoff` event. A receiving agent's bundle shows the packet instead of
+//! the sender's transcript.
+
+use sqlx::PgConnection;
+
+use crate::{
+    event::StoredEvent,
+    projector::{BoxFuture, Projector, Table},
+};
+
+const TABLES: &[Table] = &[Table {
+    name: "handoffs",
+    key: &["tenant_id", "handoff_id"],
+}];
+
+pub struct HandoffProjector;
+
+impl Projector for HandoffProjector {
+    fn name(&self) -> &'static str {
+        "handoffs"
+    }
+
+    fn version(&self) -> i32 {
+        1
+    }
+
+    fn tables(&self) -> &'static [Table] {
+        TABLES
+    }
+
+    fn apply<'a>(
+        &'a self,
+        tx: &'a mut PgConnection,
+        tenant: &'a str,
+        events: &'a [StoredEvent],
+    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            for event in events.iter().filter(|e| e.kind == "handoff") {
+                let (Some(to_agent), Some(task)) = (event.text("to_agent"), event.text("task"))
+                else {
+                    continue;
+                };
+                sqlx::query(
+                    "INSERT INTO handoffs (tenant_id, handoff_id, seq, ts, session_id, channel,
+                                           sensitivity, from_agent, to_agent, task, task_id,
+                                           constraints, decision_ids, required_files,
+                                           open_questions, refs)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+                )
+                .bind(tenant)
+                .bind(&event.event_id)
+                .bind(event.seq)
+                .bind(event.ts)
+                .bind(&event.session_id)
+                .bind(&event.channel)
+                .bind(&event.sensitivity)
+                .bind(&event.actor_id)
+                .bind(to_agent)
+                .bind(task)
+                .bind(event.text("task_id"))
+                .bind(event.strings("constraints"))
+                .bind(event.strings("decision_ids"))
+                .bind(event.strings("required_files"))
+                .bind(event.strings("open_questions"))
+                .bind(&event.refs)
+                .execute(&mut *tx)
+                .await?;
+            }
+            Ok(())
+        })
+    }
+}
