@@ -5,6 +5,7 @@
 //! - [`domain`]: parsed, validated types (events, redaction, tool results, the
 //!   hash chain). No I/O.
 //! - [`write`]: the append path, the only writer of the event log.
+//! - [`read`]: Active Context Bundles, built from projections and the log.
 //! - [`audit`]: hash-chain verification of the log.
 //! - [`api`]: the HTTP interface, thin handlers over the above.
 //! - [`tenants`]: tenants and bearer tokens.
@@ -19,6 +20,7 @@ pub mod audit;
 pub mod bench;
 pub mod db;
 pub mod domain;
+pub mod read;
 pub mod startup;
 pub mod telemetry;
 pub mod tenants;

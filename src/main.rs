@@ -223,6 +223,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 redactor: Arc::new(redactor),
                 token_cache_ttl: Duration::from_secs(5),
                 projection: (!no_projectors).then(|| projection.config()),
+                encoding: projection.token_encoding,
             };
             let daemon = Daemon::bind(&config, pool.clone())
                 .await

@@ -9,12 +9,13 @@ use memd_projectors::{
     runtime::{Runtime, RuntimeConfig},
 };
 use sqlx::PgPool;
-use tokio::net::TcpListener;
+use tokio::{net::TcpListener, sync::watch};
 
 use crate::{
     admin::jobs::JobWorker,
     api::{self, ApiState},
     domain::{limits, redact::Redactor},
+    read::Reader,
     tenants::TokenCache,
     write::Appender,
 };
@@ -32,6 +33,9 @@ pub struct ServeConfig {
     /// unless this is `None` (`memd serve --no-projectors`, with `memd
     /// project` elsewhere).
     pub projection: Option<ProjectionConfig>,
+    /// Token encoding of bundles; must be the projections' (chunks store
+    /// their counts in it).
+    pub encoding: Encoding,
 }
 
 /// How the projector runtime runs.
@@ -60,6 +64,7 @@ impl Default for ServeConfig {
             redactor: Arc::new(Redactor::default()),
             token_cache_ttl: Duration::from_secs(5),
             projection: Some(ProjectionConfig::default()),
+            encoding: Encoding::default(),
         }
     }
 }
@@ -70,12 +75,15 @@ pub struct Daemon {
     router: axum::Router,
     pool: PgPool,
     projection: Option<ProjectionConfig>,
+    reader: Arc<Reader>,
 }
 
 impl Daemon {
     pub async fn bind(config: &ServeConfig, pool: PgPool) -> std::io::Result<Self> {
         let listener = TcpListener::bind(&config.listen).await?;
+        let reader = Arc::new(Reader::new(pool.clone(), config.encoding));
         let state = ApiState {
+            reader: reader.clone(),
             appender: Arc::new(Appender::new(pool.clone())),
             pool: pool.clone(),
             redactor: config.redactor.clone(),
@@ -86,6 +94,7 @@ impl Daemon {
             router: api::router(state, config.max_body_bytes),
             pool,
             projection: config.projection.clone(),
+            reader,
         })
     }
 
@@ -107,9 +116,18 @@ impl Daemon {
                 JobWorker::spawn(self.pool.clone(), Arc::new(p.engine())),
             )
         });
+        let (stop_listening, listening) = watch::channel(false);
+        let cache_listener = tokio::spawn(
+            self.reader
+                .cache
+                .clone()
+                .listen(self.pool.clone(), listening),
+        );
         let served = axum::serve(self.listener, self.router)
             .with_graceful_shutdown(stop)
             .await;
+        let _ = stop_listening.send(true);
+        let _ = cache_listener.await;
         if let Some((projectors, jobs)) = workers {
             jobs.shutdown().await;
             projectors.shutdown().await;

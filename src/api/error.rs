@@ -43,6 +43,16 @@ impl ApiError {
         Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
     }
 
+    /// A body `tenant_id` that is not the bearer token's tenant.
+    pub fn tenant_mismatch(field: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "tenant_mismatch",
+            "tenant_id differs from the tenant of the bearer token",
+        )
+        .with_field(field)
+    }
+
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }

@@ -28,12 +28,7 @@ pub async fn post_events(
     require_scope(&caller, Scope::Write)?;
     let (requests, batch) = parse_body(body).map_err(ApiError::invalid)?;
     if let Some(field) = claimed_tenant_mismatch(&requests, caller.tenant.as_str(), batch) {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "tenant_mismatch",
-            "tenant_id differs from the tenant of the bearer token",
-        )
-        .with_field(field));
+        return Err(ApiError::tenant_mismatch(field));
     }
     let events = requests
         .into_iter()

@@ -1,12 +1,16 @@
 //! The HTTP interface. Handlers are thin: parse at the edge into domain types,
 //! call the write or read side, map errors to the one error shape.
 
+mod acb;
 mod admin;
 mod artifacts;
+mod decisions;
 pub mod error;
 mod events;
 mod extract;
+mod handoffs;
 mod health;
+mod policy;
 
 use std::sync::Arc;
 
@@ -20,6 +24,7 @@ use sqlx::PgPool;
 
 use crate::{
     domain::{redact::Redactor, tenant::Scope},
+    read::Reader,
     tenants::{Caller, TokenCache},
     write::Appender,
 };
@@ -32,11 +37,16 @@ pub struct ApiState {
     pub redactor: Arc<Redactor>,
     pub tokens: Arc<TokenCache>,
     pub appender: Arc<Appender>,
+    pub reader: Arc<Reader>,
 }
 
 pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
     let api = Router::new()
         .route("/events", post(events::post_events))
+        .route("/acb/build", post(acb::post_build))
+        .route("/handoffs", post(handoffs::post_handoff))
+        .route("/decisions", get(decisions::get_decisions))
+        .route("/policy", get(policy::get_policy).put(policy::put_policy))
         .route("/artifacts/{id}", get(artifacts::get_artifact))
         .route("/admin/rebuild", post(admin::post_rebuild))
         .route("/admin/drift-check", post(admin::post_drift_check))

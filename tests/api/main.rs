@@ -1,12 +1,15 @@
 //! Integration tests: each runs the real daemon on its own fresh database
 //! (`#[sqlx::test]`) and talks to it over HTTP, as agents do.
 
+mod acb;
 mod admin_jobs;
 mod append_only;
 mod chain;
 mod concurrency;
 mod events;
+mod handoffs;
 mod helpers;
+mod policy;
 mod projections;
 mod projector_runtime;
 mod rebuild;

@@ -1,0 +1,1089 @@
+//! Building one Active Context Bundle.
+//!
+//! 1. Read where the log and the projections are (and the query's lexemes)
+//!    in one round trip; with `"consistency": "strong"`, wait (bounded) for
+//!    projections to reach the log's head first.
+//! 2. Take the tenant's views, active decisions and tasks from the cache.
+//! 3. Read the session's recent events from the log itself.
+//! 4. Unless the intent is a fast-path one (or there is no query), retrieve
+//!    and rank evidence, leaving out what is superseded, rejected,
+//!    conflicting, already shown or a near-duplicate.
+//! 5. Pack the sections by priority under the budget; render.
+//!
+//! Privacy filters apply at every source before anything is ranked.
+
+use std::{
+    collections::{BTreeSet, HashMap, HashSet},
+    time::{Duration, Instant},
+};
+
+use chrono::{DateTime, Utc};
+use memd_projectors::{StoredEvent, render};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use sqlx::Row;
+
+use super::{
+    Reader,
+    bundle::{self, Candidates, Item, Section},
+    cache::{DecisionRow, Visible},
+    dedupe, handoff,
+    policy::{Policy, Scoring, SectionName},
+    privacy::{Filters, Visibility},
+    retrieve::{self, Candidate, Scope},
+};
+use crate::domain::{FieldError, event::Channel, limits};
+
+/// Longest `query_text` accepted.
+pub const MAX_QUERY_BYTES: usize = 16 * 1024;
+/// Ids listed per omission; `count` says how many there were.
+const OMISSION_IDS_SHOWN: usize = 100;
+/// Words that make a query ask for how decisions changed, not just what
+/// holds now.
+const HISTORY_WORDS: &[&str] = &[
+    "history",
+    "historical",
+    "previous",
+    "previously",
+    "earlier",
+    "originally",
+    "superseded",
+    "used to",
+    "changed",
+    "before",
+];
+
+/// The request (PRD §7.2, plus `render`, `consistency`, `include_history`,
+/// `handoff_id`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcbRequest {
+    /// Optional: the tenant comes from the bearer token.
+    pub tenant_id: Option<String>,
+    /// The conversation: its recent events form the recent window.
+    pub session_id: Option<String>,
+    /// The agent the bundle is for: finds handoff packets addressed to it.
+    pub agent_id: Option<String>,
+    /// The channel the bundle will be used in; decides what it may hold.
+    #[serde(default = "private")]
+    pub channel: Channel,
+    pub intent: Option<String>,
+    pub query_text: Option<String>,
+    /// Defaults to, and may not exceed, the policy's `max_tokens`.
+    pub max_tokens: Option<u32>,
+    /// Also return the bundle as one prompt string.
+    #[serde(default)]
+    pub render: bool,
+    #[serde(default)]
+    pub consistency: Consistency,
+    /// Show superseded decisions too. Default: when the query asks about
+    /// history ("previously", "changed", "used to", ...).
+    pub include_history: Option<bool>,
+    /// A specific handoff packet for `agent_id` in `session_id`.
+    pub handoff_id: Option<String>,
+}
+
+fn private() -> Channel {
+    Channel::Private
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Consistency {
+    /// Use the projections as they are; provenance says how far behind.
+    #[default]
+    Eventual,
+    /// Wait (up to the policy's timeout) until projections reach the log's
+    /// head as of the request.
+    Strong,
+}
+
+impl AcbRequest {
+    /// Checks the fields and returns the budget.
+    fn check(&self, policy: &Policy) -> Result<usize, FieldError> {
+        for (field, value) in [
+            ("session_id", &self.session_id),
+            ("agent_id", &self.agent_id),
+            ("handoff_id", &self.handoff_id),
+        ] {
+            if let Some(value) = value
+                && (value.is_empty() || value.len() > limits::MAX_ID_BYTES)
+            {
+                return Err(FieldError::new(field, "must be 1-256 bytes"));
+            }
+        }
+        if self.intent.as_ref().is_some_and(|i| i.len() > 256) {
+            return Err(FieldError::new("intent", "must be at most 256 bytes"));
+        }
+        if let Some(query) = &self.query_text
+            && query.len() > MAX_QUERY_BYTES
+        {
+            return Err(FieldError::new(
+                "query_text",
+                format!(
+                    "is {} bytes; at most {MAX_QUERY_BYTES} allowed",
+                    query.len()
+                ),
+            ));
+        }
+        if self.handoff_id.is_some() && (self.agent_id.is_none() || self.session_id.is_none()) {
+            return Err(FieldError::new(
+                "handoff_id",
+                "needs agent_id and session_id (the receiving agent and session)",
+            ));
+        }
+        match self.max_tokens {
+            None => Ok(policy.max_tokens as usize),
+            Some(0) => Err(FieldError::new("max_tokens", "must be at least 1")),
+            Some(asked) if asked > policy.max_tokens => Err(FieldError::new(
+                "max_tokens",
+                format!(
+                    "is {asked}; this tenant's policy allows at most {}",
+                    policy.max_tokens
+                ),
+            )),
+            Some(asked) => Ok(asked as usize),
+        }
+    }
+}
+
+/// The response.
+#[derive(Debug, Clone, Serialize)]
+pub struct Acb {
+    pub acb_id: String,
+    pub budget_tokens: usize,
+    /// Exact tokens of the rendered bundle (`prompt`), in the tenant's
+    /// encoding.
+    pub token_used_est: usize,
+    pub sections: Vec<Section>,
+    pub omissions: Vec<Omission>,
+    pub provenance: Provenance,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+}
+
+/// Something left out, and why: `budget`, `privacy`, `duplicate`,
+/// `superseded`, `rejected`, `conflict`, or `truncated_tool_output` (the
+/// item is in, but its full output is only in the artifact).
+#[derive(Debug, Clone, Serialize)]
+pub struct Omission {
+    pub reason: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub section: Option<&'static str>,
+    pub candidates: Vec<String>,
+    pub count: usize,
+    #[serde(flatten)]
+    pub details: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Provenance {
+    pub intent: Option<String>,
+    /// `fast` (no retrieval) or `retrieval`.
+    pub path: &'static str,
+    pub query_terms: Vec<String>,
+    pub candidate_pool_size: usize,
+    pub candidate_pool_max: u32,
+    /// Evidence chunks that survived filtering and dedupe, before packing.
+    pub retrieved: usize,
+    pub filters: Filters,
+    pub scoring: Scoring,
+    pub dedupe: DedupeReport,
+    pub history: bool,
+    pub handoff_id: Option<String>,
+    /// The log's head seq for the tenant.
+    pub head_seq: i64,
+    /// Every projection has applied the log up to here.
+    pub projected_seq: i64,
+    pub lag_events: i64,
+    pub consistency: ConsistencyReport,
+    /// Whether the tenant's views, decisions and tasks came from memory.
+    pub cache: &'static str,
+    pub encoding: &'static str,
+    pub elapsed_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DedupeReport {
+    /// Candidates collapsed into a better ranked near-duplicate.
+    pub collapsed: usize,
+    pub similarity: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ConsistencyReport {
+    pub requested: Consistency,
+    pub caught_up: bool,
+    pub waited_ms: f64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AcbError {
+    #[error("{0}")]
+    Invalid(FieldError),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// Omissions, merged by reason, section and details.
+#[derive(Default)]
+struct Omissions {
+    list: Vec<Omission>,
+    index: HashMap<String, usize>,
+}
+
+impl Omissions {
+    fn add(
+        &mut self,
+        reason: &'static str,
+        section: Option<SectionName>,
+        id: String,
+        details: Map<String, Value>,
+    ) {
+        let key = format!("{reason}|{section:?}|{}", Value::Object(details.clone()));
+        let at = *self.index.entry(key).or_insert_with(|| {
+            self.list.push(Omission {
+                reason,
+                section: section.map(SectionName::as_str),
+                candidates: Vec::new(),
+                count: 0,
+                details,
+            });
+            self.list.len() - 1
+        });
+        let omission = &mut self.list[at];
+        omission.count += 1;
+        if omission.candidates.len() < OMISSION_IDS_SHOWN {
+            omission.candidates.push(id);
+        }
+    }
+
+    fn privacy(&mut self, section: SectionName, id: String) {
+        self.add("privacy", Some(section), id, Map::new());
+    }
+}
+
+fn details(pairs: &[(&str, Value)]) -> Map<String, Value> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+        .collect()
+}
+
+/// Where the tenant's log and projections stand, and the query's lexemes.
+struct Head {
+    head_seq: i64,
+    newest: DateTime<Utc>,
+    projected_seq: i64,
+    lexemes: Vec<String>,
+}
+
+async fn head(reader: &Reader, tenant: &str, query: &str) -> Result<Head, sqlx::Error> {
+    let names: Vec<&str> = reader.projectors.iter().map(|(n, _)| *n).collect();
+    let versions: Vec<i32> = reader.projectors.iter().map(|(_, v)| *v).collect();
+    let row = sqlx::query(
+        "SELECT h.seq AS head_seq,
+                (SELECT e.ts FROM public.events e WHERE e.tenant_id = h.tenant_id AND e.seq = h.seq)
+                    AS newest,
+                (SELECT CASE WHEN count(*) = cardinality($2::text[]) THEN min(c.seq) ELSE 0 END
+                   FROM projections.cursors c
+                   JOIN unnest($2::text[], $3::int[]) AS p (name, version)
+                     ON c.projector = p.name AND c.version = p.version
+                  WHERE c.tenant_id = h.tenant_id) AS projected_seq,
+                ARRAY(SELECT l FROM unnest(tsvector_to_array(to_tsvector('english', $4))) AS l
+                       LIMIT $5) AS lexemes
+           FROM public.tenant_heads h WHERE h.tenant_id = $1",
+    )
+    .bind(tenant)
+    .bind(&names)
+    .bind(&versions)
+    .bind(query)
+    .bind(retrieve::MAX_LEXEMES as i64)
+    .fetch_one(&reader.pool)
+    .await?;
+    Ok(Head {
+        head_seq: row.try_get("head_seq")?,
+        newest: row
+            .try_get::<Option<DateTime<Utc>>, _>("newest")?
+            .unwrap_or(DateTime::UNIX_EPOCH),
+        projected_seq: row.try_get::<Option<i64>, _>("projected_seq")?.unwrap_or(0),
+        lexemes: row.try_get("lexemes")?,
+    })
+}
+
+pub async fn build_acb(
+    reader: &Reader,
+    tenant: &str,
+    request: AcbRequest,
+) -> Result<Acb, AcbError> {
+    let started = Instant::now();
+    let policy = reader.cache.policy(&reader.pool, tenant).await?;
+    let max_tokens = request.check(&policy).map_err(AcbError::Invalid)?;
+    let visibility = Visibility::new(request.channel);
+    let mut omissions = Omissions::default();
+
+    let handoff = match (&request.agent_id, &request.session_id) {
+        (Some(agent), Some(session)) => {
+            handoff::for_receiver(
+                &reader.pool,
+                tenant,
+                agent,
+                session,
+                request.handoff_id.as_deref(),
+            )
+            .await?
+        }
+        _ => None,
+    };
+    let handoff = match handoff {
+        Some(packet) if visibility.allows(&packet.channel, &packet.sensitivity) => Some(packet),
+        Some(packet) => {
+            omissions.privacy(SectionName::HandoffPacket, packet.handoff_id);
+            None
+        }
+        None => None,
+    };
+    let query = request.query_text.as_deref().unwrap_or("").trim();
+    // A receiving agent's evidence is about its packet's task.
+    let retrieval_query = match (&handoff, query.is_empty()) {
+        (Some(packet), true) => packet.task.as_str(),
+        _ => query,
+    };
+
+    let mut head = head(reader, tenant, retrieval_query).await?;
+    let mut waited = Duration::ZERO;
+    if request.consistency == Consistency::Strong && head.projected_seq < head.head_seq {
+        let wait_started = Instant::now();
+        let deadline = wait_started + Duration::from_millis(policy.strong_consistency_timeout_ms);
+        while head.projected_seq < head.head_seq && Instant::now() < deadline {
+            let slice = (deadline - Instant::now()).min(Duration::from_millis(25));
+            reader
+                .cache
+                .wait_projected(tenant, head.head_seq, slice)
+                .await;
+            let target = head.head_seq;
+            head = self::head(reader, tenant, retrieval_query).await?;
+            // Report against the head the request saw, not later appends.
+            head.head_seq = target;
+        }
+        waited = wait_started.elapsed();
+    }
+
+    let (state, cached) = reader
+        .cache
+        .state(&reader.pool, &reader.counter, tenant, head.projected_seq)
+        .await?;
+
+    let mut sections: Vec<Candidates> = Vec::new();
+
+    // Views: identity, then every other view as rules.
+    let mut identity = Vec::new();
+    let mut rules = Vec::new();
+    for view in &state.views {
+        if !visibility.allows_view(&view.view, &view.visible.sensitivity) {
+            let section = if view.view == "identity" {
+                SectionName::Identity
+            } else {
+                SectionName::Rules
+            };
+            omissions.privacy(section, view.visible.item.id.clone());
+            continue;
+        }
+        if view.view == "identity" {
+            identity.push(view.visible.item.clone());
+        } else {
+            rules.push(view.visible.item.clone());
+        }
+    }
+    sections.push(Candidates {
+        name: SectionName::Identity,
+        items: identity,
+        chronological: false,
+    });
+    sections.push(Candidates {
+        name: SectionName::Rules,
+        items: rules,
+        chronological: false,
+    });
+
+    // Handoff packet.
+    if let Some(packet) = &handoff
+        && let Some(item) = packet.item(&reader.counter)
+    {
+        sections.push(Candidates {
+            name: SectionName::HandoffPacket,
+            items: vec![item],
+            chronological: false,
+        });
+    }
+
+    // Tasks: the active ones (a receiving agent: its packet's task only).
+    let mut tasks = Vec::new();
+    for task in &state.tasks {
+        if let Some(packet) = &handoff
+            && packet.task_id.as_deref() != Some(task.item.id.as_str())
+        {
+            continue;
+        }
+        if visible(visibility, task) {
+            tasks.push(task.item.clone());
+        } else {
+            omissions.privacy(SectionName::TaskState, task.item.id.clone());
+        }
+    }
+    let task_ids: HashSet<String> = tasks.iter().map(|t| t.id.clone()).collect();
+
+    // The recent window, from the log.
+    let recent = match &request.session_id {
+        Some(session) => {
+            recent_window(
+                reader,
+                tenant,
+                session,
+                handoff.as_ref().map_or(0, |h| h.seq),
+                &policy,
+                visibility,
+                head.projected_seq,
+                &mut omissions,
+            )
+            .await?
+        }
+        None => Vec::new(),
+    };
+    let recent_events: HashSet<String> = recent
+        .iter()
+        .filter_map(|item| item.fields.get("event_id")?.as_str().map(str::to_owned))
+        .collect();
+
+    // Retrieval.
+    let history = request
+        .include_history
+        .unwrap_or_else(|| asks_for_history(query));
+    let fast = policy.is_fast_path(request.intent.as_deref()) || head.lexemes.is_empty();
+    let mut evidence = Evidence::default();
+    let mut pool_size = 0;
+    if let Some(packet) = &handoff {
+        evidence.limit = policy.handoff_evidence_max as usize;
+        let pinned = retrieve::by_refs(&reader.pool, tenant, &packet.refs, visibility).await?;
+        evidence
+            .consider(
+                reader,
+                tenant,
+                pinned,
+                &policy,
+                history,
+                &recent_events,
+                &task_ids,
+                &mut omissions,
+            )
+            .await?;
+    } else {
+        evidence.limit = policy.retrieved_max as usize;
+    }
+    if !fast {
+        let scope = Scope {
+            excluded_kinds: if handoff.is_some() {
+                vec!["message"]
+            } else {
+                Vec::new()
+            },
+        };
+        let candidates = retrieve::candidates(
+            &reader.pool,
+            tenant,
+            &head.lexemes,
+            visibility,
+            &scope,
+            policy.candidate_pool_max as usize,
+        )
+        .await?;
+        pool_size = candidates.len();
+        let ranked = retrieve::rank(
+            candidates,
+            head.lexemes.len(),
+            head.head_seq,
+            head.newest,
+            &policy.scoring,
+        );
+        evidence
+            .consider(
+                reader,
+                tenant,
+                ranked,
+                &policy,
+                history,
+                &recent_events,
+                &task_ids,
+                &mut omissions,
+            )
+            .await?;
+        if request.channel != Channel::Private {
+            for id in retrieve::withheld(
+                &reader.pool,
+                tenant,
+                &head.lexemes,
+                visibility,
+                OMISSION_IDS_SHOWN as i64,
+            )
+            .await?
+            {
+                omissions.privacy(SectionName::RetrievedEvidence, id);
+            }
+        }
+    }
+
+    // Decisions: a receiving agent's are its packet's; otherwise the active
+    // ones, those the query retrieved first (best first), then the newest;
+    // with history, superseded ones the query retrieved too.
+    let mut decisions: Vec<(usize, i64, Item)> = Vec::new();
+    match &handoff {
+        Some(packet) => {
+            for (position, row) in decision_rows(reader, tenant, &packet.decision_ids)
+                .await?
+                .into_iter()
+                .enumerate()
+            {
+                let seq = row.seq;
+                let Some(visible_row) = row.into_visible(&reader.counter) else {
+                    continue;
+                };
+                if visible(visibility, &visible_row) {
+                    decisions.push((position, seq, visible_row.item));
+                } else {
+                    omissions.privacy(SectionName::DecisionLedger, visible_row.item.id);
+                }
+            }
+        }
+        None => {
+            for decision in &state.decisions {
+                if !visible(visibility, &decision.visible) {
+                    omissions.privacy(SectionName::DecisionLedger, decision.decision_id.clone());
+                    continue;
+                }
+                let rank = evidence
+                    .decision_rank
+                    .get(&decision.decision_id)
+                    .copied()
+                    .unwrap_or(usize::MAX);
+                decisions.push((rank, decision.seq, decision.visible.item.clone()));
+            }
+            if history && !evidence.history.is_empty() {
+                for row in decision_rows(reader, tenant, &evidence.history).await? {
+                    let rank = evidence
+                        .decision_rank
+                        .get(&row.decision_id)
+                        .copied()
+                        .unwrap_or(usize::MAX);
+                    let seq = row.seq;
+                    if let Some(visible_row) = row.into_visible(&reader.counter)
+                        && visible(visibility, &visible_row)
+                    {
+                        decisions.push((rank, seq, visible_row.item));
+                    }
+                }
+            }
+        }
+    }
+    decisions.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+    sections.push(Candidates {
+        name: SectionName::TaskState,
+        items: tasks,
+        chronological: false,
+    });
+    sections.push(Candidates {
+        name: SectionName::DecisionLedger,
+        items: decisions.into_iter().map(|(_, _, item)| item).collect(),
+        chronological: false,
+    });
+    let retrieved = evidence.items.len();
+    let collapsed = evidence.collapsed;
+    sections.push(Candidates {
+        name: SectionName::RetrievedEvidence,
+        items: evidence.items,
+        chronological: false,
+    });
+    sections.push(Candidates {
+        name: SectionName::RecentWindow,
+        items: recent,
+        chronological: true,
+    });
+
+    let (sections, token_used_est, left) =
+        bundle::pack(&policy, max_tokens, &reader.costs, sections);
+    for left in left {
+        for id in left.ids {
+            omissions.add("budget", Some(left.section), id, Map::new());
+        }
+    }
+    let prompt = request.render.then(|| bundle::render(&sections));
+    let acb = Acb {
+        acb_id: crate::domain::new_id("acb"),
+        budget_tokens: max_tokens,
+        token_used_est,
+        sections,
+        omissions: omissions.list,
+        provenance: Provenance {
+            intent: request.intent,
+            path: if fast { "fast" } else { "retrieval" },
+            query_terms: head.lexemes,
+            candidate_pool_size: pool_size,
+            candidate_pool_max: policy.candidate_pool_max,
+            retrieved,
+            filters: visibility.filters(),
+            scoring: policy.scoring,
+            dedupe: DedupeReport {
+                collapsed,
+                similarity: policy.duplicate_similarity,
+            },
+            history,
+            handoff_id: handoff.map(|h| h.handoff_id),
+            head_seq: head.head_seq,
+            projected_seq: head.projected_seq.min(head.head_seq),
+            lag_events: (head.head_seq - head.projected_seq).max(0),
+            consistency: ConsistencyReport {
+                requested: request.consistency,
+                caught_up: head.projected_seq >= head.head_seq,
+                waited_ms: waited.as_secs_f64() * 1e3,
+            },
+            cache: if cached { "hit" } else { "miss" },
+            encoding: reader.counter.encoding().name(),
+            elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
+        },
+        prompt,
+    };
+    tracing::debug!(
+        tenant,
+        acb_id = %acb.acb_id,
+        tokens = acb.token_used_est,
+        path = acb.provenance.path,
+        pool = acb.provenance.candidate_pool_size,
+        elapsed_ms = acb.provenance.elapsed_ms,
+        "bundle built"
+    );
+    Ok(acb)
+}
+
+fn visible(visibility: Visibility, item: &Visible) -> bool {
+    visibility.allows(&item.channel, &item.sensitivity)
+}
+
+fn asks_for_history(query: &str) -> bool {
+    let query = query.to_lowercase();
+    let words: Vec<&str> = query
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let joined = format!(" {} ", words.join(" "));
+    HISTORY_WORDS
+        .iter()
+        .any(|word| joined.contains(&format!(" {word} ")))
+}
+
+async fn decision_rows(
+    reader: &Reader,
+    tenant: &str,
+    ids: &[String],
+) -> Result<Vec<DecisionRow>, sqlx::Error> {
+    let mut rows: Vec<DecisionRow> = sqlx::query_as(
+        "SELECT decision_id, seq, ts, channel, sensitivity, status, key, scope, decision,
+                rationale, constraints, alternatives, consequences, confidence, refs,
+                supersedes, superseded_by
+           FROM projections.decisions WHERE tenant_id = $1 AND decision_id = ANY ($2)",
+    )
+    .bind(tenant)
+    .bind(ids)
+    .fetch_all(&reader.pool)
+    .await?;
+    rows.sort_by_key(|row| ids.iter().position(|id| *id == row.decision_id));
+    Ok(rows)
+}
+
+/// The session's newest events, newest first, as items (one per chunk).
+/// A receiving agent sees only what came after its packet.
+#[allow(clippy::too_many_arguments)]
+async fn recent_window(
+    reader: &Reader,
+    tenant: &str,
+    session: &str,
+    after_seq: i64,
+    policy: &Policy,
+    visibility: Visibility,
+    projected_seq: i64,
+    omissions: &mut Omissions,
+) -> Result<Vec<Item>, sqlx::Error> {
+    if policy.recent_window_events == 0 {
+        return Ok(Vec::new());
+    }
+    let events: Vec<StoredEvent> = sqlx::query_as(
+        "SELECT seq, event_id, created_at, ts, session_id, channel, actor_type, actor_id, kind,
+                sensitivity, tags, content, refs, artifact_id
+           FROM public.events
+          WHERE tenant_id = $1 AND session_id = $2 AND seq > $3
+            AND kind IN ('message', 'tool_result', 'decision', 'summary', 'task_update')
+          ORDER BY seq DESC LIMIT $4",
+    )
+    .bind(tenant)
+    .bind(session)
+    .bind(after_seq)
+    .bind(i64::from(policy.recent_window_events))
+    .fetch_all(&reader.pool)
+    .await?;
+    let mut shown = Vec::new();
+    for event in events {
+        if visibility.allows(&event.channel, &event.sensitivity) {
+            shown.push(event);
+        } else {
+            omissions.privacy(SectionName::RecentWindow, event.event_id);
+        }
+    }
+    let projected: Vec<&str> = shown
+        .iter()
+        .filter(|e| e.seq <= projected_seq)
+        .map(|e| e.event_id.as_str())
+        .collect();
+    let rows: Vec<StoredChunk> = sqlx::query_as(
+        "SELECT chunk_id, event_id, part, text, token_est, source, line_start, line_end
+           FROM projections.chunks
+          WHERE tenant_id = $1 AND event_id = ANY ($2)
+          ORDER BY event_id, part",
+    )
+    .bind(tenant)
+    .bind(&projected)
+    .fetch_all(&reader.pool)
+    .await?;
+    let mut stored: HashMap<String, Vec<StoredChunk>> = HashMap::new();
+    for row in rows {
+        stored.entry(row.event_id.clone()).or_default().push(row);
+    }
+    let mut items = Vec::new();
+    for event in &shown {
+        // Projected events have their chunks, counted at projection; the
+        // others (projections lag) are chunked and counted now, the same way.
+        let mut parts: Vec<StoredChunk> = match stored.remove(&event.event_id) {
+            Some(rows) => rows,
+            None if event.seq <= projected_seq => Vec::new(),
+            None => reader
+                .chunker
+                .chunks_of(event)
+                .into_iter()
+                .map(|chunk| StoredChunk {
+                    chunk_id: chunk.chunk_id,
+                    event_id: chunk.event_id,
+                    part: chunk.part,
+                    text: chunk.text,
+                    token_est: chunk.token_est,
+                    source: chunk.source,
+                    line_start: chunk.line_start,
+                    line_end: chunk.line_end,
+                })
+                .collect(),
+        };
+        // Newest first overall: an event's later parts before its earlier ones.
+        parts.reverse();
+        for part in parts {
+            let chunk_id = part.chunk_id;
+            let meta = render::chunk_meta(
+                &event.actor_id,
+                &event.kind,
+                part.source.as_deref(),
+                part.line_start.zip(part.line_end),
+                event.ts,
+            );
+            items.push(Item {
+                kind: "event",
+                id: chunk_id.clone(),
+                meta,
+                text: render::body(&part.text),
+                tokens: part.token_est.max(0) as usize,
+                refs: vec![chunk_id.clone(), event.event_id.clone()],
+                fields: details(&[
+                    ("chunk_id", json!(chunk_id)),
+                    ("event_id", json!(event.event_id)),
+                    ("kind", json!(event.kind)),
+                    (
+                        "actor",
+                        json!({"type": event.actor_type, "id": event.actor_id}),
+                    ),
+                    ("seq", json!(event.seq)),
+                    ("ts", json!(event.ts)),
+                ]),
+            });
+        }
+    }
+    Ok(items)
+}
+
+/// A chunk of a recent event.
+#[derive(Debug, sqlx::FromRow)]
+struct StoredChunk {
+    chunk_id: String,
+    event_id: String,
+    #[allow(dead_code)] // ordering only
+    part: i32,
+    text: String,
+    token_est: i32,
+    source: Option<String>,
+    line_start: Option<i32>,
+    line_end: Option<i32>,
+}
+
+/// The evidence being chosen, and what it tells the decision ledger.
+#[derive(Default)]
+struct Evidence {
+    limit: usize,
+    items: Vec<Item>,
+    /// Content hashes and word sets of what was kept, for dedupe.
+    hashes: HashMap<Vec<u8>, String>,
+    words: Vec<(String, BTreeSet<String>)>,
+    chosen: HashSet<String>,
+    collapsed: usize,
+    /// Decisions the query retrieved, by best rank.
+    decision_rank: HashMap<String, usize>,
+    /// Superseded decisions the query retrieved (shown with history).
+    history: Vec<String>,
+    considered: usize,
+}
+
+impl Evidence {
+    /// Goes down `ranked` (best first) keeping what may be shown, until the
+    /// limit. Decisions go to the ledger, not here.
+    #[allow(clippy::too_many_arguments)]
+    async fn consider(
+        &mut self,
+        reader: &Reader,
+        tenant: &str,
+        ranked: Vec<Candidate>,
+        policy: &Policy,
+        history: bool,
+        recent_events: &HashSet<String>,
+        active_tasks: &HashSet<String>,
+        omissions: &mut Omissions,
+    ) -> Result<(), sqlx::Error> {
+        // Texts and statuses are read for the best ranked only: enough to
+        // fill `limit` after what filters and dedupe take out.
+        let reach = (self.limit * 3 + 50).min(ranked.len());
+        let ids: Vec<&str> = ranked[..reach]
+            .iter()
+            .map(|c| c.chunk_id.as_str())
+            .collect();
+        let mut found = retrieve::details(&reader.pool, tenant, &ids).await?;
+        let section = Some(SectionName::RetrievedEvidence);
+        for candidate in ranked.into_iter().take(reach) {
+            let rank = self.considered;
+            self.considered += 1;
+            if self.chosen.contains(&candidate.chunk_id) {
+                continue;
+            }
+            let Some(detail) = found.remove(&candidate.chunk_id) else {
+                continue;
+            };
+            if candidate.kind == "decision" {
+                match detail.decision_status.as_deref() {
+                    Some("active") => {
+                        self.decision_rank.entry(candidate.event_id).or_insert(rank);
+                        continue;
+                    }
+                    Some("superseded") if history => {
+                        if !self.decision_rank.contains_key(&candidate.event_id) {
+                            self.history.push(candidate.event_id.clone());
+                        }
+                        self.decision_rank.entry(candidate.event_id).or_insert(rank);
+                        continue;
+                    }
+                    Some("superseded") => {
+                        omissions.add(
+                            "superseded",
+                            section,
+                            candidate.chunk_id,
+                            details(&[
+                                ("decision_id", json!(candidate.event_id)),
+                                ("superseded_by", json!(detail.superseded_by)),
+                            ]),
+                        );
+                        continue;
+                    }
+                    Some(_) => {
+                        omissions.add(
+                            "rejected",
+                            section,
+                            candidate.chunk_id,
+                            details(&[("decision_id", json!(candidate.event_id))]),
+                        );
+                        continue;
+                    }
+                    // Not in the ledger yet (projections lag): plain evidence.
+                    None => {}
+                }
+            }
+            if let Some(conflicts) = detail.conflicts {
+                omissions.add(
+                    "conflict",
+                    section,
+                    candidate.chunk_id,
+                    details(&[
+                        ("summary_id", json!(candidate.event_id)),
+                        ("conflicts", conflicts),
+                    ]),
+                );
+                continue;
+            }
+            if recent_events.contains(&candidate.event_id) {
+                omissions.add(
+                    "duplicate",
+                    section,
+                    candidate.chunk_id,
+                    details(&[("kept_in", json!("recent_window"))]),
+                );
+                continue;
+            }
+            if candidate.kind == "task_update"
+                && let Some(task) = candidate
+                    .source
+                    .as_deref()
+                    .and_then(|s| s.strip_prefix("task "))
+                && active_tasks.contains(task)
+            {
+                omissions.add(
+                    "duplicate",
+                    section,
+                    candidate.chunk_id,
+                    details(&[("kept_in", json!("task_state")), ("task_id", json!(task))]),
+                );
+                continue;
+            }
+            if self.items.len() >= self.limit {
+                break;
+            }
+            if let Some(kept) = self.hashes.get(&candidate.content_hash) {
+                self.collapse(omissions, candidate.chunk_id, kept.clone());
+                continue;
+            }
+            let words = dedupe::words(&detail.text);
+            if let Some((kept, _)) = self
+                .words
+                .iter()
+                .find(|(_, kept)| dedupe::jaccard(kept, &words) >= policy.duplicate_similarity)
+            {
+                let kept = kept.clone();
+                self.collapse(omissions, candidate.chunk_id, kept);
+                continue;
+            }
+            if let Some(artifact) = &detail.artifact_id {
+                omissions.add(
+                    "truncated_tool_output",
+                    section,
+                    candidate.event_id.clone(),
+                    details(&[("artifact_id", json!(artifact))]),
+                );
+            }
+            let meta = render::chunk_meta(
+                &candidate.actor_id,
+                &candidate.kind,
+                candidate.source.as_deref(),
+                candidate.line_start.zip(candidate.line_end),
+                candidate.ts,
+            );
+            let item = Item {
+                kind: "evidence",
+                id: candidate.chunk_id.clone(),
+                meta,
+                text: render::body(&detail.text),
+                tokens: candidate.token_est.max(0) as usize,
+                refs: vec![candidate.chunk_id.clone(), candidate.event_id.clone()],
+                fields: details(&[
+                    ("chunk_id", json!(candidate.chunk_id)),
+                    ("event_id", json!(candidate.event_id)),
+                    ("kind", json!(candidate.kind)),
+                    ("session_id", json!(candidate.session_id)),
+                    ("ts", json!(candidate.ts)),
+                    ("score", json!(round(candidate.score))),
+                    ("relevance", json!(round(candidate.relevance))),
+                    ("recency", json!(round(candidate.recency))),
+                    ("importance", json!(round(f64::from(candidate.importance)))),
+                    ("artifact_id", json!(detail.artifact_id)),
+                ]),
+            };
+            self.hashes
+                .insert(candidate.content_hash, candidate.chunk_id.clone());
+            self.words.push((candidate.chunk_id.clone(), words));
+            self.chosen.insert(candidate.chunk_id);
+            self.items.push(item);
+        }
+        Ok(())
+    }
+
+    fn collapse(&mut self, omissions: &mut Omissions, chunk_id: String, kept: String) {
+        self.collapsed += 1;
+        omissions.add(
+            "duplicate",
+            Some(SectionName::RetrievedEvidence),
+            chunk_id,
+            details(&[("kept", json!(kept))]),
+        );
+    }
+}
+
+fn round(x: f64) -> f64 {
+    (x * 1e4).round() / 1e4
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn history_is_asked_for_in_words() {
+        assert!(asks_for_history("What did we use before PostgreSQL?"));
+        assert!(asks_for_history("how has the policy changed"));
+        assert!(asks_for_history("which db we used to have"));
+        assert!(!asks_for_history("what do we use to deploy"));
+        assert!(!asks_for_history("What's the policy now?"));
+        assert!(!asks_for_history("beforehand notes"));
+    }
+
+    #[test]
+    fn requests_are_checked_against_the_policy() {
+        let policy = Policy::default();
+        let request = |body: Value| -> AcbRequest { serde_json::from_value(body).unwrap() };
+        assert_eq!(request(json!({})).check(&policy), Ok(65_000));
+        assert_eq!(
+            request(json!({"max_tokens": 2000})).check(&policy),
+            Ok(2_000)
+        );
+        assert_eq!(
+            request(json!({"max_tokens": 70_000}))
+                .check(&policy)
+                .unwrap_err()
+                .field,
+            "max_tokens"
+        );
+        assert_eq!(
+            request(json!({"max_tokens": 0}))
+                .check(&policy)
+                .unwrap_err()
+                .field,
+            "max_tokens"
+        );
+        assert_eq!(
+            request(json!({"session_id": ""}))
+                .check(&policy)
+                .unwrap_err()
+                .field,
+            "session_id"
+        );
+        assert_eq!(
+            request(json!({"query_text": "x".repeat(MAX_QUERY_BYTES + 1)}))
+                .check(&policy)
+                .unwrap_err()
+                .field,
+            "query_text"
+        );
+        assert_eq!(
+            request(json!({"handoff_id": "evt_1"}))
+                .check(&policy)
+                .unwrap_err()
+                .field,
+            "handoff_id"
+        );
+    }
+}

@@ -1,0 +1,383 @@
+//! What every bundle of a tenant starts from, kept in memory: its views,
+//! active decisions, active tasks (rendered and counted once per fill) and
+//! its policy.
+//!
+//! An entry is dropped when a notification says it changed
+//! (`memd_projected` for projections, `memd_policy` for the policy; every
+//! daemon on the database hears them). A bundle also compares the entry
+//! with the projected seq it reads for its provenance anyway, so a missed
+//! notification (a listener reconnecting) can never serve stale state: it
+//! only costs a reload.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use chrono::{DateTime, Utc};
+use memd_projectors::{PROJECTED_CHANNEL, projections::TokenCounter, render, runtime::backoff};
+use sqlx::{PgPool, postgres::PgListener};
+use tokio::sync::watch;
+
+use super::{
+    bundle::Item,
+    policy::{self, POLICY_CHANNEL, Policy},
+};
+
+/// A cached item and what privacy filters look at.
+#[derive(Debug, Clone)]
+pub struct Visible {
+    pub item: Item,
+    pub channel: String,
+    pub sensitivity: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct ViewItem {
+    pub view: String,
+    pub visible: Visible,
+}
+
+#[derive(Debug, Clone)]
+pub struct DecisionItem {
+    pub decision_id: String,
+    pub seq: i64,
+    pub visible: Visible,
+}
+
+/// A tenant's fast-path state as of `projected_seq`.
+#[derive(Debug)]
+pub struct TenantState {
+    pub projected_seq: i64,
+    pub views: Vec<ViewItem>,
+    /// Active decisions, newest first.
+    pub decisions: Vec<DecisionItem>,
+    /// Open and doing tasks, most recently updated first.
+    pub tasks: Vec<Visible>,
+}
+
+#[derive(Default)]
+struct Entries {
+    states: HashMap<String, Arc<TenantState>>,
+    policies: HashMap<String, Arc<Policy>>,
+}
+
+pub struct ReadCache {
+    entries: Mutex<Entries>,
+    /// The latest projected seq heard per tenant, for strong consistency.
+    projected: watch::Sender<HashMap<String, i64>>,
+}
+
+impl Default for ReadCache {
+    fn default() -> Self {
+        Self {
+            entries: Mutex::default(),
+            projected: watch::Sender::new(HashMap::new()),
+        }
+    }
+}
+
+impl ReadCache {
+    /// The tenant's state as of `projected_seq`, loaded if the cached one is
+    /// older (or absent). The flag says whether it was served from memory.
+    pub async fn state(
+        &self,
+        pool: &PgPool,
+        counter: &TokenCounter,
+        tenant: &str,
+        projected_seq: i64,
+    ) -> Result<(Arc<TenantState>, bool), sqlx::Error> {
+        if let Some(state) = self.lock().states.get(tenant)
+            && state.projected_seq >= projected_seq
+        {
+            return Ok((state.clone(), true));
+        }
+        let state = Arc::new(load(pool, counter, tenant, projected_seq).await?);
+        self.lock().states.insert(tenant.to_owned(), state.clone());
+        Ok((state, false))
+    }
+
+    pub async fn policy(&self, pool: &PgPool, tenant: &str) -> Result<Arc<Policy>, sqlx::Error> {
+        if let Some(policy) = self.lock().policies.get(tenant) {
+            return Ok(policy.clone());
+        }
+        let policy = Arc::new(policy::load(pool, tenant).await?);
+        self.lock()
+            .policies
+            .insert(tenant.to_owned(), policy.clone());
+        Ok(policy)
+    }
+
+    /// Waits until projections of `tenant` reach `seq` (as notifications
+    /// tell), or `timeout` passes. True when they did.
+    pub async fn wait_projected(&self, tenant: &str, seq: i64, timeout: Duration) -> bool {
+        let mut heard = self.projected.subscribe();
+        let reached = heard.wait_for(|seqs| seqs.get(tenant).is_some_and(|s| *s >= seq));
+        matches!(tokio::time::timeout(timeout, reached).await, Ok(Ok(_)))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
+        self.entries.lock().expect("read cache lock")
+    }
+
+    fn forget_all(&self) {
+        let mut entries = self.lock();
+        entries.states.clear();
+        entries.policies.clear();
+    }
+
+    fn heard(&self, channel: &str, payload: &str) {
+        if channel == POLICY_CHANNEL {
+            self.lock().policies.remove(payload);
+            return;
+        }
+        let Some((tenant, seq)) = payload.rsplit_once(':') else {
+            return;
+        };
+        self.lock().states.remove(tenant);
+        if let Ok(seq) = seq.parse::<i64>() {
+            self.projected.send_modify(|seqs| {
+                let known = seqs.entry(tenant.to_owned()).or_insert(seq);
+                *known = (*known).max(seq);
+            });
+        }
+    }
+
+    /// Listens for changes until `stopped` turns true, reconnecting with
+    /// backoff; everything cached is forgotten whenever the listener was
+    /// away, since changes may have been missed.
+    pub async fn listen(self: Arc<Self>, pool: PgPool, mut stopped: watch::Receiver<bool>) {
+        let mut retry = backoff();
+        loop {
+            let connected = async {
+                let mut listener = PgListener::connect_with(&pool).await?;
+                listener
+                    .listen_all([PROJECTED_CHANNEL, POLICY_CHANNEL])
+                    .await?;
+                Ok::<_, sqlx::Error>(listener)
+            }
+            .await;
+            let mut listener = match connected {
+                Ok(listener) => listener,
+                Err(err) => {
+                    let delay = retry.next().unwrap_or(Duration::from_secs(5));
+                    tracing::warn!(error = %err, ?delay, "read cache listener cannot connect");
+                    tokio::select! {
+                        _ = stopped.changed() => return,
+                        () = tokio::time::sleep(delay) => continue,
+                    }
+                }
+            };
+            retry = backoff();
+            self.forget_all();
+            loop {
+                tokio::select! {
+                    _ = stopped.changed() => return,
+                    received = listener.try_recv() => match received {
+                        Ok(Some(notification)) => {
+                            self.heard(notification.channel(), notification.payload());
+                        }
+                        Ok(None) => self.forget_all(),
+                        Err(err) => {
+                            tracing::warn!(error = %err, "read cache listener failed; reconnecting");
+                            break;
+                        }
+                    },
+                }
+            }
+        }
+    }
+}
+
+async fn load(
+    pool: &PgPool,
+    counter: &TokenCounter,
+    tenant: &str,
+    projected_seq: i64,
+) -> Result<TenantState, sqlx::Error> {
+    let views: Vec<(String, String, String, DateTime<Utc>, String, String)> = sqlx::query_as(
+        "SELECT view, text, event_id, ts, channel, sensitivity
+           FROM projections.views WHERE tenant_id = $1 ORDER BY view",
+    )
+    .bind(tenant)
+    .fetch_all(pool)
+    .await?;
+    let views = views
+        .into_iter()
+        .filter_map(|(view, text, event_id, ts, channel, sensitivity)| {
+            let meta = render::meta([format!("view {view}").as_str()], ts);
+            let item = Item::counted(
+                "view",
+                format!("view:{view}"),
+                meta,
+                &text,
+                vec![format!("view:{view}"), event_id.clone()],
+                counter,
+            )?
+            .with("view", view.clone())
+            .with("event_id", event_id);
+            Some(ViewItem {
+                view,
+                visible: Visible {
+                    item,
+                    channel,
+                    sensitivity,
+                },
+            })
+        })
+        .collect();
+
+    let decisions: Vec<DecisionRow> = sqlx::query_as(
+        "SELECT decision_id, seq, ts, channel, sensitivity, status, key, scope, decision,
+                rationale, constraints, alternatives, consequences, confidence, refs,
+                supersedes, superseded_by
+           FROM projections.decisions
+          WHERE tenant_id = $1 AND status = 'active'
+          ORDER BY seq DESC",
+    )
+    .bind(tenant)
+    .fetch_all(pool)
+    .await?;
+    let decisions = decisions
+        .into_iter()
+        .filter_map(|row| {
+            let (decision_id, seq) = (row.decision_id.clone(), row.seq);
+            Some(DecisionItem {
+                decision_id,
+                seq,
+                visible: row.into_visible(counter)?,
+            })
+        })
+        .collect();
+
+    let tasks: Vec<TaskRow> = sqlx::query_as(
+        "SELECT task_id, status, title, details, refs, event_ids, channel, sensitivity,
+                updated_at
+           FROM projections.tasks
+          WHERE tenant_id = $1 AND status IN ('open', 'doing')
+          ORDER BY last_seq DESC, task_id",
+    )
+    .bind(tenant)
+    .fetch_all(pool)
+    .await?;
+    let tasks = tasks
+        .into_iter()
+        .filter_map(|row| row.into_visible(counter))
+        .collect();
+    Ok(TenantState {
+        projected_seq,
+        views,
+        decisions,
+        tasks,
+    })
+}
+
+/// A row of `projections.decisions` as bundles show it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct DecisionRow {
+    pub decision_id: String,
+    pub seq: i64,
+    pub ts: DateTime<Utc>,
+    pub channel: String,
+    pub sensitivity: String,
+    pub status: String,
+    pub key: Option<String>,
+    pub scope: String,
+    pub decision: String,
+    pub rationale: Vec<String>,
+    pub constraints: Vec<String>,
+    pub alternatives: Vec<String>,
+    pub consequences: Vec<String>,
+    pub confidence: Option<f64>,
+    pub refs: Vec<String>,
+    pub supersedes: Option<String>,
+    pub superseded_by: Option<String>,
+}
+
+impl DecisionRow {
+    pub fn into_visible(self, counter: &TokenCounter) -> Option<Visible> {
+        let label = match &self.key {
+            Some(key) => format!("decision {key}"),
+            None => "decision".to_owned(),
+        };
+        let meta = render::meta([label.as_str(), &self.scope, &self.status], self.ts);
+        let mut text = self.decision.clone();
+        for (name, items) in [
+            ("Rationale", &self.rationale),
+            ("Constraints", &self.constraints),
+            ("Alternatives", &self.alternatives),
+            ("Consequences", &self.consequences),
+        ] {
+            if !items.is_empty() {
+                text.push_str(&format!("\n{name}: {}", items.join("; ")));
+            }
+        }
+        if let Some(old) = &self.supersedes {
+            text.push_str(&format!("\nSupersedes: {old}"));
+        }
+        if let Some(new) = &self.superseded_by {
+            text.push_str(&format!("\nSuperseded by: {new}"));
+        }
+        let mut refs = vec![self.decision_id.clone()];
+        refs.extend(self.refs.iter().cloned());
+        let item = Item::counted(
+            "decision",
+            self.decision_id.clone(),
+            meta,
+            &text,
+            refs,
+            counter,
+        )?
+        .with("decision_id", self.decision_id)
+        .with("status", self.status)
+        .with("key", self.key)
+        .with("scope", self.scope)
+        .with("supersedes", self.supersedes)
+        .with("superseded_by", self.superseded_by)
+        .with("confidence", self.confidence);
+        Some(Visible {
+            item,
+            channel: self.channel,
+            sensitivity: self.sensitivity,
+        })
+    }
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+struct TaskRow {
+    task_id: String,
+    status: String,
+    title: String,
+    details: String,
+    refs: Vec<String>,
+    event_ids: Vec<String>,
+    channel: String,
+    sensitivity: String,
+    updated_at: DateTime<Utc>,
+}
+
+impl TaskRow {
+    fn into_visible(self, counter: &TokenCounter) -> Option<Visible> {
+        let meta = render::meta(
+            [format!("task {}", self.task_id).as_str(), &self.status],
+            self.updated_at,
+        );
+        let mut text = self.title.clone();
+        if !self.details.trim().is_empty() {
+            text.push('\n');
+            text.push_str(&self.details);
+        }
+        let mut refs: Vec<String> = self.event_ids.iter().rev().take(3).cloned().collect();
+        refs.extend(self.refs.iter().cloned());
+        let item = Item::counted("task", self.task_id.clone(), meta, &text, refs, counter)?
+            .with("task_id", self.task_id)
+            .with("status", self.status)
+            .with("title", self.title);
+        Some(Visible {
+            item,
+            channel: self.channel,
+            sensitivity: self.sensitivity,
+        })
+    }
+}

@@ -1,0 +1,95 @@
+//! Near-duplicate detection (A12): the same fact recorded many times, in
+//! different words, should take one or two places in a bundle, not twenty.
+//!
+//! Two texts are near-duplicates when their sets of content words overlap
+//! enough (Jaccard similarity at least the policy's threshold). Words are
+//! lowercased, split on anything but letters and digits, stripped of common
+//! function words and of a plural or verb suffix, so "The budget is 65K
+//! tokens" and "our token budget: 65k" share {budget, 65k, token}.
+
+use std::collections::BTreeSet;
+
+const STOPWORDS: &[&str] = &[
+    "a", "about", "above", "after", "again", "all", "am", "an", "and", "any", "are", "as", "at",
+    "be", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could",
+    "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had",
+    "has", "have", "having", "he", "her", "here", "hers", "him", "his", "how", "i", "if", "in",
+    "into", "is", "it", "its", "just", "me", "more", "most", "my", "no", "nor", "not", "now", "of",
+    "off", "on", "once", "only", "or", "other", "our", "ours", "out", "over", "own", "same", "she",
+    "should", "so", "some", "such", "than", "that", "the", "their", "them", "then", "there",
+    "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very",
+    "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will",
+    "with", "would", "you", "your", "yours", "still", "again", "remember", "reminder", "note",
+    "also", "please", "ok", "okay",
+];
+
+/// The content words of a text, as a sorted set.
+pub fn words(text: &str) -> BTreeSet<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .filter(|w| !STOPWORDS.contains(&w.as_str()))
+        .map(|w| stem(&w))
+        .collect()
+}
+
+/// Strips one common English suffix from words long enough to keep a stem.
+fn stem(word: &str) -> String {
+    for suffix in ["ing", "ed", "es", "s"] {
+        if let Some(stem) = word.strip_suffix(suffix)
+            && stem.chars().count() >= 3
+            && !stem.ends_with('s')
+        {
+            return stem.to_owned();
+        }
+    }
+    word.to_owned()
+}
+
+/// |a ∩ b| / |a ∪ b|; two empty sets are not similar.
+pub fn jaccard(a: &BTreeSet<String>, b: &BTreeSet<String>) -> f64 {
+    let shared = a.intersection(b).count();
+    let union = a.len() + b.len() - shared;
+    if union == 0 {
+        0.0
+    } else {
+        shared as f64 / union as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rephrasings_of_one_fact_are_similar_and_other_facts_are_not() {
+        let facts = [
+            "The token budget is 65K.",
+            "Reminder: our token budget is 65K tokens.",
+            "token budget = 65k",
+            "Remember, the budget is 65K tokens",
+        ];
+        for a in facts {
+            for b in facts {
+                assert!(
+                    jaccard(&words(a), &words(b)) >= 0.6,
+                    "{a:?} vs {b:?}: {:?} {:?}",
+                    words(a),
+                    words(b)
+                );
+            }
+        }
+        let other = words("The deploy budget is 3 engineers for the 65K migration");
+        assert!(jaccard(&words(facts[0]), &other) < 0.6);
+        assert_eq!(jaccard(&words("the and"), &words("of")), 0.0);
+    }
+
+    #[test]
+    fn stemming_is_light() {
+        assert_eq!(stem("tokens"), "token");
+        assert_eq!(stem("deployed"), "deploy");
+        assert_eq!(stem("running"), "runn");
+        assert_eq!(stem("bus"), "bus");
+        assert_eq!(stem("class"), "class");
+    }
+}

@@ -1,0 +1,283 @@
+//! Handoff packets (PRD A6): one agent passes work to another as a packet
+//! (task, constraints, decision ids, required files, open questions, refs),
+//! not as its transcript. `POST /api/v1/handoffs` builds the packet and
+//! records it as a `handoff` event in the receiving session; the receiving
+//! agent's bundle for that session then holds the packet, its decisions and
+//! at most `handoff_evidence_max` evidence chunks, and none of the sender's
+//! conversation.
+
+use chrono::{DateTime, Utc};
+use memd_projectors::{projections::TokenCounter, render};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+
+use super::bundle::Item;
+use crate::domain::{
+    FieldError,
+    event::{Channel, Sensitivity},
+    limits,
+};
+
+/// What a sender asks for.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandoffRequest {
+    /// Optional: the tenant comes from the bearer token.
+    pub tenant_id: Option<String>,
+    pub from_agent: String,
+    pub to_agent: String,
+    /// The receiving session; a new one (`handoff-<ulid>`) when absent.
+    pub session_id: Option<String>,
+    /// What the receiver is to do. Taken from the task's title and details
+    /// when absent and `task_id` names a task.
+    pub task: Option<String>,
+    pub task_id: Option<String>,
+    #[serde(default)]
+    pub constraints: Vec<String>,
+    /// Decisions the receiver must respect. When absent, the active
+    /// decisions the channel may see, newest first (at most 20).
+    pub decision_ids: Option<Vec<String>>,
+    #[serde(default)]
+    pub required_files: Vec<String>,
+    #[serde(default)]
+    pub open_questions: Vec<String>,
+    /// Evidence to carry: chunk or event ids.
+    #[serde(default)]
+    pub refs: Vec<String>,
+    #[serde(default = "private")]
+    pub channel: Channel,
+    #[serde(default)]
+    pub sensitivity: Sensitivity,
+}
+
+fn private() -> Channel {
+    Channel::Private
+}
+
+/// A packet ready to be recorded.
+#[derive(Debug, Clone, Serialize)]
+pub struct Packet {
+    pub session_id: String,
+    pub from_agent: String,
+    pub to_agent: String,
+    pub task: String,
+    pub task_id: Option<String>,
+    pub constraints: Vec<String>,
+    pub decision_ids: Vec<String>,
+    pub required_files: Vec<String>,
+    pub open_questions: Vec<String>,
+    pub refs: Vec<String>,
+}
+
+impl Packet {
+    /// The `handoff` event's content.
+    pub fn content(&self) -> Value {
+        json!({
+            "to_agent": self.to_agent,
+            "task": self.task,
+            "task_id": self.task_id,
+            "constraints": self.constraints,
+            "decision_ids": self.decision_ids,
+            "required_files": self.required_files,
+            "open_questions": self.open_questions,
+        })
+    }
+}
+
+/// Most decisions a packet defaults to.
+const DEFAULT_DECISIONS: i64 = 20;
+/// Most entries of each list a packet carries.
+const MAX_LIST: usize = 64;
+
+/// Checks the request and fills what it leaves to memd: the task from the
+/// task's state, the decisions from the ledger. Unknown decision ids are
+/// refused by name.
+pub async fn build(
+    pool: &PgPool,
+    tenant: &str,
+    request: HandoffRequest,
+) -> Result<Result<Packet, FieldError>, sqlx::Error> {
+    for (field, value) in [
+        ("from_agent", &request.from_agent),
+        ("to_agent", &request.to_agent),
+    ] {
+        if value.trim().is_empty() || value.len() > limits::MAX_ID_BYTES {
+            return Ok(Err(FieldError::new(field, "must be 1-256 bytes")));
+        }
+    }
+    for (field, items) in [
+        ("constraints", &request.constraints),
+        ("required_files", &request.required_files),
+        ("open_questions", &request.open_questions),
+        ("refs", &request.refs),
+    ] {
+        if items.len() > MAX_LIST {
+            return Ok(Err(FieldError::new(
+                field,
+                format!("has {} items; at most {MAX_LIST} allowed", items.len()),
+            )));
+        }
+    }
+    let mut task = request.task.clone().filter(|t| !t.trim().is_empty());
+    if task.is_none()
+        && let Some(task_id) = &request.task_id
+    {
+        let state: Option<(String, String)> = sqlx::query_as(
+            "SELECT title, details FROM projections.tasks WHERE tenant_id = $1 AND task_id = $2",
+        )
+        .bind(tenant)
+        .bind(task_id)
+        .fetch_optional(pool)
+        .await?;
+        task = state.map(|(title, details)| {
+            if details.trim().is_empty() {
+                title
+            } else {
+                format!("{title}\n{details}")
+            }
+        });
+    }
+    let Some(task) = task else {
+        return Ok(Err(FieldError::new(
+            "task",
+            "is required (or a task_id whose task exists)",
+        )));
+    };
+    let visible = super::privacy::Visibility::new(request.channel);
+    let decision_ids = match request.decision_ids {
+        Some(ids) => {
+            if ids.len() > MAX_LIST {
+                return Ok(Err(FieldError::new(
+                    "decision_ids",
+                    format!("has {} items; at most {MAX_LIST} allowed", ids.len()),
+                )));
+            }
+            let known: Vec<String> = sqlx::query_scalar(
+                "SELECT decision_id FROM projections.decisions
+                  WHERE tenant_id = $1 AND decision_id = ANY ($2)",
+            )
+            .bind(tenant)
+            .bind(&ids)
+            .fetch_all(pool)
+            .await?;
+            if let Some((index, id)) = ids.iter().enumerate().find(|(_, id)| !known.contains(id)) {
+                return Ok(Err(FieldError::new(
+                    format!("decision_ids[{index}]"),
+                    format!("{id} is not a decision of this tenant"),
+                )));
+            }
+            ids
+        }
+        None => {
+            sqlx::query_scalar(
+                "SELECT decision_id FROM projections.decisions
+                  WHERE tenant_id = $1 AND status = 'active'
+                    AND channel = ANY ($2) AND sensitivity = ANY ($3)
+                  ORDER BY seq DESC LIMIT $4",
+            )
+            .bind(tenant)
+            .bind(visible.channel_names())
+            .bind(visible.sensitivity_names())
+            .bind(DEFAULT_DECISIONS)
+            .fetch_all(pool)
+            .await?
+        }
+    };
+    Ok(Ok(Packet {
+        session_id: request
+            .session_id
+            .unwrap_or_else(|| crate::domain::new_id("handoff")),
+        from_agent: request.from_agent,
+        to_agent: request.to_agent,
+        task,
+        task_id: request.task_id,
+        constraints: request.constraints,
+        decision_ids,
+        required_files: request.required_files,
+        open_questions: request.open_questions,
+        refs: request.refs,
+    }))
+}
+
+/// A recorded packet, as the receiver's bundle shows it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Handoff {
+    pub handoff_id: String,
+    pub seq: i64,
+    pub ts: DateTime<Utc>,
+    pub channel: String,
+    pub sensitivity: String,
+    pub from_agent: String,
+    pub to_agent: String,
+    pub task: String,
+    pub task_id: Option<String>,
+    pub constraints: Vec<String>,
+    pub decision_ids: Vec<String>,
+    pub required_files: Vec<String>,
+    pub open_questions: Vec<String>,
+    pub refs: Vec<String>,
+}
+
+/// The packet for `agent` in `session`: the one named, or the newest
+/// addressed to it there.
+pub async fn for_receiver(
+    pool: &PgPool,
+    tenant: &str,
+    agent: &str,
+    session: &str,
+    handoff_id: Option<&str>,
+) -> Result<Option<Handoff>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT handoff_id, seq, ts, channel, sensitivity, from_agent, to_agent, task, task_id,
+                constraints, decision_ids, required_files, open_questions, refs
+           FROM projections.handoffs
+          WHERE tenant_id = $1 AND to_agent = $2 AND session_id = $3
+            AND ($4::text IS NULL OR handoff_id = $4)
+          ORDER BY seq DESC LIMIT 1",
+    )
+    .bind(tenant)
+    .bind(agent)
+    .bind(session)
+    .bind(handoff_id)
+    .fetch_optional(pool)
+    .await
+}
+
+impl Handoff {
+    pub fn item(&self, counter: &TokenCounter) -> Option<Item> {
+        let label = format!("handoff from {} to {}", self.from_agent, self.to_agent);
+        let meta = render::meta([label.as_str()], self.ts);
+        let mut text = format!("Task: {}", self.task);
+        let list = |text: &mut String, title: &str, items: &[String]| {
+            if !items.is_empty() {
+                text.push_str(&format!("\n{title}:"));
+                for item in items {
+                    text.push_str(&format!("\n- {item}"));
+                }
+            }
+        };
+        list(&mut text, "Constraints", &self.constraints);
+        list(&mut text, "Decisions", &self.decision_ids);
+        list(&mut text, "Required files", &self.required_files);
+        list(&mut text, "Open questions", &self.open_questions);
+        list(&mut text, "Evidence", &self.refs);
+        let mut refs = vec![self.handoff_id.clone()];
+        refs.extend(self.refs.iter().cloned());
+        Some(
+            Item::counted(
+                "handoff",
+                self.handoff_id.clone(),
+                meta,
+                &text,
+                refs,
+                counter,
+            )?
+            .with("handoff_id", self.handoff_id.clone())
+            .with("from_agent", self.from_agent.clone())
+            .with("task_id", self.task_id.clone())
+            .with("decision_ids", self.decision_ids.clone())
+            .with("required_files", self.required_files.clone()),
+        )
+    }
+}

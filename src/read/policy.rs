@@ -1,0 +1,424 @@
+//! A tenant's bundle policy: section caps and priorities (PRD §8.1), scoring
+//! weights (§8.2), the bounds of retrieval, the fast-path intents. Stored
+//! per tenant in `policies`, edited through `PUT /api/v1/policy`, exported
+//! as the JSON document `GET /api/v1/policy` returns.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sqlx::PgPool;
+
+use crate::domain::{FieldError, parse_json};
+
+/// No bundle is ever larger than this, whatever the policy says.
+pub const MAX_BUNDLE_TOKENS: u32 = 65_000;
+/// The PRD's bounds on retrieval.
+pub const MAX_CANDIDATE_POOL: u32 = 2_000;
+pub const MAX_RETRIEVED: u32 = 200;
+/// A receiving agent's bundle holds at most this many evidence chunks (A6).
+pub const MAX_HANDOFF_EVIDENCE: u32 = 20;
+
+/// The sections of a bundle, in the order they are rendered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SectionName {
+    Identity,
+    Rules,
+    HandoffPacket,
+    TaskState,
+    DecisionLedger,
+    RetrievedEvidence,
+    RecentWindow,
+}
+
+impl SectionName {
+    pub const ALL: [SectionName; 7] = [
+        Self::Identity,
+        Self::Rules,
+        Self::HandoffPacket,
+        Self::TaskState,
+        Self::DecisionLedger,
+        Self::RetrievedEvidence,
+        Self::RecentWindow,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Identity => "identity",
+            Self::Rules => "rules",
+            Self::HandoffPacket => "handoff_packet",
+            Self::TaskState => "task_state",
+            Self::DecisionLedger => "decision_ledger",
+            Self::RetrievedEvidence => "retrieved_evidence",
+            Self::RecentWindow => "recent_window",
+        }
+    }
+
+    /// The letter of its items' handles (`[E3]`).
+    pub fn handle_prefix(self) -> char {
+        match self {
+            Self::Identity | Self::Rules => 'V',
+            Self::HandoffPacket => 'H',
+            Self::TaskState => 'T',
+            Self::DecisionLedger => 'D',
+            Self::RetrievedEvidence => 'E',
+            Self::RecentWindow => 'R',
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SectionPolicy {
+    /// Tokens at the policy's full budget; scaled down with smaller ones.
+    pub cap: u32,
+    /// Higher is filled first.
+    pub priority: u8,
+}
+
+const fn section(cap: u32, priority: u8) -> SectionPolicy {
+    SectionPolicy { cap, priority }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Sections {
+    pub identity: SectionPolicy,
+    pub rules: SectionPolicy,
+    pub task_state: SectionPolicy,
+    pub decision_ledger: SectionPolicy,
+    pub retrieved_evidence: SectionPolicy,
+    pub recent_window: SectionPolicy,
+    pub handoff_packet: SectionPolicy,
+}
+
+impl Default for Sections {
+    /// PRD §8.1.
+    fn default() -> Self {
+        Self {
+            identity: section(1_200, 10),
+            rules: section(6_000, 9),
+            task_state: section(3_000, 8),
+            decision_ledger: section(4_000, 7),
+            retrieved_evidence: section(28_000, 6),
+            recent_window: section(8_000, 5),
+            handoff_packet: section(6_000, 7),
+        }
+    }
+}
+
+impl Sections {
+    pub fn get(&self, name: SectionName) -> SectionPolicy {
+        match name {
+            SectionName::Identity => self.identity,
+            SectionName::Rules => self.rules,
+            SectionName::HandoffPacket => self.handoff_packet,
+            SectionName::TaskState => self.task_state,
+            SectionName::DecisionLedger => self.decision_ledger,
+            SectionName::RetrievedEvidence => self.retrieved_evidence,
+            SectionName::RecentWindow => self.recent_window,
+        }
+    }
+}
+
+/// `score = alpha·relevance + beta·recency + gamma·importance` (PRD §8.2).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Scoring {
+    pub alpha: f64,
+    pub beta: f64,
+    pub gamma: f64,
+    /// Recency halves every this many hours of age, counted back from the
+    /// tenant's newest event.
+    pub recency_half_life_hours: f64,
+}
+
+impl Default for Scoring {
+    fn default() -> Self {
+        Self {
+            alpha: 0.6,
+            beta: 0.3,
+            gamma: 0.1,
+            recency_half_life_hours: 24.0 * 7.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Policy {
+    /// The largest `max_tokens` a request may ask for, and the default.
+    pub max_tokens: u32,
+    pub sections: Sections,
+    /// Headroom left free for the caller's own payload, at the full budget.
+    pub reserve: u32,
+    pub scoring: Scoring,
+    pub candidate_pool_max: u32,
+    pub retrieved_max: u32,
+    /// Intents answered from views, tasks, decisions and the recent window
+    /// only, without retrieval.
+    pub fast_path_intents: Vec<String>,
+    /// Events of the session read for the recent window.
+    pub recent_window_events: u32,
+    /// Two chunks whose word sets overlap at least this much (Jaccard) are
+    /// the same fact said twice; only the better ranked one is kept.
+    pub duplicate_similarity: f64,
+    /// How long `"consistency": "strong"` waits for projections.
+    pub strong_consistency_timeout_ms: u64,
+    pub handoff_evidence_max: u32,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            max_tokens: MAX_BUNDLE_TOKENS,
+            sections: Sections::default(),
+            reserve: 8_800,
+            scoring: Scoring::default(),
+            candidate_pool_max: MAX_CANDIDATE_POOL,
+            retrieved_max: MAX_RETRIEVED,
+            fast_path_intents: ["continue", "acknowledge", "ack", "resume", "thanks"]
+                .map(str::to_owned)
+                .to_vec(),
+            recent_window_events: 50,
+            duplicate_similarity: 0.6,
+            strong_consistency_timeout_ms: 2_000,
+            handoff_evidence_max: MAX_HANDOFF_EVIDENCE,
+        }
+    }
+}
+
+impl Policy {
+    /// Parses and checks a policy document; absent fields take their
+    /// defaults. Errors name the field.
+    pub fn parse(document: Value) -> Result<Self, FieldError> {
+        let policy: Policy = parse_json("", document)?;
+        policy.check()?;
+        Ok(policy)
+    }
+
+    fn check(&self) -> Result<(), FieldError> {
+        let within = |field: &str, value: f64, low: f64, high: f64| {
+            if value.is_finite() && (low..=high).contains(&value) {
+                Ok(())
+            } else {
+                Err(FieldError::new(
+                    field,
+                    format!("must be between {low} and {high}"),
+                ))
+            }
+        };
+        within(
+            "max_tokens",
+            self.max_tokens.into(),
+            256.0,
+            MAX_BUNDLE_TOKENS.into(),
+        )?;
+        for name in SectionName::ALL {
+            let cap = self.sections.get(name).cap;
+            within(
+                &format!("sections.{}.cap", name.as_str()),
+                cap.into(),
+                0.0,
+                MAX_BUNDLE_TOKENS.into(),
+            )?;
+        }
+        within(
+            "reserve",
+            self.reserve.into(),
+            0.0,
+            MAX_BUNDLE_TOKENS.into(),
+        )?;
+        let Scoring {
+            alpha,
+            beta,
+            gamma,
+            recency_half_life_hours,
+        } = self.scoring;
+        within("scoring.alpha", alpha, 0.0, 1.0)?;
+        within("scoring.beta", beta, 0.0, 1.0)?;
+        within("scoring.gamma", gamma, 0.0, 1.0)?;
+        if alpha + beta + gamma <= 0.0 {
+            return Err(FieldError::new(
+                "scoring",
+                "alpha, beta and gamma cannot all be 0",
+            ));
+        }
+        within(
+            "scoring.recency_half_life_hours",
+            recency_half_life_hours,
+            0.01,
+            1e7,
+        )?;
+        within(
+            "candidate_pool_max",
+            self.candidate_pool_max.into(),
+            1.0,
+            MAX_CANDIDATE_POOL.into(),
+        )?;
+        within(
+            "retrieved_max",
+            self.retrieved_max.into(),
+            1.0,
+            self.candidate_pool_max.min(MAX_RETRIEVED).into(),
+        )?;
+        if self.fast_path_intents.len() > 64 {
+            return Err(FieldError::new(
+                "fast_path_intents",
+                "at most 64 intents allowed",
+            ));
+        }
+        for (index, intent) in self.fast_path_intents.iter().enumerate() {
+            if intent.trim().is_empty() || intent.len() > 64 {
+                return Err(FieldError::new(
+                    format!("fast_path_intents[{index}]"),
+                    "must be 1-64 bytes",
+                ));
+            }
+        }
+        within(
+            "recent_window_events",
+            self.recent_window_events.into(),
+            0.0,
+            500.0,
+        )?;
+        within("duplicate_similarity", self.duplicate_similarity, 0.05, 1.0)?;
+        within(
+            "strong_consistency_timeout_ms",
+            self.strong_consistency_timeout_ms as f64,
+            0.0,
+            30_000.0,
+        )?;
+        within(
+            "handoff_evidence_max",
+            self.handoff_evidence_max.into(),
+            0.0,
+            MAX_HANDOFF_EVIDENCE.into(),
+        )
+    }
+
+    pub fn is_fast_path(&self, intent: Option<&str>) -> bool {
+        intent.is_some_and(|intent| {
+            self.fast_path_intents
+                .iter()
+                .any(|fast| fast.eq_ignore_ascii_case(intent.trim()))
+        })
+    }
+}
+
+/// The tenant's stored policy, or the defaults.
+pub async fn load(pool: &PgPool, tenant: &str) -> Result<Policy, sqlx::Error> {
+    let stored: Option<Value> =
+        sqlx::query_scalar("SELECT policy FROM policies WHERE tenant_id = $1")
+            .bind(tenant)
+            .fetch_optional(pool)
+            .await?;
+    Ok(stored
+        .and_then(|document| {
+            Policy::parse(document)
+                .inspect_err(
+                    |err| tracing::error!(tenant, %err, "stored policy is invalid; using defaults"),
+                )
+                .ok()
+        })
+        .unwrap_or_default())
+}
+
+/// Channel on which a policy change is announced (`<tenant>`), so every
+/// daemon drops its cached copy.
+pub const POLICY_CHANNEL: &str = "memd_policy";
+
+/// Stores `policy` as the tenant's and announces it.
+pub async fn store(pool: &PgPool, tenant: &str, policy: &Policy) -> Result<(), sqlx::Error> {
+    let document = serde_json::to_value(policy).expect("a policy serializes");
+    let mut tx = pool.begin().await?;
+    sqlx::query(
+        "INSERT INTO policies (tenant_id, policy) VALUES ($1, $2)
+         ON CONFLICT (tenant_id) DO UPDATE SET policy = EXCLUDED.policy, updated_at = now()",
+    )
+    .bind(tenant)
+    .bind(document)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(POLICY_CHANNEL)
+        .bind(tenant)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn defaults_follow_the_prd() {
+        let policy = Policy::default();
+        let caps: u32 = SectionName::ALL
+            .iter()
+            .map(|s| policy.sections.get(*s).cap)
+            .sum();
+        assert_eq!(caps + policy.reserve, 65_000);
+        assert_eq!(policy.sections.retrieved_evidence.cap, 28_000);
+        assert_eq!(
+            (
+                policy.scoring.alpha,
+                policy.scoring.beta,
+                policy.scoring.gamma
+            ),
+            (0.6, 0.3, 0.1)
+        );
+        assert_eq!(Policy::parse(json!({})).unwrap(), policy);
+    }
+
+    #[test]
+    fn partial_documents_keep_the_other_defaults() {
+        let policy = Policy::parse(
+            json!({"scoring": {"beta": 0.0}, "sections": {"rules": {"cap": 100, "priority": 1}}}),
+        )
+        .unwrap();
+        assert_eq!(policy.scoring.beta, 0.0);
+        assert_eq!(policy.scoring.alpha, 0.6);
+        assert_eq!(policy.sections.rules, section(100, 1));
+        assert_eq!(policy.sections.identity, section(1_200, 10));
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let field = |document| Policy::parse(document).unwrap_err().field;
+        assert_eq!(field(json!({"max_tokens": 100_000})), "max_tokens");
+        assert_eq!(
+            field(json!({"candidate_pool_max": 5000})),
+            "candidate_pool_max"
+        );
+        assert_eq!(field(json!({"retrieved_max": 300})), "retrieved_max");
+        assert_eq!(field(json!({"scoring": {"alpha": 2.0}})), "scoring.alpha");
+        assert_eq!(
+            field(json!({"scoring": {"alpha": 0.0, "beta": 0.0, "gamma": 0.0}})),
+            "scoring"
+        );
+        assert_eq!(
+            field(json!({"sections": {"rules": {"cap": 1}}})),
+            "sections.rules.priority"
+        );
+        assert_eq!(
+            field(json!({"fast_path_intents": [""]})),
+            "fast_path_intents[0]"
+        );
+        assert_eq!(
+            field(json!({"handoff_evidence_max": 21})),
+            "handoff_evidence_max"
+        );
+        assert_eq!(field(json!({"colour": "blue"})), "colour");
+    }
+
+    #[test]
+    fn fast_path_intents_match_case_insensitively() {
+        let policy = Policy::default();
+        assert!(policy.is_fast_path(Some("Continue")));
+        assert!(!policy.is_fast_path(Some("repo_onboarding")));
+        assert!(!policy.is_fast_path(None));
+    }
+}

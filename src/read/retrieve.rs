@@ -1,0 +1,480 @@
+//! The retrieval path: full-text candidates from PostgreSQL, bounded, then
+//! ranked in Rust.
+//!
+//! **Candidates.** The query's words are reduced to lexemes by PostgreSQL's
+//! `english` configuration, the same that built each chunk's `tsv`. Each
+//! lexeme fetches, on its own, the newest chunks that contain it, at most
+//! `candidate_pool_max / lexemes` of them, all in one statement planned
+//! with the actual lexemes: a common word walks the tenant's newest chunks
+//! and stops early, a rare one reads its few matches from the GIN index.
+//! The union is the candidate pool: OR semantics (a question matches
+//! whatever shares a word with it), bounded by `candidate_pool_max`, and a
+//! rare word's old matches are never crowded out by a common word's recent
+//! ones. Privacy filters are part of the query, so what the channel may
+//! not see is never a candidate.
+//!
+//! **Ranking.** `score = alpha·relevance + beta·recency + gamma·importance`.
+//! Relevance is BM25 over lexemes (IDF from each lexeme's matches in the
+//! tenant, exact when under its share of the pool, document length from
+//! the chunk's distinct lexemes), divided by the pool's best so it lies in
+//! [0, 1]. Recency halves every `recency_half_life_hours` back from the
+//! tenant's newest event (not the wall clock: the same log gives the same
+//! ranking). Importance is the chunk's, set at projection. Ties go to
+//! importance, then the newer, then the shorter, then the smaller id.
+
+use std::{cmp::Ordering, collections::HashMap};
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::{PgPool, Row};
+
+use super::{policy::Scoring, privacy::Visibility};
+
+/// Lexemes of one question beyond this many are ignored (in the order
+/// PostgreSQL returns them).
+pub const MAX_LEXEMES: usize = 24;
+
+const K1: f64 = 1.2;
+const B: f64 = 0.75;
+
+/// A chunk in the pool, with what ranking needs.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    pub chunk_id: String,
+    pub event_id: String,
+    pub seq: i64,
+    pub ts: DateTime<Utc>,
+    pub session_id: String,
+    pub kind: String,
+    pub actor_id: String,
+    pub source: Option<String>,
+    pub line_start: Option<i32>,
+    pub line_end: Option<i32>,
+    pub token_est: i32,
+    pub importance: f32,
+    pub content_hash: Vec<u8>,
+    /// Indexes of the query lexemes the chunk contains.
+    pub matched: Vec<i32>,
+    lexeme_count: i32,
+    pub relevance: f64,
+    pub recency: f64,
+    pub score: f64,
+}
+
+/// The ranked pool.
+#[derive(Debug, Default)]
+pub struct Pool {
+    pub lexemes: Vec<String>,
+    /// Best first.
+    pub ranked: Vec<Candidate>,
+}
+
+/// A lexeme as a one-operand `tsquery` literal.
+fn tsquery_literal(lexeme: &str) -> String {
+    format!("'{}'", lexeme.replace('\\', "\\\\").replace('\'', "''"))
+}
+
+/// What the pool may contain, beyond privacy.
+#[derive(Debug, Clone, Default)]
+pub struct Scope {
+    /// Chunks of these kinds are not candidates (a receiving agent's bundle
+    /// takes no chat messages as evidence).
+    pub excluded_kinds: Vec<&'static str>,
+}
+
+pub async fn candidates(
+    pool: &PgPool,
+    tenant: &str,
+    lexemes: &[String],
+    visibility: Visibility,
+    scope: &Scope,
+    pool_max: usize,
+) -> Result<Vec<Candidate>, sqlx::Error> {
+    if lexemes.is_empty() || pool_max == 0 {
+        return Ok(Vec::new());
+    }
+    let per_lexeme = (pool_max / lexemes.len()).max(1);
+    const COLUMNS: &str = "c.chunk_id, c.event_id, c.seq, c.ts, c.session_id, c.kind, \
+                           c.actor_id, c.source, c.line_start, c.line_end, c.token_est, \
+                           c.importance, c.content_hash, c.tsv";
+    let branches: Vec<String> = (0..lexemes.len())
+        .map(|index| {
+            format!(
+                "(SELECT {COLUMNS} FROM projections.chunks c
+                   WHERE c.tenant_id = $1 AND c.tsv @@ ${param}::tsquery
+                     AND c.channel = ANY ($2) AND c.sensitivity = ANY ($3)
+                     AND NOT (c.kind = ANY ($4))
+                   ORDER BY c.seq DESC LIMIT $5)",
+                param = index + 7
+            )
+        })
+        .collect();
+    let sql = format!(
+        "SELECT b.chunk_id, b.event_id, b.seq, b.ts, b.session_id, b.kind, b.actor_id, b.source,
+                b.line_start, b.line_end, b.token_est, b.importance, b.content_hash,
+                length(b.tsv) AS lexeme_count,
+                ARRAY(SELECT (q.i - 1)::int FROM unnest($6::tsquery[]) WITH ORDINALITY AS q (t, i)
+                       WHERE b.tsv @@ q.t) AS matched
+           FROM ({}) AS b",
+        branches.join(" UNION ALL ")
+    );
+    let literals: Vec<String> = lexemes.iter().map(|l| tsquery_literal(l)).collect();
+    // Not a prepared statement: planned with the actual lexemes, so each
+    // branch gets the plan its lexeme's frequency calls for.
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .persistent(false)
+        .bind(tenant)
+        .bind(visibility.channel_names())
+        .bind(visibility.sensitivity_names())
+        .bind(&scope.excluded_kinds)
+        .bind(per_lexeme as i64)
+        .bind(&literals);
+    for literal in &literals {
+        query = query.bind(literal);
+    }
+    let rows = query.fetch_all(pool).await?;
+    let mut seen = std::collections::HashSet::new();
+    let mut candidates = Vec::with_capacity(rows.len());
+    for row in rows {
+        let chunk_id: String = row.try_get("chunk_id")?;
+        if !seen.insert(chunk_id.clone()) {
+            continue;
+        }
+        candidates.push(Candidate {
+            chunk_id,
+            event_id: row.try_get("event_id")?,
+            seq: row.try_get("seq")?,
+            ts: row.try_get("ts")?,
+            session_id: row.try_get("session_id")?,
+            kind: row.try_get("kind")?,
+            actor_id: row.try_get("actor_id")?,
+            source: row.try_get("source")?,
+            line_start: row.try_get("line_start")?,
+            line_end: row.try_get("line_end")?,
+            token_est: row.try_get("token_est")?,
+            importance: row.try_get("importance")?,
+            content_hash: row.try_get("content_hash")?,
+            matched: row.try_get("matched")?,
+            lexeme_count: row.try_get("lexeme_count")?,
+            relevance: 0.0,
+            recency: 0.0,
+            score: 0.0,
+        });
+    }
+    // The same order whatever order the branches came back in.
+    candidates.sort_by(|a, b| a.chunk_id.cmp(&b.chunk_id));
+    Ok(candidates)
+}
+
+/// The chunks `refs` name (chunk ids, or event ids for all their chunks)
+/// that the channel may see, in the order of `refs`: evidence a handoff
+/// packet carries.
+pub async fn by_refs(
+    pool: &PgPool,
+    tenant: &str,
+    refs: &[String],
+    visibility: Visibility,
+) -> Result<Vec<Candidate>, sqlx::Error> {
+    if refs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = sqlx::query(
+        "SELECT c.chunk_id, c.event_id, c.seq, c.ts, c.session_id, c.kind, c.actor_id, c.source,
+                c.line_start, c.line_end, c.token_est, c.importance, c.content_hash,
+                length(c.tsv) AS lexeme_count, min(r.o) AS position
+           FROM unnest($2::text[]) WITH ORDINALITY AS r (ref, o)
+           JOIN projections.chunks c
+             ON c.tenant_id = $1 AND (c.chunk_id = r.ref OR c.event_id = r.ref)
+          WHERE c.channel = ANY ($3) AND c.sensitivity = ANY ($4)
+          GROUP BY c.tenant_id, c.chunk_id
+          ORDER BY position, c.chunk_id",
+    )
+    .bind(tenant)
+    .bind(refs)
+    .bind(visibility.channel_names())
+    .bind(visibility.sensitivity_names())
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter()
+        .map(|row| {
+            Ok(Candidate {
+                chunk_id: row.try_get("chunk_id")?,
+                event_id: row.try_get("event_id")?,
+                seq: row.try_get("seq")?,
+                ts: row.try_get("ts")?,
+                session_id: row.try_get("session_id")?,
+                kind: row.try_get("kind")?,
+                actor_id: row.try_get("actor_id")?,
+                source: row.try_get("source")?,
+                line_start: row.try_get("line_start")?,
+                line_end: row.try_get("line_end")?,
+                token_est: row.try_get("token_est")?,
+                importance: row.try_get("importance")?,
+                content_hash: row.try_get("content_hash")?,
+                matched: Vec::new(),
+                lexeme_count: row.try_get("lexeme_count")?,
+                relevance: 1.0,
+                recency: 1.0,
+                score: 1.0,
+            })
+        })
+        .collect()
+}
+
+/// Up to `limit` ids of chunks matching any lexeme that the channel may not
+/// see: what privacy kept out, for `omissions`. Never scored.
+pub async fn withheld(
+    pool: &PgPool,
+    tenant: &str,
+    lexemes: &[String],
+    visibility: Visibility,
+    limit: i64,
+) -> Result<Vec<String>, sqlx::Error> {
+    if lexemes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let query = lexemes
+        .iter()
+        .map(|l| tsquery_literal(l))
+        .collect::<Vec<_>>()
+        .join(" | ");
+    sqlx::query_scalar(
+        "SELECT chunk_id FROM projections.chunks
+          WHERE tenant_id = $1 AND tsv @@ $2::tsquery
+            AND NOT (channel = ANY ($3) AND sensitivity = ANY ($4))
+          ORDER BY seq DESC LIMIT $5",
+    )
+    .persistent(false)
+    .bind(tenant)
+    .bind(query)
+    .bind(visibility.channel_names())
+    .bind(visibility.sensitivity_names())
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// Scores and sorts the candidates. `documents` is the size of the
+/// tenant's collection for IDF. A lexeme's document frequency is its
+/// matches in the pool: exact when it did not fill its share, and a lower
+/// bound that already marks it as common when it did.
+pub fn rank(
+    mut candidates: Vec<Candidate>,
+    lexeme_count: usize,
+    documents: i64,
+    newest: DateTime<Utc>,
+    scoring: &Scoring,
+) -> Vec<Candidate> {
+    let mut df = vec![0_usize; lexeme_count];
+    for candidate in &candidates {
+        for index in &candidate.matched {
+            if let Some(count) = df.get_mut(*index as usize) {
+                *count += 1;
+            }
+        }
+    }
+    let documents = (documents.max(1) as f64).max(candidates.len() as f64);
+    let idf: Vec<f64> = df
+        .iter()
+        .map(|df| {
+            let df = *df as f64;
+            (1.0 + (documents - df + 0.5) / (df + 0.5)).ln().max(0.0)
+        })
+        .collect();
+    let average_length = if candidates.is_empty() {
+        1.0
+    } else {
+        candidates
+            .iter()
+            .map(|c| f64::from(c.lexeme_count.max(1)))
+            .sum::<f64>()
+            / candidates.len() as f64
+    };
+    for candidate in &mut candidates {
+        let length = f64::from(candidate.lexeme_count.max(1));
+        let norm = K1 * (1.0 - B + B * length / average_length);
+        candidate.relevance = candidate
+            .matched
+            .iter()
+            .filter_map(|index| idf.get(*index as usize))
+            .map(|idf| idf * (K1 + 1.0) / (1.0 + norm))
+            .sum();
+        let age_hours = (newest - candidate.ts).num_milliseconds().max(0) as f64 / 3_600_000.0;
+        candidate.recency = 0.5_f64.powf(age_hours / scoring.recency_half_life_hours);
+    }
+    let best = candidates
+        .iter()
+        .map(|c| c.relevance)
+        .fold(0.0_f64, f64::max);
+    for candidate in &mut candidates {
+        if best > 0.0 {
+            candidate.relevance /= best;
+        }
+        candidate.score = scoring.alpha * candidate.relevance
+            + scoring.beta * candidate.recency
+            + scoring.gamma * f64::from(candidate.importance);
+    }
+    candidates.sort_by(better);
+    candidates
+}
+
+/// Best first: score, then importance, then the newer, then the shorter,
+/// then the smaller id (P7: the same inputs give the same order).
+fn better(a: &Candidate, b: &Candidate) -> Ordering {
+    b.score
+        .total_cmp(&a.score)
+        .then_with(|| b.importance.total_cmp(&a.importance))
+        .then_with(|| b.seq.cmp(&a.seq))
+        .then_with(|| a.token_est.cmp(&b.token_est))
+        .then_with(|| a.chunk_id.cmp(&b.chunk_id))
+}
+
+/// What the bundle needs to show a ranked candidate, or to leave it out.
+#[derive(Debug, Clone)]
+pub struct Detail {
+    pub text: String,
+    /// The decision's status when the chunk is a decision's.
+    pub decision_status: Option<String>,
+    pub superseded_by: Option<String>,
+    /// The summary's conflicts when the chunk is a flagged summary's.
+    pub conflicts: Option<Value>,
+    pub artifact_id: Option<String>,
+}
+
+pub async fn details(
+    pool: &PgPool,
+    tenant: &str,
+    chunk_ids: &[&str],
+) -> Result<HashMap<String, Detail>, sqlx::Error> {
+    let rows = sqlx::query(
+        "SELECT c.chunk_id, c.text, d.status, d.superseded_by,
+                CASE WHEN s.conflicted THEN s.conflicts END AS conflicts, e.artifact_id
+           FROM unnest($2::text[]) AS u (chunk_id)
+           JOIN projections.chunks c ON c.tenant_id = $1 AND c.chunk_id = u.chunk_id
+           LEFT JOIN projections.decisions d ON d.tenant_id = $1 AND d.decision_id = c.event_id
+           LEFT JOIN projections.summaries s ON s.tenant_id = $1 AND s.event_id = c.event_id
+           LEFT JOIN public.events e ON e.tenant_id = $1 AND e.seq = c.seq",
+    )
+    .bind(tenant)
+    .bind(chunk_ids)
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter()
+        .map(|row| {
+            Ok((
+                row.try_get("chunk_id")?,
+                Detail {
+                    text: row.try_get("text")?,
+                    decision_status: row.try_get("status")?,
+                    superseded_by: row.try_get("superseded_by")?,
+                    conflicts: row.try_get("conflicts")?,
+                    artifact_id: row.try_get("artifact_id")?,
+                },
+            ))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidate(
+        id: &str,
+        matched: &[i32],
+        lexemes: i32,
+        hours_old: i64,
+        importance: f32,
+    ) -> Candidate {
+        let newest = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        Candidate {
+            chunk_id: id.to_owned(),
+            event_id: format!("evt_{id}"),
+            seq: 1_000 - hours_old,
+            ts: newest - chrono::Duration::hours(hours_old),
+            session_id: "s".into(),
+            kind: "message".into(),
+            actor_id: "a".into(),
+            source: None,
+            line_start: None,
+            line_end: None,
+            token_est: 10,
+            importance,
+            content_hash: vec![],
+            matched: matched.to_vec(),
+            lexeme_count: lexemes,
+            relevance: 0.0,
+            recency: 0.0,
+            score: 0.0,
+        }
+    }
+
+    #[test]
+    fn rare_lexemes_outweigh_common_ones() {
+        let newest = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        // Lexeme 0 is in every candidate, lexeme 1 in one only.
+        let mut pool: Vec<Candidate> = (0..20)
+            .map(|i| candidate(&format!("c{i:02}"), &[0], 5, 1, 0.5))
+            .collect();
+        pool.push(candidate("rare", &[1], 5, 1, 0.5));
+        let scoring = Scoring {
+            alpha: 1.0,
+            beta: 0.0,
+            gamma: 0.0,
+            recency_half_life_hours: 24.0,
+        };
+        let ranked = rank(pool, 2, 10_000, newest, &scoring);
+        assert_eq!(ranked[0].chunk_id, "rare");
+        assert_eq!(ranked[0].relevance, 1.0);
+    }
+
+    #[test]
+    fn weights_mix_relevance_recency_and_importance_and_ties_are_deterministic() {
+        let newest = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        let pool = vec![
+            candidate("old-relevant", &[0, 1], 5, 24 * 30, 0.4),
+            candidate("new-partial", &[0], 5, 1, 0.4),
+        ];
+        let relevance_only = Scoring {
+            alpha: 1.0,
+            beta: 0.0,
+            gamma: 0.0,
+            recency_half_life_hours: 24.0,
+        };
+        let ranked = rank(pool.clone(), 2, 100, newest, &relevance_only);
+        assert_eq!(ranked[0].chunk_id, "old-relevant");
+        let recency_heavy = Scoring {
+            alpha: 0.2,
+            beta: 0.8,
+            gamma: 0.0,
+            recency_half_life_hours: 24.0,
+        };
+        let ranked = rank(pool.clone(), 2, 100, newest, &recency_heavy);
+        assert_eq!(ranked[0].chunk_id, "new-partial");
+        assert!((ranked[1].recency - 0.5_f64.powi(30)).abs() < 1e-12);
+
+        // Equal scores: the more important wins, then the newer, then the id.
+        let tied = vec![
+            candidate("b", &[0], 5, 2, 0.4),
+            candidate("a", &[0], 5, 2, 0.4),
+            candidate("c", &[0], 5, 2, 0.9),
+        ];
+        let flat = Scoring {
+            alpha: 1.0,
+            beta: 0.0,
+            gamma: 0.0,
+            recency_half_life_hours: 24.0,
+        };
+        let order: Vec<_> = rank(tied, 1, 100, newest, &flat)
+            .into_iter()
+            .map(|c| c.chunk_id)
+            .collect();
+        assert_eq!(order, ["c", "a", "b"]);
+    }
+
+    #[test]
+    fn lexemes_are_quoted_as_single_operands() {
+        assert_eq!(tsquery_literal("it's"), "'it''s'");
+        assert_eq!(tsquery_literal("a\\b"), "'a\\\\b'");
+    }
+}

@@ -1,0 +1,862 @@
+//! Active Context Bundles over HTTP: what goes in, what stays out and why,
+//! and the budget, on the real daemon and database.
+
+use std::collections::HashSet;
+
+use memd::startup::ServeConfig;
+use memd_projectors::projections::{Encoding, TokenCounter};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::helpers::{
+    TestApp, event, message, spawn_daemon, spawn_daemon_with, tool_result, wait_projected,
+};
+
+impl TestApp {
+    pub async fn post_acb(&self, token: &str, body: &Value) -> (StatusCode, Value) {
+        let response = self
+            .client
+            .post(format!("{}/api/v1/acb/build", self.base_url))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .expect("request sent");
+        let status = response.status();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Builds a bundle and insists on success.
+    pub async fn acb(&self, token: &str, body: Value) -> Value {
+        let (status, acb) = self.post_acb(token, &body).await;
+        assert_eq!(status, StatusCode::OK, "{acb}");
+        acb
+    }
+}
+
+/// The items of a section (empty when the section is absent).
+pub fn section<'a>(acb: &'a Value, name: &str) -> Vec<&'a Value> {
+    acb["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .map(|s| s["items"].as_array().unwrap().iter().collect())
+        .unwrap_or_default()
+}
+
+pub fn texts(acb: &Value, name: &str) -> Vec<String> {
+    section(acb, name)
+        .iter()
+        .map(|item| item["text"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn omission<'a>(acb: &'a Value, reason: &str) -> Vec<&'a Value> {
+    acb["omissions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["reason"] == reason)
+        .collect()
+}
+
+fn id(response: &Value) -> String {
+    response["event_id"].as_str().unwrap().to_owned()
+}
+
+fn counter() -> TokenCounter {
+    TokenCounter::new(Encoding::O200kBase)
+}
+
+#[sqlx::test]
+async fn a_question_retrieves_cited_evidence_within_the_budget(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    for i in 0..30 {
+        app.append(
+            &token,
+            &message("old", &format!("Standup {i}: nothing new on the frontend.")),
+        )
+        .await;
+    }
+    let readme = app
+        .append(
+            &token,
+            &tool_result(
+                "README.md",
+                "# legacy-billing\nInvoices customers monthly and exports them to the ledger.\n",
+            ),
+        )
+        .await;
+    wait_projected(&app.pool, "acme").await;
+
+    let acb = app
+        .acb(
+            &token,
+            json!({"session_id": "new", "agent_id": "agent-1", "channel": "private",
+                   "intent": "repo_onboarding", "query_text": "what is this project for? invoices?",
+                   "max_tokens": 3000, "render": true}),
+        )
+        .await;
+    let evidence = section(&acb, "retrieved_evidence");
+    assert!(!evidence.is_empty(), "{acb}");
+    let first = evidence[0];
+    assert_eq!(first["handle"], "E1");
+    assert_eq!(first["event_id"], readme["event_id"], "{acb}");
+    let chunk_id = first["chunk_id"].as_str().unwrap();
+    assert_eq!(first["refs"], json!([chunk_id, readme["event_id"]]));
+    assert!(
+        first["text"]
+            .as_str()
+            .unwrap()
+            .contains("Invoices customers")
+    );
+    assert_eq!(first["kind"], "tool_result");
+
+    let provenance = &acb["provenance"];
+    assert_eq!(provenance["path"], "retrieval");
+    assert_eq!(provenance["intent"], "repo_onboarding");
+    assert!(
+        provenance["query_terms"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("invoic"))
+    );
+    assert!(provenance["candidate_pool_size"].as_u64().unwrap() >= 1);
+    assert_eq!(provenance["candidate_pool_max"], 2000);
+    assert_eq!(provenance["scoring"]["alpha"], 0.6);
+    assert_eq!(
+        provenance["filters"]["sensitivity_allowed"],
+        json!(["none", "low", "high"])
+    );
+    assert_eq!(provenance["head_seq"], 31);
+    assert_eq!(provenance["projected_seq"], 31);
+    assert_eq!(provenance["lag_events"], 0);
+
+    // The rendered prompt is exactly the tokens reported, within budget.
+    let prompt = acb["prompt"].as_str().unwrap();
+    assert_eq!(
+        counter().count(prompt),
+        acb["token_used_est"].as_u64().unwrap() as usize
+    );
+    assert!(acb["token_used_est"].as_u64().unwrap() <= 3000);
+    assert_eq!(acb["budget_tokens"], 3000);
+    assert!(
+        prompt.starts_with(
+            "## retrieved_evidence\n[E1] fs · tool_result fs.read_file README.md lines 1-2 · "
+        ),
+        "{prompt}"
+    );
+    let sections_sum: u64 = acb["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["token_est"].as_u64().unwrap())
+        .sum();
+    assert_eq!(sections_sum, acb["token_used_est"].as_u64().unwrap());
+}
+
+#[sqlx::test]
+async fn public_channels_get_neither_private_memory_nor_preferences(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let said = |channel: &str, sensitivity: &str, text: &str| {
+        json!({"session_id": "s1", "channel": channel, "sensitivity": sensitivity,
+               "actor": {"type": "human", "id": "alice"}, "kind": "message",
+               "content": {"text": text}})
+    };
+    app.append(
+        &token,
+        &said("private", "none", "I prefer green tea in the mornings."),
+    )
+    .await;
+    app.append(
+        &token,
+        &said("public", "high", "The green tea supplier owes us money."),
+    )
+    .await;
+    app.append(
+        &token,
+        &said("public", "none", "Our shop sells green tea and coffee."),
+    )
+    .await;
+    for (view, text) in [
+        ("preferences", "Alice prefers green tea."),
+        ("rules", "Be polite about tea."),
+    ] {
+        app.append(
+            &token,
+            &json!({"session_id": "views", "channel": "private", "actor": {"type": "human", "id": "alice"},
+                    "kind": "view_update", "content": {"view": view, "text": text}}),
+        )
+        .await;
+    }
+    wait_projected(&app.pool, "acme").await;
+
+    let ask = |channel: &str| {
+        json!({"session_id": "s1", "channel": channel, "query_text": "what about green tea?",
+               "render": true})
+    };
+    let public = app.acb(&token, ask("public")).await;
+    let prompt = public["prompt"].as_str().unwrap();
+    assert!(prompt.contains("Our shop sells green tea"), "{prompt}");
+    assert!(
+        !prompt.contains("I prefer green tea"),
+        "private message leaked: {prompt}"
+    );
+    assert!(
+        !prompt.contains("owes us money"),
+        "high sensitivity leaked: {prompt}"
+    );
+    assert!(
+        !prompt.contains("Alice prefers"),
+        "preferences view leaked: {prompt}"
+    );
+    assert!(
+        prompt.contains("Be polite about tea."),
+        "rules apply everywhere: {prompt}"
+    );
+    let privacy: Vec<String> = omission(&public, "privacy")
+        .iter()
+        .flat_map(|o| o["candidates"].as_array().unwrap().iter())
+        .map(|c| c.as_str().unwrap().to_owned())
+        .collect();
+    assert!(privacy.contains(&"view:preferences".to_owned()), "{public}");
+    assert!(
+        privacy.len() >= 3,
+        "two chunks and a view withheld: {privacy:?}"
+    );
+    assert_eq!(
+        public["provenance"]["filters"]["channels_allowed"],
+        json!(["public"])
+    );
+
+    // The agent channel: public and none/low only as well.
+    let agent = app.acb(&token, ask("agent")).await;
+    let prompt = agent["prompt"].as_str().unwrap();
+    assert!(!prompt.contains("I prefer green tea") && !prompt.contains("owes us money"));
+
+    let private = app.acb(&token, ask("private")).await;
+    let prompt = private["prompt"].as_str().unwrap();
+    for text in [
+        "I prefer green tea",
+        "owes us money",
+        "Alice prefers green tea",
+        "Our shop",
+    ] {
+        assert!(prompt.contains(text), "private sees {text:?}: {prompt}");
+    }
+}
+
+#[sqlx::test]
+async fn the_fast_path_uses_views_tasks_decisions_and_the_recent_window_only(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let said = id(&app
+        .append(
+            &token,
+            &message("s1", "Let's write the scenario tests next."),
+        )
+        .await);
+    app.append(
+        &token,
+        &event(
+            "task_update",
+            json!({"task_id": "T1", "status": "doing", "title": "Write scenario tests"}),
+            &[],
+        ),
+    )
+    .await;
+    app.append(
+        &token,
+        &event(
+            "task_update",
+            json!({"task_id": "T0", "status": "done", "title": "Old task"}),
+            &[],
+        ),
+    )
+    .await;
+    app.append(
+        &token,
+        &event("decision", json!({"decision": "Scenarios are YAML files", "key": "scenario-format", "scope": "project"}), &[&said]),
+    )
+    .await;
+    app.append(
+        &token,
+        &json!({"session_id": "v", "channel": "private", "actor": {"type": "human", "id": "a"},
+                "kind": "view_update", "content": {"view": "identity", "text": "You are memd's test agent."}}),
+    )
+    .await;
+    wait_projected(&app.pool, "acme").await;
+
+    let acb = app
+        .acb(&token, json!({"session_id": "s1", "intent": "continue", "query_text": "continue writing scenario tests"}))
+        .await;
+    assert_eq!(acb["provenance"]["path"], "fast");
+    assert_eq!(acb["provenance"]["candidate_pool_size"], 0);
+    assert!(section(&acb, "retrieved_evidence").is_empty());
+    assert_eq!(texts(&acb, "identity"), ["You are memd's test agent.\n"]);
+    let tasks = section(&acb, "task_state");
+    assert_eq!(tasks.len(), 1, "done tasks are not task state");
+    assert_eq!(tasks[0]["task_id"], "T1");
+    assert_eq!(tasks[0]["status"], "doing");
+    let decisions = section(&acb, "decision_ledger");
+    assert_eq!(decisions.len(), 1);
+    assert_eq!(decisions[0]["status"], "active");
+    assert!(
+        decisions[0]["refs"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(said))
+    );
+    let recent = texts(&acb, "recent_window");
+    assert_eq!(
+        recent[0], "Let's write the scenario tests next.\n",
+        "oldest first: {recent:?}"
+    );
+    assert_eq!(
+        recent.len(),
+        4,
+        "message, two task updates, decision: {recent:?}"
+    );
+    // Section order as rendered.
+    let names: Vec<&str> = acb["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["identity", "task_state", "decision_ledger", "recent_window"]
+    );
+}
+
+#[sqlx::test]
+async fn only_active_decisions_unless_history_is_asked_for(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let evidence = id(&app
+        .append(&token, &message("s1", "We must decide on secret storage."))
+        .await);
+    let v1 = id(&app
+        .append(
+            &token,
+            &event("decision", json!({"decision": "Never store secrets", "key": "secret-storage", "scope": "project"}), &[&evidence]),
+        )
+        .await);
+    let v2 = id(&app
+        .append(
+            &token,
+            &event("decision", json!({"decision": "Store secrets, but encrypted", "key": "secret-storage", "scope": "project", "supersedes": v1}), &[&evidence]),
+        )
+        .await);
+    wait_projected(&app.pool, "acme").await;
+
+    let now = app
+        .acb(
+            &token,
+            json!({"session_id": "q", "query_text": "what is the secret storage policy now?"}),
+        )
+        .await;
+    let ledger = section(&now, "decision_ledger");
+    assert_eq!(ledger.len(), 1, "{now}");
+    assert_eq!(ledger[0]["decision_id"], v2);
+    let superseded = omission(&now, "superseded");
+    assert_eq!(superseded.len(), 1, "{now}");
+    assert_eq!(superseded[0]["decision_id"], v1);
+    assert_eq!(superseded[0]["superseded_by"], v2);
+    assert!(
+        section(&now, "retrieved_evidence")
+            .iter()
+            .all(|e| e["kind"] != "decision"),
+        "decisions live in the ledger"
+    );
+
+    let then = app
+        .acb(
+            &token,
+            json!({"session_id": "q", "query_text": "how has the secret storage policy changed?"}),
+        )
+        .await;
+    assert_eq!(then["provenance"]["history"], true);
+    let ledger = section(&then, "decision_ledger");
+    let statuses: HashSet<(String, String)> = ledger
+        .iter()
+        .map(|d| {
+            (
+                d["decision_id"].as_str().unwrap().to_owned(),
+                d["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        statuses,
+        HashSet::from([
+            (v1.clone(), "superseded".to_owned()),
+            (v2.clone(), "active".to_owned())
+        ])
+    );
+    let old = ledger.iter().find(|d| d["decision_id"] == v1).unwrap();
+    assert_eq!(old["superseded_by"], v2);
+    assert!(
+        old["text"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("Superseded by: {v2}"))
+    );
+
+    // Explicitly off, even with history words.
+    let off = app
+        .acb(&token, json!({"query_text": "how has the secret storage policy changed?", "include_history": false}))
+        .await;
+    assert_eq!(section(&off, "decision_ledger").len(), 1);
+}
+
+#[sqlx::test]
+async fn a_summary_that_contradicts_a_decision_gives_way_to_it(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let said = id(&app
+        .append(&token, &message("s1", "Our token budget is 65K."))
+        .await);
+    let decision = id(&app
+        .append(
+            &token,
+            &event("decision", json!({"decision": "The token budget is 65K", "key": "budget", "value": "65K", "scope": "project"}), &[&said]),
+        )
+        .await);
+    let wrong = id(&app
+        .append(
+            &token,
+            &event("summary", json!({"text": "Session summary: the token budget is 32K.", "claims": [{"key": "budget", "value": "32K"}]}), &[&said]),
+        )
+        .await);
+    let floating = id(&app
+        .append(
+            &token,
+            &event(
+                "summary",
+                json!({"text": "The token budget is unlimited."}),
+                &[],
+            ),
+        )
+        .await);
+    wait_projected(&app.pool, "acme").await;
+
+    let acb = app
+        .acb(
+            &token,
+            json!({"session_id": "q", "query_text": "what is our token budget?", "render": true}),
+        )
+        .await;
+    let prompt = acb["prompt"].as_str().unwrap();
+    assert!(!prompt.contains("32K"), "{prompt}");
+    assert!(!prompt.contains("unlimited"), "{prompt}");
+    assert_eq!(section(&acb, "decision_ledger")[0]["decision_id"], decision);
+    assert!(
+        section(&acb, "retrieved_evidence")
+            .iter()
+            .any(|e| e["event_id"] == said),
+        "the event the decision rests on: {acb}"
+    );
+    let conflicts = omission(&acb, "conflict");
+    let summaries: HashSet<&str> = conflicts
+        .iter()
+        .map(|c| c["summary_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        summaries,
+        HashSet::from([wrong.as_str(), floating.as_str()]),
+        "{acb}"
+    );
+    let contradiction = conflicts.iter().find(|c| c["summary_id"] == wrong).unwrap();
+    assert_eq!(
+        contradiction["conflicts"][0]["reason"],
+        "contradicts_decision"
+    );
+    assert_eq!(contradiction["conflicts"][0]["decision_id"], decision);
+}
+
+#[sqlx::test]
+async fn a_fact_repeated_twenty_times_takes_few_places(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let phrasings = [
+        "The token budget is 65K.",
+        "Reminder: our token budget is 65K tokens.",
+        "token budget = 65k",
+        "Remember, the budget is 65K tokens",
+    ];
+    for i in 0..20 {
+        app.append(&token, &message("s1", phrasings[i % phrasings.len()]))
+            .await;
+    }
+    app.append(
+        &token,
+        &message("s1", "The deploy budget is three engineers."),
+    )
+    .await;
+    wait_projected(&app.pool, "acme").await;
+
+    let ask =
+        json!({"session_id": "q", "query_text": "what's the token budget?", "max_tokens": 4000});
+    let acb = app.acb(&token, ask.clone()).await;
+    let about_budget = texts(&acb, "retrieved_evidence")
+        .iter()
+        .filter(|t| t.to_lowercase().contains("65k"))
+        .count();
+    assert!(
+        (1..=3).contains(&about_budget),
+        "{about_budget} places: {acb}"
+    );
+    assert_eq!(
+        acb["provenance"]["dedupe"]["collapsed"].as_u64().unwrap() as usize,
+        20 - about_budget
+    );
+    let duplicates: usize = omission(&acb, "duplicate")
+        .iter()
+        .map(|o| o["count"].as_u64().unwrap() as usize)
+        .sum();
+    assert_eq!(duplicates, 20 - about_budget);
+
+    // More repetitions do not grow the bundle.
+    let before = acb["token_used_est"].as_u64().unwrap();
+    for i in 0..20 {
+        app.append(&token, &message("s1", phrasings[i % phrasings.len()]))
+            .await;
+    }
+    wait_projected(&app.pool, "acme").await;
+    let after = app.acb(&token, ask).await;
+    assert_eq!(after["token_used_est"].as_u64().unwrap(), before);
+}
+
+#[sqlx::test]
+async fn the_same_inputs_give_the_same_bundle(_: PgPoolOptions, connect: PgConnectOptions) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    // Identical texts tie on everything but their ids.
+    for i in 0..40 {
+        app.append(
+            &token,
+            &message(
+                "s1",
+                &format!("Retry policy note {}: backoff doubles.", i % 4),
+            ),
+        )
+        .await;
+    }
+    wait_projected(&app.pool, "acme").await;
+    let ask = json!({"session_id": "s2", "query_text": "retry backoff policy", "max_tokens": 1500, "render": true});
+    let first = app.acb(&token, ask.clone()).await;
+    let second = app.acb(&token, ask).await;
+    assert_eq!(first["sections"], second["sections"]);
+    assert_eq!(first["omissions"], second["omissions"]);
+    assert_eq!(first["prompt"], second["prompt"]);
+    assert_ne!(first["acb_id"], second["acb_id"]);
+}
+
+#[sqlx::test]
+async fn the_recent_window_reads_the_log_even_when_projections_lag(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    // No projection workers at all: only the log is current.
+    let app = spawn_daemon_with(
+        connect,
+        ServeConfig {
+            projection: None,
+            ..ServeConfig::default()
+        },
+    )
+    .await;
+    let token = app.tenant("acme").await;
+    app.append(&token, &message("s1", "First thing I said."))
+        .await;
+    let long: String = (1..=400)
+        .map(|i| format!("line {i} of the log file\n"))
+        .collect();
+    app.append(&token, &tool_result("app.log", &long)).await;
+    app.append(&token, &message("s1", "What I just said."))
+        .await;
+    let acb = app
+        .acb(
+            &token,
+            json!({"session_id": "s1", "intent": "continue", "render": true}),
+        )
+        .await;
+    let recent = texts(&acb, "recent_window");
+    assert_eq!(recent.first().unwrap(), "First thing I said.\n");
+    assert_eq!(recent.last().unwrap(), "What I just said.\n");
+    assert!(
+        recent.len() > 3,
+        "the long output is in parts: {}",
+        recent.len()
+    );
+    assert_eq!(acb["provenance"]["head_seq"], 3);
+    assert_eq!(acb["provenance"]["projected_seq"], 0);
+    assert_eq!(acb["provenance"]["lag_events"], 3);
+    // Counted on the spot, exactly as projection would have.
+    let prompt = acb["prompt"].as_str().unwrap();
+    assert_eq!(
+        counter().count(prompt),
+        acb["token_used_est"].as_u64().unwrap() as usize
+    );
+
+    // Strong consistency cannot be had without projectors: bounded wait.
+    let strong = app
+        .acb(
+            &token,
+            json!({"session_id": "s1", "intent": "continue", "consistency": "strong"}),
+        )
+        .await;
+    assert_eq!(strong["provenance"]["consistency"]["caught_up"], false);
+    assert!(
+        strong["provenance"]["consistency"]["waited_ms"]
+            .as_f64()
+            .unwrap()
+            >= 1900.0
+    );
+}
+
+#[sqlx::test]
+async fn strong_consistency_waits_for_projections(_: PgPoolOptions, connect: PgConnectOptions) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let mut last = Value::Null;
+    for i in 0..50 {
+        last = app
+            .append(
+                &token,
+                &message("s1", &format!("Fresh fact number {i} about zeppelins.")),
+            )
+            .await;
+    }
+    let acb = app
+        .acb(&token, json!({"session_id": "other", "query_text": "zeppelins fact 49", "consistency": "strong"}))
+        .await;
+    let consistency = &acb["provenance"]["consistency"];
+    assert_eq!(consistency["requested"], "strong");
+    assert_eq!(consistency["caught_up"], true, "{acb}");
+    assert_eq!(acb["provenance"]["projected_seq"], last["seq"]);
+    assert!(
+        section(&acb, "retrieved_evidence")
+            .iter()
+            .any(|e| e["event_id"] == last["event_id"]),
+        "{acb}"
+    );
+}
+
+#[sqlx::test]
+async fn cached_state_is_dropped_when_projections_change(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let rules = |text: &str| {
+        json!({"session_id": "v", "channel": "private", "actor": {"type": "human", "id": "a"},
+               "kind": "view_update", "content": {"view": "rules", "text": text}})
+    };
+    app.append(&token, &rules("Rule one.")).await;
+    wait_projected(&app.pool, "acme").await;
+    let ask = json!({"intent": "continue"});
+    let first = app.acb(&token, ask.clone()).await;
+    assert_eq!(first["provenance"]["cache"], "miss");
+    let second = app.acb(&token, ask.clone()).await;
+    assert_eq!(second["provenance"]["cache"], "hit");
+    assert_eq!(texts(&second, "rules"), ["Rule one.\n"]);
+
+    app.append(&token, &rules("Rule two.")).await;
+    wait_projected(&app.pool, "acme").await;
+    let third = app.acb(&token, ask).await;
+    assert_eq!(third["provenance"]["cache"], "miss");
+    assert_eq!(texts(&third, "rules"), ["Rule two.\n"]);
+}
+
+#[sqlx::test]
+async fn bad_requests_are_refused_by_field(_: PgPoolOptions, connect: PgConnectOptions) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let reader = app
+        .tenant_with_scope("reader", memd::domain::tenant::Scope::Read)
+        .await;
+    for (body, field) in [
+        (json!({"max_tokens": 65_001}), "max_tokens"),
+        (json!({"max_tokens": 0}), "max_tokens"),
+        (json!({"max_tokens": "lots"}), "max_tokens"),
+        (json!({"channel": "radio"}), "channel"),
+        (json!({"consistency": "eventually"}), "consistency"),
+        (json!({"query_text": "x".repeat(20_000)}), "query_text"),
+        (json!({"quer_text": "typo"}), "quer_text"),
+        (json!({"handoff_id": "evt_x"}), "handoff_id"),
+    ] {
+        let (status, error) = app.post_acb(&token, &body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {error}");
+        assert_eq!(error["error"]["field"], field, "{error}");
+    }
+    let (status, error) = app.post_acb(&token, &json!({"tenant_id": "other"})).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(error["error"]["code"], "tenant_mismatch");
+    // Reading is enough to build a bundle.
+    let (status, _) = app
+        .post_acb(&reader, &json!({"query_text": "anything"}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[sqlx::test]
+async fn a_tenant_never_retrieves_another_tenants_memory(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let acme = app.tenant("acme").await;
+    let other = app.tenant("other").await;
+    app.append(&acme, &message("s1", "Acme's launch code word is pelican."))
+        .await;
+    app.append(&other, &message("s1", "Other's notes mention a heron."))
+        .await;
+    wait_projected(&app.pool, "acme").await;
+    wait_projected(&app.pool, "other").await;
+    let acb = app
+        .acb(
+            &other,
+            json!({"session_id": "s1", "query_text": "pelican code word", "render": true}),
+        )
+        .await;
+    let prompt = acb["prompt"].as_str().unwrap();
+    assert!(!prompt.contains("pelican"), "{prompt}");
+    assert!(prompt.contains("heron"), "its own recent window: {prompt}");
+}
+
+/// Arbitrary text: line breaks, slashes, punctuation, digits, words of
+/// several scripts, and words a query will share.
+fn arbitrary_text() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    proptest::collection::vec(
+        prop_oneof![
+            Just("\n".to_owned()),
+            Just(" \n".to_owned()),
+            Just("/".to_owned()),
+            Just(" ".to_owned()),
+            "[.,;:!?#*()\\[\\]\"'-]{1,3}",
+            "[0-9]{1,4}",
+            "[a-zA-Z]{1,9}",
+            "[éЖ中🙂]{1,2}",
+            Just(" invoice ".to_owned()),
+            Just(" export ".to_owned()),
+        ],
+        1..80,
+    )
+    .prop_map(|parts| parts.concat())
+}
+
+/// The budget holds for whatever is stored: random content of every kind,
+/// channel and sensitivity, random budgets, channels and paths. Each case
+/// is a fresh tenant; the rendered prompt is counted independently.
+#[sqlx::test]
+async fn bundles_never_exceed_max_tokens_over_arbitrary_stored_content(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    use proptest::{
+        prelude::*,
+        strategy::ValueTree,
+        test_runner::{Config, TestRunner},
+    };
+    let app = spawn_daemon(connect).await;
+    let counter = counter();
+    let content = proptest::collection::vec(
+        (
+            0..5usize,
+            arbitrary_text(),
+            prop::sample::select(vec!["private", "team", "agent", "public"]),
+            prop::sample::select(vec!["none", "low", "high"]),
+        ),
+        1..25,
+    );
+    let request = (
+        1u32..6_000,
+        prop::sample::select(vec!["private", "team", "agent", "public"]),
+        any::<bool>(),
+        arbitrary_text(),
+    );
+    let mut runner = TestRunner::new(Config::default());
+    for case in 0..12 {
+        let events = content.new_tree(&mut runner).unwrap().current();
+        let tenant = format!("case{case}");
+        let token = app.tenant(&tenant).await;
+        let mut last = None;
+        for (kind, text, channel, sensitivity) in &events {
+            let mut body = match kind {
+                0 => message("s1", text),
+                1 => tool_result("src/main.rs", text),
+                2 => event(
+                    "decision",
+                    json!({"decision": text, "scope": "project", "key": "k"}),
+                    &[],
+                ),
+                3 => event(
+                    "task_update",
+                    json!({"task_id": "T", "status": "doing", "title": text}),
+                    &[],
+                ),
+                _ => {
+                    json!({"session_id": "s1", "channel": "private", "actor": {"type": "human", "id": "h"},
+                            "kind": "view_update", "content": {"view": "rules", "text": text}})
+                }
+            };
+            if let Some(previous) = &last
+                && *kind == 2
+            {
+                body["refs"] = json!([previous]);
+            }
+            body["channel"] = json!(channel);
+            body["sensitivity"] = json!(sensitivity);
+            // Text that is only whitespace is refused by the API: skip it.
+            let (status, appended) = app.post_events(&token, &body).await;
+            if status.is_success() {
+                last = appended["event_id"].as_str().map(str::to_owned);
+            }
+        }
+        wait_projected(&app.pool, &tenant).await;
+        for _ in 0..4 {
+            let (max_tokens, channel, fast, query) =
+                request.new_tree(&mut runner).unwrap().current();
+            let mut body = json!({"session_id": "s1", "channel": channel, "query_text": query,
+                                  "max_tokens": max_tokens, "render": true});
+            if fast {
+                body["intent"] = json!("continue");
+            }
+            let acb = app.acb(&token, body).await;
+            let prompt = acb["prompt"].as_str().unwrap();
+            let used = acb["token_used_est"].as_u64().unwrap() as usize;
+            assert_eq!(counter.count(prompt), used, "case {case}: {prompt:?}");
+            assert!(
+                used <= max_tokens as usize,
+                "case {case}: {used} > {max_tokens}"
+            );
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! The bundle policy per tenant, and the decision ledger API.
+
+use memd::domain::tenant::Scope;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::helpers::{TestApp, event, message, spawn_daemon, wait_projected};
+
+impl TestApp {
+    pub async fn put_json(&self, path: &str, token: &str, body: &Value) -> (StatusCode, Value) {
+        let response = self
+            .client
+            .put(format!("{}{path}", self.base_url))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .expect("request sent");
+        let status = response.status();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn get_json(&self, path: &str, token: &str) -> (StatusCode, Value) {
+        let response = self.get(path, token).await;
+        let status = response.status();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+}
+
+#[sqlx::test]
+async fn a_tenant_edits_its_policy_and_bundles_follow_it(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let other = app.tenant("other").await;
+    let writer = app.tenant_with_scope("writer", Scope::Write).await;
+
+    let (status, defaults) = app.get_json("/api/v1/policy", &token).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(defaults["max_tokens"], 65_000);
+    assert_eq!(defaults["sections"]["retrieved_evidence"]["cap"], 28_000);
+
+    let (status, stored) = app
+        .put_json(
+            "/api/v1/policy",
+            &token,
+            &json!({"max_tokens": 8000, "scoring": {"alpha": 0.9, "beta": 0.0, "gamma": 0.1},
+                    "fast_path_intents": ["keep_going"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{stored}");
+    assert_eq!(
+        stored["scoring"]["recency_half_life_hours"], 168.0,
+        "defaults fill the rest"
+    );
+    let (_, exported) = app.get_json("/api/v1/policy", &token).await;
+    assert_eq!(exported, stored, "what GET exports is what PUT stored");
+    let (_, untouched) = app.get_json("/api/v1/policy", &other).await;
+    assert_eq!(untouched["max_tokens"], 65_000, "policies are per tenant");
+
+    app.append(&token, &message("s1", "the nightly export runs at 2am"))
+        .await;
+    wait_projected(&app.pool, "acme").await;
+    let acb = app.acb(&token, json!({"query_text": "export"})).await;
+    assert_eq!(acb["budget_tokens"], 8000);
+    assert_eq!(acb["provenance"]["scoring"]["alpha"], 0.9);
+    assert_eq!(acb["provenance"]["path"], "retrieval");
+    let fast = app
+        .acb(
+            &token,
+            json!({"intent": "keep_going", "query_text": "export"}),
+        )
+        .await;
+    assert_eq!(fast["provenance"]["path"], "fast");
+    let (status, error) = app.post_acb(&token, &json!({"max_tokens": 9000})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 8000"),
+        "{error}"
+    );
+
+    for (body, field) in [
+        (json!({"max_tokens": 100_000}), "max_tokens"),
+        (json!({"scoring": {"beta": -1}}), "scoring.beta"),
+        (
+            json!({"sections": {"rules": {"cap": 10}}}),
+            "sections.rules.priority",
+        ),
+        (json!({"retrieved_max": 500}), "retrieved_max"),
+        (json!({"typo": true}), "typo"),
+    ] {
+        let (status, error) = app.put_json("/api/v1/policy", &token, &body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {error}");
+        assert_eq!(error["error"]["field"], field, "{error}");
+    }
+    let (_, still) = app.get_json("/api/v1/policy", &token).await;
+    assert_eq!(still, stored, "a refused policy changes nothing");
+    let (status, _) = app.put_json("/api/v1/policy", &writer, &json!({})).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "only admins edit the policy");
+}
+
+#[sqlx::test]
+async fn the_decision_ledger_filters_by_status_key_and_channel(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let other = app.tenant("other").await;
+    let said = app.append(&token, &message("s1", "which database?")).await;
+    let said = said["event_id"].as_str().unwrap();
+    let decide = |text: &str, channel: &str| {
+        let mut body = event(
+            "decision",
+            json!({"decision": text, "key": "db", "scope": "project"}),
+            &[said],
+        );
+        body["channel"] = json!(channel);
+        body
+    };
+    app.append(&token, &decide("Use SQLite", "private")).await;
+    app.append(&token, &decide("Use PostgreSQL", "public"))
+        .await;
+    app.append(
+        &token,
+        &event(
+            "decision",
+            json!({"decision": "Unsupported", "scope": "project"}),
+            &[],
+        ),
+    )
+    .await;
+    wait_projected(&app.pool, "acme").await;
+
+    let (status, all) = app.get_json("/api/v1/decisions", &token).await;
+    assert_eq!(status, StatusCode::OK);
+    let statuses: Vec<&str> = all["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        statuses,
+        ["rejected", "active", "superseded"],
+        "newest first"
+    );
+    let (_, active) = app
+        .get_json("/api/v1/decisions?status=active&key=db", &token)
+        .await;
+    assert_eq!(active["decisions"][0]["decision"], "Use PostgreSQL");
+    assert_eq!(active["decisions"].as_array().unwrap().len(), 1);
+    let (_, public) = app
+        .get_json("/api/v1/decisions?channel=public", &token)
+        .await;
+    assert_eq!(public["decisions"].as_array().unwrap().len(), 1);
+    let (_, rejected) = app
+        .get_json("/api/v1/decisions?status=rejected", &token)
+        .await;
+    assert!(
+        rejected["decisions"][0]["rejected_reason"]
+            .as_str()
+            .unwrap()
+            .contains("no refs")
+    );
+    let (_, theirs) = app.get_json("/api/v1/decisions", &other).await;
+    assert_eq!(theirs["decisions"], json!([]));
+    for (path, field) in [
+        ("/api/v1/decisions?status=maybe", "status"),
+        ("/api/v1/decisions?limit=0", "limit"),
+        ("/api/v1/decisions?channel=radio", "query"),
+    ] {
+        let (status, error) = app.get_json(path, &token).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {error}");
+        assert_eq!(error["error"]["field"], field);
+    }
+}
