@@ -6,7 +6,9 @@ use std::{fmt::Write as _, path::Path, sync::Arc, time::Duration};
 use anyhow::Context;
 use serde_json::{Value, json};
 
-use super::harness::{Measurement, RunningDaemon, ScratchDatabase, drive, environment};
+use super::harness::{
+    Measurement, RunningDaemon, ScratchDatabase, drive, environment, write_report,
+};
 use crate::{
     db,
     domain::tenant::{Scope, TenantId},
@@ -34,13 +36,7 @@ pub async fn run(
     scratch.drop_now().await?;
     let (rows, environment) = result?;
     let report = render(&rows, &environment, duration, batch);
-    if let Some(dir) = out.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(out, &report).with_context(|| format!("writing {}", out.display()))?;
-    print!("{report}");
-    eprintln!("written to {}", out.display());
-    Ok(())
+    write_report(out, &report)
 }
 
 async fn measure(

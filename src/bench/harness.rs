@@ -176,6 +176,32 @@ where
     }
 }
 
+/// Waits until every projector has applied every tenant's log up to its
+/// head.
+pub async fn wait_projected(pool: &PgPool) -> anyhow::Result<()> {
+    let engine = crate::startup::ProjectionConfig::default().engine();
+    loop {
+        if memd_projectors::runtime::lagging_tenants(pool, &engine)
+            .await?
+            .is_empty()
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Writes a report (creating its directory), prints it, and says where.
+pub fn write_report(out: &std::path::Path, report: &str) -> anyhow::Result<()> {
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(out, report).with_context(|| format!("writing {}", out.display()))?;
+    print!("{report}");
+    eprintln!("written to {}", out.display());
+    Ok(())
+}
+
 /// One line saying what machine and database produced the numbers.
 pub async fn environment(pool: &PgPool) -> anyhow::Result<String> {
     let version: String = sqlx::query_scalar("SHOW server_version")

@@ -3,6 +3,7 @@
 
 mod append;
 mod harness;
+mod locomo;
 mod project;
 
 use std::path::PathBuf;
@@ -40,6 +41,19 @@ pub enum BenchCommand {
         #[arg(long, default_value = "bench/project.md")]
         out: PathBuf,
     },
+    /// Retrieval quality on LoCoMo conversations (recall of evidence turns
+    /// in 2,000-token bundles), beside a plain BM25 baseline.
+    Locomo {
+        /// A directory of LoCoMo conversation files (`*.json`).
+        #[arg(long, default_value = "../shared/bench/locomo")]
+        dir: PathBuf,
+        /// locomo_kit.py, to cross-check the recall it computes.
+        #[arg(long, default_value = "../shared/bench/locomo_kit.py")]
+        kit: PathBuf,
+        /// Where to write the results (rankings go to `<out>.results/`).
+        #[arg(long, default_value = "bench/locomo.md")]
+        out: PathBuf,
+    },
 }
 
 pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()> {
@@ -73,6 +87,9 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
                 &out,
             )
             .await
+        }
+        BenchCommand::Locomo { dir, kit, out } => {
+            locomo::run(database_url, locomo::Options { dir, kit }, &out).await
         }
     }
 }

@@ -9,12 +9,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::Context;
 use memd_projectors::{PROJECTED_CHANNEL, rebuild};
 use serde_json::{Value, json};
 use sqlx::{PgPool, postgres::PgListener};
 
-use super::harness::{RunningDaemon, ScratchDatabase, environment, percentile};
+use super::harness::{RunningDaemon, ScratchDatabase, environment, percentile, write_report};
 use crate::{
     db,
     domain::{
@@ -124,13 +123,7 @@ pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Re
     scratch.drop_now().await?;
     let (lag, rebuilds, environment) = result?;
     let report = render(&options, &lag, &rebuilds, &environment);
-    if let Some(dir) = out.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(out, &report).with_context(|| format!("writing {}", out.display()))?;
-    print!("{report}");
-    eprintln!("written to {}", out.display());
-    Ok(())
+    write_report(out, &report)
 }
 
 async fn measure(

@@ -13,7 +13,7 @@
 //! Privacy filters apply at every source before anything is ranked.
 
 use std::{
-    collections::{BTreeSet, HashMap, HashSet},
+    collections::{HashMap, HashSet},
     time::{Duration, Instant},
 };
 
@@ -464,6 +464,7 @@ pub async fn build_acb(
     let mut pool_size = 0;
     if let Some(packet) = &handoff {
         evidence.limit = policy.handoff_evidence_max as usize;
+        evidence.token_limit = max_tokens;
         let pinned = retrieve::by_refs(&reader.pool, tenant, &packet.refs, visibility).await?;
         evidence
             .consider(
@@ -479,6 +480,7 @@ pub async fn build_acb(
             .await?;
     } else {
         evidence.limit = policy.retrieved_max as usize;
+        evidence.token_limit = max_tokens;
     }
     if !fast {
         let scope = Scope {
@@ -831,10 +833,14 @@ struct StoredChunk {
 #[derive(Default)]
 struct Evidence {
     limit: usize,
+    /// No bundle can show more evidence tokens than its budget: choosing
+    /// stops there, so a small bundle does little work.
+    token_limit: usize,
+    tokens: usize,
     items: Vec<Item>,
     /// Content hashes and word sets of what was kept, for dedupe.
     hashes: HashMap<Vec<u8>, String>,
-    words: Vec<(String, BTreeSet<String>)>,
+    words: Vec<(String, Vec<u64>)>,
     chosen: HashSet<String>,
     collapsed: usize,
     /// Decisions the query retrieved, by best rank.
@@ -859,159 +865,190 @@ impl Evidence {
         active_tasks: &HashSet<String>,
         omissions: &mut Omissions,
     ) -> Result<(), sqlx::Error> {
-        // Texts and statuses are read for the best ranked only: enough to
-        // fill `limit` after what filters and dedupe take out.
-        let reach = (self.limit * 3 + 50).min(ranked.len());
-        let ids: Vec<&str> = ranked[..reach]
-            .iter()
-            .map(|c| c.chunk_id.as_str())
-            .collect();
-        let mut found = retrieve::details(&reader.pool, tenant, &ids).await?;
-        let section = Some(SectionName::RetrievedEvidence);
-        for candidate in ranked.into_iter().take(reach) {
-            let rank = self.considered;
-            self.considered += 1;
-            if self.chosen.contains(&candidate.chunk_id) {
-                continue;
-            }
-            let Some(detail) = found.remove(&candidate.chunk_id) else {
-                continue;
-            };
-            if candidate.kind == "decision" {
-                match detail.decision_status.as_deref() {
-                    Some("active") => {
-                        self.decision_rank.entry(candidate.event_id).or_insert(rank);
-                        continue;
-                    }
-                    Some("superseded") if history => {
-                        if !self.decision_rank.contains_key(&candidate.event_id) {
-                            self.history.push(candidate.event_id.clone());
-                        }
-                        self.decision_rank.entry(candidate.event_id).or_insert(rank);
-                        continue;
-                    }
-                    Some("superseded") => {
-                        omissions.add(
-                            "superseded",
-                            section,
-                            candidate.chunk_id,
-                            details(&[
-                                ("decision_id", json!(candidate.event_id)),
-                                ("superseded_by", json!(detail.superseded_by)),
-                            ]),
-                        );
-                        continue;
-                    }
-                    Some(_) => {
-                        omissions.add(
-                            "rejected",
-                            section,
-                            candidate.chunk_id,
-                            details(&[("decision_id", json!(candidate.event_id))]),
-                        );
-                        continue;
-                    }
-                    // Not in the ledger yet (projections lag): plain evidence.
-                    None => {}
-                }
-            }
-            if let Some(conflicts) = detail.conflicts {
-                omissions.add(
-                    "conflict",
-                    section,
-                    candidate.chunk_id,
-                    details(&[
-                        ("summary_id", json!(candidate.event_id)),
-                        ("conflicts", conflicts),
-                    ]),
-                );
-                continue;
-            }
-            if recent_events.contains(&candidate.event_id) {
-                omissions.add(
-                    "duplicate",
-                    section,
-                    candidate.chunk_id,
-                    details(&[("kept_in", json!("recent_window"))]),
-                );
-                continue;
-            }
-            if candidate.kind == "task_update"
-                && let Some(task) = candidate
-                    .source
-                    .as_deref()
-                    .and_then(|s| s.strip_prefix("task "))
-                && active_tasks.contains(task)
-            {
-                omissions.add(
-                    "duplicate",
-                    section,
-                    candidate.chunk_id,
-                    details(&[("kept_in", json!("task_state")), ("task_id", json!(task))]),
-                );
-                continue;
-            }
-            if self.items.len() >= self.limit {
+        // Texts and statuses are read a page at a time, best ranked first,
+        // until enough is chosen.
+        const PAGE: usize = 64;
+        let mut ranked = ranked.into_iter();
+        while !self.full() {
+            let page: Vec<Candidate> = ranked.by_ref().take(PAGE).collect();
+            if page.is_empty() {
                 break;
             }
-            if let Some(kept) = self.hashes.get(&candidate.content_hash) {
-                self.collapse(omissions, candidate.chunk_id, kept.clone());
-                continue;
-            }
-            let words = dedupe::words(&detail.text);
-            if let Some((kept, _)) = self
-                .words
-                .iter()
-                .find(|(_, kept)| dedupe::jaccard(kept, &words) >= policy.duplicate_similarity)
-            {
-                let kept = kept.clone();
-                self.collapse(omissions, candidate.chunk_id, kept);
-                continue;
-            }
-            if let Some(artifact) = &detail.artifact_id {
-                omissions.add(
-                    "truncated_tool_output",
-                    section,
-                    candidate.event_id.clone(),
-                    details(&[("artifact_id", json!(artifact))]),
+            let ids: Vec<&str> = page.iter().map(|c| c.chunk_id.as_str()).collect();
+            let mut found = retrieve::details(&reader.pool, tenant, &ids).await?;
+            for candidate in page {
+                if self.full() {
+                    break;
+                }
+                let Some(detail) = found.remove(&candidate.chunk_id) else {
+                    continue;
+                };
+                self.take(
+                    candidate,
+                    detail,
+                    policy,
+                    history,
+                    recent_events,
+                    active_tasks,
+                    omissions,
                 );
             }
-            let meta = render::chunk_meta(
-                &candidate.actor_id,
-                &candidate.kind,
-                candidate.source.as_deref(),
-                candidate.line_start.zip(candidate.line_end),
-                candidate.ts,
-            );
-            let item = Item {
-                kind: "evidence",
-                id: candidate.chunk_id.clone(),
-                meta,
-                text: render::body(&detail.text),
-                tokens: candidate.token_est.max(0) as usize,
-                refs: vec![candidate.chunk_id.clone(), candidate.event_id.clone()],
-                fields: details(&[
-                    ("chunk_id", json!(candidate.chunk_id)),
-                    ("event_id", json!(candidate.event_id)),
-                    ("kind", json!(candidate.kind)),
-                    ("session_id", json!(candidate.session_id)),
-                    ("ts", json!(candidate.ts)),
-                    ("score", json!(round(candidate.score))),
-                    ("relevance", json!(round(candidate.relevance))),
-                    ("recency", json!(round(candidate.recency))),
-                    ("importance", json!(round(f64::from(candidate.importance)))),
-                    ("artifact_id", json!(detail.artifact_id)),
-                ]),
-            };
-            self.hashes
-                .insert(candidate.content_hash, candidate.chunk_id.clone());
-            self.words.push((candidate.chunk_id.clone(), words));
-            self.chosen.insert(candidate.chunk_id);
-            self.items.push(item);
         }
         Ok(())
     }
 
+    fn full(&self) -> bool {
+        self.items.len() >= self.limit || self.tokens >= self.token_limit
+    }
+
+    /// Decides what becomes of one candidate.
+    #[allow(clippy::too_many_arguments)]
+    fn take(
+        &mut self,
+        candidate: Candidate,
+        detail: retrieve::Detail,
+        policy: &Policy,
+        history: bool,
+        recent_events: &HashSet<String>,
+        active_tasks: &HashSet<String>,
+        omissions: &mut Omissions,
+    ) {
+        let section = Some(SectionName::RetrievedEvidence);
+        let rank = self.considered;
+        self.considered += 1;
+        if self.chosen.contains(&candidate.chunk_id) {
+            return;
+        }
+        if candidate.kind == "decision" {
+            match detail.decision_status.as_deref() {
+                Some("active") => {
+                    self.decision_rank.entry(candidate.event_id).or_insert(rank);
+                    return;
+                }
+                Some("superseded") if history => {
+                    if !self.decision_rank.contains_key(&candidate.event_id) {
+                        self.history.push(candidate.event_id.clone());
+                    }
+                    self.decision_rank.entry(candidate.event_id).or_insert(rank);
+                    return;
+                }
+                Some("superseded") => {
+                    omissions.add(
+                        "superseded",
+                        section,
+                        candidate.chunk_id,
+                        details(&[
+                            ("decision_id", json!(candidate.event_id)),
+                            ("superseded_by", json!(detail.superseded_by)),
+                        ]),
+                    );
+                    return;
+                }
+                Some(_) => {
+                    omissions.add(
+                        "rejected",
+                        section,
+                        candidate.chunk_id,
+                        details(&[("decision_id", json!(candidate.event_id))]),
+                    );
+                    return;
+                }
+                // Not in the ledger yet (projections lag): plain evidence.
+                None => {}
+            }
+        }
+        if let Some(conflicts) = detail.conflicts {
+            omissions.add(
+                "conflict",
+                section,
+                candidate.chunk_id,
+                details(&[
+                    ("summary_id", json!(candidate.event_id)),
+                    ("conflicts", conflicts),
+                ]),
+            );
+            return;
+        }
+        if recent_events.contains(&candidate.event_id) {
+            omissions.add(
+                "duplicate",
+                section,
+                candidate.chunk_id,
+                details(&[("kept_in", json!("recent_window"))]),
+            );
+            return;
+        }
+        if candidate.kind == "task_update"
+            && let Some(task) = candidate
+                .source
+                .as_deref()
+                .and_then(|s| s.strip_prefix("task "))
+            && active_tasks.contains(task)
+        {
+            omissions.add(
+                "duplicate",
+                section,
+                candidate.chunk_id,
+                details(&[("kept_in", json!("task_state")), ("task_id", json!(task))]),
+            );
+            return;
+        }
+        if let Some(kept) = self.hashes.get(&candidate.content_hash) {
+            self.collapse(omissions, candidate.chunk_id, kept.clone());
+            return;
+        }
+        let words = dedupe::words(&detail.text);
+        if let Some((kept, _)) = self
+            .words
+            .iter()
+            .find(|(_, kept)| dedupe::jaccard(kept, &words) >= policy.duplicate_similarity)
+        {
+            let kept = kept.clone();
+            self.collapse(omissions, candidate.chunk_id, kept);
+            return;
+        }
+        if let Some(artifact) = &detail.artifact_id {
+            omissions.add(
+                "truncated_tool_output",
+                section,
+                candidate.event_id.clone(),
+                details(&[("artifact_id", json!(artifact))]),
+            );
+        }
+        let meta = render::chunk_meta(
+            &candidate.actor_id,
+            &candidate.kind,
+            candidate.source.as_deref(),
+            candidate.line_start.zip(candidate.line_end),
+            candidate.ts,
+        );
+        let item = Item {
+            kind: "evidence",
+            id: candidate.chunk_id.clone(),
+            meta,
+            text: render::body(&detail.text),
+            tokens: candidate.token_est.max(0) as usize,
+            refs: vec![candidate.chunk_id.clone(), candidate.event_id.clone()],
+            fields: details(&[
+                ("chunk_id", json!(candidate.chunk_id)),
+                ("event_id", json!(candidate.event_id)),
+                ("kind", json!(candidate.kind)),
+                ("session_id", json!(candidate.session_id)),
+                ("ts", json!(candidate.ts)),
+                ("score", json!(round(candidate.score))),
+                ("relevance", json!(round(candidate.relevance))),
+                ("recency", json!(round(candidate.recency))),
+                ("importance", json!(round(f64::from(candidate.importance)))),
+                ("artifact_id", json!(detail.artifact_id)),
+            ]),
+        };
+        self.hashes
+            .insert(candidate.content_hash, candidate.chunk_id.clone());
+        self.words.push((candidate.chunk_id.clone(), words));
+        self.chosen.insert(candidate.chunk_id);
+        self.tokens += item.tokens;
+        self.items.push(item);
+    }
     fn collapse(&mut self, omissions: &mut Omissions, chunk_id: String, kept: String) {
         self.collapsed += 1;
         omissions.add(

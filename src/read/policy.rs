@@ -130,6 +130,10 @@ pub struct Scoring {
     /// Recency halves every this many hours of age, counted back from the
     /// tenant's newest event.
     pub recency_half_life_hours: f64,
+    /// Candidates less relevant than this share of the best one are not
+    /// retrieved: recency and importance reorder relevant memory, they do
+    /// not bring in memory that merely shares a common word.
+    pub min_relevance: f64,
 }
 
 impl Default for Scoring {
@@ -139,6 +143,7 @@ impl Default for Scoring {
             beta: 0.3,
             gamma: 0.1,
             recency_half_life_hours: 24.0 * 7.0,
+            min_relevance: 0.2,
         }
     }
 }
@@ -233,7 +238,9 @@ impl Policy {
             beta,
             gamma,
             recency_half_life_hours,
+            min_relevance,
         } = self.scoring;
+        within("scoring.min_relevance", min_relevance, 0.0, 1.0)?;
         within("scoring.alpha", alpha, 0.0, 1.0)?;
         within("scoring.beta", beta, 0.0, 1.0)?;
         within("scoring.gamma", gamma, 0.0, 1.0)?;

@@ -17,7 +17,7 @@
 //! Relevance is BM25 over lexemes (IDF from each lexeme's matches in the
 //! tenant, exact when under its share of the pool, document length from
 //! the chunk's distinct lexemes), divided by the pool's best so it lies in
-//! [0, 1]. Recency halves every `recency_half_life_hours` back from the
+//! [0, 1]; candidates under `min_relevance` of it are dropped. Recency halves every `recency_half_life_hours` back from the
 //! tenant's newest event (not the wall clock: the same log gives the same
 //! ranking). Importance is the chunk's, set at projection. Ties go to
 //! importance, then the newer, then the shorter, then the smaller id.
@@ -314,6 +314,7 @@ pub fn rank(
             + scoring.beta * candidate.recency
             + scoring.gamma * f64::from(candidate.importance);
     }
+    candidates.retain(|c| best == 0.0 || c.relevance >= scoring.min_relevance);
     candidates.sort_by(better);
     candidates
 }
@@ -422,6 +423,7 @@ mod tests {
             beta: 0.0,
             gamma: 0.0,
             recency_half_life_hours: 24.0,
+            min_relevance: 0.0,
         };
         let ranked = rank(pool, 2, 10_000, newest, &scoring);
         assert_eq!(ranked[0].chunk_id, "rare");
@@ -440,6 +442,7 @@ mod tests {
             beta: 0.0,
             gamma: 0.0,
             recency_half_life_hours: 24.0,
+            min_relevance: 0.0,
         };
         let ranked = rank(pool.clone(), 2, 100, newest, &relevance_only);
         assert_eq!(ranked[0].chunk_id, "old-relevant");
@@ -448,6 +451,7 @@ mod tests {
             beta: 0.8,
             gamma: 0.0,
             recency_half_life_hours: 24.0,
+            min_relevance: 0.0,
         };
         let ranked = rank(pool.clone(), 2, 100, newest, &recency_heavy);
         assert_eq!(ranked[0].chunk_id, "new-partial");
@@ -464,12 +468,28 @@ mod tests {
             beta: 0.0,
             gamma: 0.0,
             recency_half_life_hours: 24.0,
+            min_relevance: 0.0,
         };
         let order: Vec<_> = rank(tied, 1, 100, newest, &flat)
             .into_iter()
             .map(|c| c.chunk_id)
             .collect();
         assert_eq!(order, ["c", "a", "b"]);
+    }
+
+    #[test]
+    fn candidates_far_less_relevant_than_the_best_are_not_retrieved() {
+        let newest = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        // Lexeme 0 is in half the tenant's 60 chunks (a speaker's name),
+        // lexeme 1 in one (the topic).
+        let mut pool: Vec<Candidate> = (0..30)
+            .map(|i| candidate(&format!("name-only-{i:02}"), &[0], 5, 0, 1.0))
+            .collect();
+        pool.push(candidate("topic", &[0, 1], 5, 24 * 90, 0.4));
+        let scoring = Scoring::default();
+        let ranked = rank(pool, 2, 60, newest, &scoring);
+        assert_eq!(ranked.len(), 1, "new and important, but not relevant");
+        assert_eq!(ranked[0].chunk_id, "topic");
     }
 
     #[test]

@@ -1,0 +1,742 @@
+//! `memd bench locomo`: retrieval quality on LoCoMo conversations, scored as
+//! `locomo_kit.py` defines it, beside a plain BM25 baseline computed in the
+//! same run.
+//!
+//! Corpus, queries and metric follow the kit: every turn of a conversation
+//! is one memory item (`<speaker>: <text>`, plus ` [shares <caption>]`),
+//! questions of categories 1-4 with evidence are asked, and recall is the
+//! share of a question's evidence turns in the top k (R@k) or in the ranked
+//! turns that fit 2,000 tokens at 4 characters a token (R@2000tok).
+//!
+//! memd: each conversation is one tenant and one session, appended over
+//! HTTP with the turns' own dates; each question builds a bundle with
+//! `max_tokens` 2,000 from another session (so the recent window is empty)
+//! and its ranking is the order of `retrieved_evidence`. BM25 ranks every
+//! turn of the conversation (k1 1.2, b 0.75, lowercase alphanumeric words
+//! without stopwords, no stemming).
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use anyhow::Context;
+use chrono::{DateTime, NaiveDateTime, Utc};
+use serde_json::{Value, json};
+
+use super::harness::{
+    RunningDaemon, ScratchDatabase, environment, percentile, wait_projected, write_report,
+};
+use crate::{
+    db,
+    domain::tenant::{Scope, TenantId},
+    tenants,
+};
+
+/// The budget each question is asked with.
+const MAX_TOKENS: u32 = 2_000;
+/// Turns ranked by BM25 (the kit scores up to R@50).
+const BM25_DEPTH: usize = 50;
+
+pub struct Options {
+    pub dir: PathBuf,
+    pub kit: PathBuf,
+}
+
+/// One memory item of the corpus.
+#[derive(Debug, Clone)]
+struct Turn {
+    id: String,
+    speaker: String,
+    ts: DateTime<Utc>,
+    text: String,
+}
+
+#[derive(Debug, Clone)]
+struct Question {
+    qid: String,
+    question: String,
+    evidence: Vec<String>,
+    category: i64,
+}
+
+#[derive(Debug, Clone)]
+struct Conversation {
+    name: String,
+    turns: Vec<Turn>,
+    questions: Vec<Question>,
+}
+
+/// Reads every `*.json` of `dir`, as the kit does.
+fn conversations(dir: &Path) -> anyhow::Result<Vec<Conversation>> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .collect();
+    paths.sort();
+    let mut conversations = Vec::new();
+    for path in paths {
+        let name = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .context("file name")?
+            .to_owned();
+        let raw = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let conversation: Value =
+            serde_json::from_str(&raw).with_context(|| format!("parsing {}", path.display()))?;
+        conversations.push(parse(name, &conversation)?);
+    }
+    anyhow::ensure!(
+        !conversations.is_empty(),
+        "no LoCoMo *.json files in {}",
+        dir.display()
+    );
+    Ok(conversations)
+}
+
+fn parse(name: String, conversation: &Value) -> anyhow::Result<Conversation> {
+    let object = conversation
+        .as_object()
+        .context("a conversation is a JSON object")?;
+    let mut turns = Vec::new();
+    for (key, value) in object {
+        let Some(session) = key
+            .strip_prefix("session_")
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Some(items) = value.as_array() else {
+            continue;
+        };
+        let date = object
+            .get(&format!("session_{session}_date_time"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let ts = parse_date(date).unwrap_or(DateTime::UNIX_EPOCH);
+        for item in items {
+            let speaker = item["speaker"].as_str().unwrap_or_default().to_owned();
+            let mut text = format!("{speaker}: {}", item["text"].as_str().unwrap_or_default());
+            if let Some(caption) = item.get("blip_caption").and_then(Value::as_str)
+                && !caption.is_empty()
+            {
+                text.push_str(&format!(" [shares {caption}]"));
+            }
+            turns.push((
+                session,
+                Turn {
+                    id: item["dia_id"].as_str().unwrap_or_default().to_owned(),
+                    speaker,
+                    ts,
+                    text,
+                },
+            ));
+        }
+    }
+    // Sessions in order (object keys are not), turns in file order within.
+    turns.sort_by_key(|(session, _)| *session);
+    let turns: Vec<Turn> = turns.into_iter().map(|(_, turn)| turn).collect();
+    let ids: std::collections::HashSet<&str> = turns.iter().map(|t| t.id.as_str()).collect();
+    let mut questions = Vec::new();
+    for (index, qa) in conversation["qa"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let category = qa["category"].as_i64().unwrap_or(0);
+        if category == 5 {
+            continue;
+        }
+        let mut evidence: Vec<String> = Vec::new();
+        for entry in qa["evidence"].as_array().into_iter().flatten() {
+            for part in entry
+                .as_str()
+                .unwrap_or_default()
+                .trim()
+                .split(|c: char| c == ';' || c == ',' || c.is_whitespace())
+            {
+                if ids.contains(part) {
+                    evidence.push(part.to_owned());
+                }
+            }
+        }
+        evidence.sort();
+        evidence.dedup();
+        if evidence.is_empty() {
+            continue;
+        }
+        questions.push(Question {
+            qid: format!("{name}/{index}"),
+            question: qa["question"].as_str().unwrap_or_default().to_owned(),
+            evidence,
+            category,
+        });
+    }
+    Ok(Conversation {
+        name,
+        turns,
+        questions,
+    })
+}
+
+/// `1:56 pm on 8 May, 2023`.
+fn parse_date(raw: &str) -> Option<DateTime<Utc>> {
+    NaiveDateTime::parse_from_str(raw.trim(), "%I:%M %p on %d %B, %Y")
+        .ok()
+        .map(|naive| naive.and_utc())
+}
+
+/// A system's ranking of one question's turns, and how long it took.
+#[derive(Debug, Clone)]
+struct Ranking {
+    qid: String,
+    ranked: Vec<String>,
+    ms: f64,
+}
+
+pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Result<()> {
+    let conversations = conversations(&options.dir)?;
+    let scratch = ScratchDatabase::create(database_url).await?;
+    let result = measure(&scratch, &conversations).await;
+    scratch.drop_now().await?;
+    let (systems, environment) = result?;
+
+    let results_dir = out.with_extension("results");
+    std::fs::create_dir_all(&results_dir)?;
+    let mut rows = Vec::new();
+    for (system, rankings) in &systems {
+        let file = results_dir.join(format!("{}.jsonl", slug(system)));
+        let lines: String = rankings
+            .iter()
+            .map(|r| json!({"qid": r.qid, "ranked": r.ranked, "ms": r.ms}).to_string() + "\n")
+            .collect();
+        std::fs::write(&file, lines)?;
+        let ours = score(&conversations, rankings);
+        let kit = kit_score(&options.kit, &options.dir, &file);
+        if let Some(kit) = &kit {
+            for (metric, value) in &ours.recall {
+                let theirs = kit.get(metric).and_then(Value::as_f64).unwrap_or(f64::NAN);
+                anyhow::ensure!(
+                    (theirs - value).abs() < 1e-3,
+                    "{system}: {metric} is {value:.4} here but {theirs:.4} by locomo_kit.py"
+                );
+            }
+        }
+        rows.push((system.clone(), ours, kit.is_some(), file));
+    }
+    let report = render(&conversations, &rows, &options, &environment);
+    write_report(out, &report)
+}
+
+fn slug(system: &str) -> String {
+    system
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect::<String>()
+        .split('-')
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
+async fn measure(
+    scratch: &ScratchDatabase,
+    conversations: &[Conversation],
+) -> anyhow::Result<(Vec<(String, Vec<Ranking>)>, String)> {
+    let pool = db::connect(scratch.options.clone(), 8).await?;
+    db::migrate(&pool).await?;
+    let environment = environment(&pool).await?;
+    let daemon = RunningDaemon::start(pool.clone()).await?;
+    let client = reqwest::Client::new();
+    let base = daemon.base_url.clone();
+
+    let mut tokens = HashMap::new();
+    let mut dia_of_event: HashMap<String, String> = HashMap::new();
+    for conversation in conversations {
+        let tenant = TenantId::parse(&format!("locomo-{}", slug(&conversation.name)))
+            .map_err(|e| anyhow::anyhow!("tenant name: {}", e.message))?;
+        let token = tenants::create_tenant(&pool, &tenant, Scope::Admin)
+            .await?
+            .expose()
+            .to_string();
+        for batch in conversation.turns.chunks(500) {
+            let events: Vec<Value> = batch
+                .iter()
+                .map(|turn| {
+                    json!({"session_id": "conversation", "channel": "private",
+                           "actor": {"type": "human", "id": turn.speaker}, "kind": "message",
+                           "ts": turn.ts, "content": {"text": turn.text}})
+                })
+                .collect();
+            let response: Value = client
+                .post(format!("{base}/api/v1/events"))
+                .bearer_auth(&token)
+                .json(&json!({"events": events}))
+                .send()
+                .await?
+                .error_for_status()?
+                .json()
+                .await?;
+            for (turn, appended) in batch
+                .iter()
+                .zip(response["events"].as_array().context("events")?)
+            {
+                let event_id = appended["event_id"].as_str().context("event_id")?;
+                dia_of_event.insert(event_id.to_owned(), turn.id.clone());
+            }
+        }
+        tokens.insert(conversation.name.clone(), token);
+    }
+    wait_projected(&pool).await?;
+
+    let mut systems = Vec::new();
+    systems.push((
+        "memd (default policy)".to_owned(),
+        ask_all(&client, &base, conversations, &tokens, &dia_of_event).await?,
+    ));
+    // The same questions with recency out of the score: LoCoMo asks about
+    // any point of months of conversation, so "recent" is not "relevant".
+    for token in tokens.values() {
+        client
+            .put(format!("{base}/api/v1/policy"))
+            .bearer_auth(token)
+            .json(&json!({"scoring": {"alpha": 0.9, "beta": 0.0, "gamma": 0.1}}))
+            .send()
+            .await?
+            .error_for_status()?;
+    }
+    systems.push((
+        "memd (alpha 0.9, beta 0, gamma 0.1)".to_owned(),
+        ask_all(&client, &base, conversations, &tokens, &dia_of_event).await?,
+    ));
+    systems.push(("BM25".to_owned(), bm25_all(conversations)));
+    daemon.stop().await?;
+    pool.close().await;
+    Ok((systems, environment))
+}
+
+async fn ask_all(
+    client: &reqwest::Client,
+    base: &str,
+    conversations: &[Conversation],
+    tokens: &HashMap<String, String>,
+    dia_of_event: &HashMap<String, String>,
+) -> anyhow::Result<Vec<Ranking>> {
+    let mut rankings = Vec::new();
+    for conversation in conversations {
+        let token = &tokens[&conversation.name];
+        for question in &conversation.questions {
+            let started = Instant::now();
+            let acb: Value = client
+                .post(format!("{base}/api/v1/acb/build"))
+                .bearer_auth(token)
+                .json(
+                    &json!({"session_id": "questions", "channel": "private", "intent": "question",
+                              "query_text": question.question, "max_tokens": MAX_TOKENS}),
+                )
+                .send()
+                .await?
+                .error_for_status()?
+                .json()
+                .await?;
+            let ms = started.elapsed().as_secs_f64() * 1e3;
+            let mut ranked: Vec<String> = Vec::new();
+            for section in acb["sections"].as_array().into_iter().flatten() {
+                if section["name"] != "retrieved_evidence" {
+                    continue;
+                }
+                for item in section["items"].as_array().into_iter().flatten() {
+                    if let Some(dia) = item["event_id"].as_str().and_then(|e| dia_of_event.get(e))
+                        && !ranked.contains(dia)
+                    {
+                        ranked.push(dia.clone());
+                    }
+                }
+            }
+            rankings.push(Ranking {
+                qid: question.qid.clone(),
+                ranked,
+                ms,
+            });
+        }
+    }
+    Ok(rankings)
+}
+
+const STOPWORDS: &[&str] = &[
+    "a", "about", "after", "all", "am", "an", "and", "any", "are", "as", "at", "be", "been", "but",
+    "by", "can", "could", "did", "do", "does", "for", "from", "had", "has", "have", "he", "her",
+    "him", "his", "how", "i", "if", "in", "into", "is", "it", "its", "me", "my", "no", "not", "of",
+    "on", "or", "our", "she", "so", "that", "the", "their", "them", "there", "they", "this", "to",
+    "was", "we", "were", "what", "when", "where", "which", "who", "why", "will", "with", "would",
+    "you", "your",
+];
+
+fn bm25_terms(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .filter(|w| !STOPWORDS.contains(&w.as_str()))
+        .collect()
+}
+
+/// Plain BM25 over each conversation's turns.
+fn bm25_all(conversations: &[Conversation]) -> Vec<Ranking> {
+    const K1: f64 = 1.2;
+    const B: f64 = 0.75;
+    let mut rankings = Vec::new();
+    for conversation in conversations {
+        let documents: Vec<Vec<String>> = conversation
+            .turns
+            .iter()
+            .map(|t| bm25_terms(&t.text))
+            .collect();
+        let n = documents.len() as f64;
+        let average = documents.iter().map(Vec::len).sum::<usize>() as f64 / n.max(1.0);
+        let mut df: HashMap<&str, f64> = HashMap::new();
+        for document in &documents {
+            let unique: std::collections::HashSet<&str> =
+                document.iter().map(String::as_str).collect();
+            for term in unique {
+                *df.entry(term).or_default() += 1.0;
+            }
+        }
+        for question in &conversation.questions {
+            let started = Instant::now();
+            let mut query = bm25_terms(&question.question);
+            query.sort();
+            query.dedup();
+            let mut scored: Vec<(f64, usize)> = documents
+                .iter()
+                .enumerate()
+                .map(|(index, document)| {
+                    let length = document.len() as f64;
+                    let score = query
+                        .iter()
+                        .map(|term| {
+                            let tf = document.iter().filter(|w| *w == term).count() as f64;
+                            if tf == 0.0 {
+                                return 0.0;
+                            }
+                            let df = df.get(term.as_str()).copied().unwrap_or(0.0);
+                            let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+                            idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * length / average))
+                        })
+                        .sum();
+                    (score, index)
+                })
+                .filter(|(score, _)| *score > 0.0)
+                .collect();
+            scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            rankings.push(Ranking {
+                qid: question.qid.clone(),
+                ranked: scored
+                    .iter()
+                    .take(BM25_DEPTH)
+                    .map(|(_, index)| conversation.turns[*index].id.clone())
+                    .collect(),
+                ms: started.elapsed().as_secs_f64() * 1e3,
+            });
+        }
+    }
+    rankings
+}
+
+/// Recall as `locomo_kit.py score` computes it.
+struct Scores {
+    /// `R@1`, `R@5`, `R@10`, `R@25`, `R@50`, `R@2000tok`.
+    recall: BTreeMap<String, f64>,
+    by_category: BTreeMap<i64, (usize, f64, f64)>,
+    queries: usize,
+    p50_ms: f64,
+    p95_ms: f64,
+}
+
+const KS: [usize; 5] = [1, 5, 10, 25, 50];
+
+fn score(conversations: &[Conversation], rankings: &[Ranking]) -> Scores {
+    let by_qid: HashMap<&str, &Ranking> = rankings.iter().map(|r| (r.qid.as_str(), r)).collect();
+    let mut totals: BTreeMap<String, f64> = BTreeMap::new();
+    let mut by_category: BTreeMap<i64, (usize, f64, f64)> = BTreeMap::new();
+    let mut latencies = Vec::new();
+    let mut queries = 0;
+    for conversation in conversations {
+        let text: HashMap<&str, &str> = conversation
+            .turns
+            .iter()
+            .map(|t| (t.id.as_str(), t.text.as_str()))
+            .collect();
+        for question in &conversation.questions {
+            let Some(ranking) = by_qid.get(question.qid.as_str()) else {
+                continue;
+            };
+            queries += 1;
+            latencies.push(Duration::from_secs_f64(ranking.ms / 1e3));
+            let evidence = question.evidence.len() as f64;
+            let found = |items: &[String]| {
+                question
+                    .evidence
+                    .iter()
+                    .filter(|e| items.contains(e))
+                    .count() as f64
+                    / evidence
+            };
+            for k in KS {
+                let top = &ranking.ranked[..k.min(ranking.ranked.len())];
+                *totals.entry(format!("R@{k}")).or_default() += found(top);
+            }
+            let mut used = 0;
+            let mut packed = Vec::new();
+            for item in &ranking.ranked {
+                let cost = text
+                    .get(item.as_str())
+                    .map_or(0, |t| t.chars().count().div_ceil(4));
+                if used + cost > 2_000 {
+                    break;
+                }
+                used += cost;
+                packed.push(item.clone());
+            }
+            let budget = found(&packed);
+            *totals.entry("R@2000tok".to_owned()).or_default() += budget;
+            let top10 = found(&ranking.ranked[..10.min(ranking.ranked.len())]);
+            let entry = by_category.entry(question.category).or_default();
+            entry.0 += 1;
+            entry.1 += top10;
+            entry.2 += budget;
+        }
+    }
+    let n = queries.max(1) as f64;
+    Scores {
+        recall: totals.into_iter().map(|(k, v)| (k, v / n)).collect(),
+        by_category: by_category
+            .into_iter()
+            .map(|(c, (count, r10, rb))| (c, (count, r10 / count as f64, rb / count as f64)))
+            .collect(),
+        queries,
+        p50_ms: percentile(&latencies, 50.0).as_secs_f64() * 1e3,
+        p95_ms: percentile(&latencies, 95.0).as_secs_f64() * 1e3,
+    }
+}
+
+/// The kit's own scores of a result file, when python3 and the kit are here.
+fn kit_score(kit: &Path, dir: &Path, results: &Path) -> Option<serde_json::Map<String, Value>> {
+    if !kit.exists() {
+        return None;
+    }
+    let output = std::process::Command::new("python3")
+        .arg(kit)
+        .arg("score")
+        .arg(dir)
+        .arg(results)
+        .output()
+        .ok()?;
+    if !output.status.success() {
+        eprintln!(
+            "locomo_kit.py score failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        return None;
+    }
+    serde_json::from_slice::<Value>(&output.stdout)
+        .ok()?
+        .as_object()
+        .cloned()
+}
+
+fn render(
+    conversations: &[Conversation],
+    rows: &[(String, Scores, bool, PathBuf)],
+    options: &Options,
+    environment: &str,
+) -> String {
+    let command: Vec<String> = std::env::args().collect();
+    let mut out = String::new();
+    let _ = writeln!(out, "# memd bench locomo\n");
+    let _ = writeln!(out, "Command: `{}`  ", command.join(" "));
+    let _ = writeln!(out, "Date: {}  ", Utc::now().format("%Y-%m-%d %H:%M UTC"));
+    let _ = writeln!(out, "Machine: {environment}  ");
+    let turns: usize = conversations.iter().map(|c| c.turns.len()).sum();
+    let questions: usize = conversations.iter().map(|c| c.questions.len()).sum();
+    let names: Vec<&str> = conversations.iter().map(|c| c.name.as_str()).collect();
+    let _ = writeln!(
+        out,
+        "Data: `{}`: conversations {} ({turns} turns, {questions} questions of categories 1-4 with evidence)\n",
+        options.dir.display(),
+        names.join(", ")
+    );
+    let _ = writeln!(
+        out,
+        "Each conversation is one tenant and one session; each question builds a bundle of `max_tokens` {MAX_TOKENS} \
+         (channel private, from another session, so no recent window) and memd's ranking is the order of its \
+         `retrieved_evidence`. BM25 ranks every turn (k1 1.2, b 0.75, lowercase words without stopwords, no stemming). \
+         Recall is `locomo_kit.py`'s: evidence turns found in the top k, or in the ranked turns that fit 2,000 tokens \
+         at 4 characters a token. Latency is per question: the HTTP round trip for memd, the in-process ranking for BM25.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| system | R@1 | R@5 | R@10 | R@25 | R@50 | R@2000tok | p50 ms | p95 ms |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (system, scores, _, _) in rows {
+        let r = |k: &str| scores.recall.get(k).copied().unwrap_or(0.0);
+        let _ = writeln!(
+            out,
+            "| {system} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.1} |",
+            r("R@1"),
+            r("R@5"),
+            r("R@10"),
+            r("R@25"),
+            r("R@50"),
+            r("R@2000tok"),
+            scores.p50_ms,
+            scores.p95_ms
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nBy question category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop): R@10 / R@2000tok\n"
+    );
+    let categories: Vec<i64> = rows
+        .first()
+        .map(|(_, s, _, _)| s.by_category.keys().copied().collect())
+        .unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "| system | {} |",
+        categories
+            .iter()
+            .map(|c| format!("category {c} ({})", rows[0].1.by_category[c].0))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    let _ = writeln!(out, "|---|{}", "---:|".repeat(categories.len()));
+    for (system, scores, _, _) in rows {
+        let cells: Vec<String> = categories
+            .iter()
+            .map(|c| {
+                let (_, r10, rb) = scores.by_category.get(c).copied().unwrap_or_default();
+                format!("{r10:.3} / {rb:.3}")
+            })
+            .collect();
+        let _ = writeln!(out, "| {system} | {} |", cells.join(" | "));
+    }
+    let checked = rows.iter().all(|(_, _, kit, _)| *kit);
+    let _ = writeln!(
+        out,
+        "\nRankings per question: {}. {}",
+        rows.iter()
+            .map(|(_, _, _, file)| format!("`{}`", file.display()))
+            .collect::<Vec<_>>()
+            .join(", "),
+        if checked {
+            "`locomo_kit.py score` gave the same recall for each (checked in this run)."
+        } else {
+            "`locomo_kit.py` was not found; recall computed here with its definition."
+        }
+    );
+    let _ = writeln!(
+        out,
+        "Queries scored per system: {}.",
+        rows.first().map_or(0, |r| r.1.queries)
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_and_turns_parse_as_the_kit_reads_them() {
+        assert_eq!(
+            parse_date("1:56 pm on 8 May, 2023").unwrap().to_rfc3339(),
+            "2023-05-08T13:56:00+00:00"
+        );
+        let conversation = json!({
+            "session_2_date_time": "10:00 am on 9 May, 2023",
+            "session_2": [{"speaker": "B", "dia_id": "D2:1", "text": "later"}],
+            "session_1_date_time": "9:00 am on 8 May, 2023",
+            "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "look", "blip_caption": "a cat"}],
+            "qa": [
+                {"question": "q0", "evidence": ["D1:1; D2:1"], "category": 1},
+                {"question": "adversarial", "evidence": ["D1:1"], "category": 5},
+                {"question": "no evidence", "evidence": ["D9:9"], "category": 2}
+            ]
+        });
+        let parsed = parse("26".into(), &conversation).unwrap();
+        assert_eq!(parsed.turns[0].id, "D1:1", "sessions in order");
+        assert_eq!(parsed.turns[0].text, "A: look [shares a cat]");
+        assert_eq!(parsed.questions.len(), 1);
+        assert_eq!(parsed.questions[0].qid, "26/0");
+        assert_eq!(parsed.questions[0].evidence, ["D1:1", "D2:1"]);
+    }
+
+    #[test]
+    fn recall_counts_evidence_in_the_top_k_and_in_2000_tokens() {
+        let conversation = Conversation {
+            name: "c".into(),
+            turns: (0..3)
+                .map(|i| Turn {
+                    id: format!("D1:{i}"),
+                    speaker: "A".into(),
+                    ts: DateTime::UNIX_EPOCH,
+                    text: "x".repeat(if i == 0 { 8_000 } else { 40 }),
+                })
+                .collect(),
+            questions: vec![Question {
+                qid: "c/0".into(),
+                question: "q".into(),
+                evidence: vec!["D1:1".into(), "D1:2".into()],
+                category: 1,
+            }],
+        };
+        let ranking = Ranking {
+            qid: "c/0".into(),
+            ranked: vec!["D1:1".into(), "D1:0".into(), "D1:2".into()],
+            ms: 1.0,
+        };
+        let scores = score(&[conversation], &[ranking]);
+        assert_eq!(scores.recall["R@1"], 0.5);
+        assert_eq!(scores.recall["R@5"], 1.0);
+        // D1:0 alone is 2,000 tokens: packing stops there (as the kit does).
+        assert_eq!(scores.recall["R@2000tok"], 0.5);
+    }
+
+    #[test]
+    fn bm25_prefers_rare_shared_words() {
+        let turn = |id: &str, text: &str| Turn {
+            id: id.into(),
+            speaker: "A".into(),
+            ts: DateTime::UNIX_EPOCH,
+            text: text.into(),
+        };
+        let conversation = Conversation {
+            name: "c".into(),
+            turns: vec![
+                turn("D1:1", "A: I went to the support group"),
+                turn("D1:2", "A: the weather went bad"),
+                turn("D1:3", "A: the weather went fine"),
+            ],
+            questions: vec![Question {
+                qid: "c/0".into(),
+                question: "When did she go to the support group? weather".into(),
+                evidence: vec!["D1:1".into()],
+                category: 2,
+            }],
+        };
+        let rankings = bm25_all(&[conversation]);
+        assert_eq!(rankings[0].ranked[0], "D1:1");
+    }
+}
