@@ -96,6 +96,11 @@ enum Command {
         #[command(subcommand)]
         command: ViewsCommand,
     },
+    /// A tenant's bundle policy as a JSON file.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
     /// Apply pending migrations and exit.
     Migrate,
     /// Manage tenants.
@@ -161,6 +166,22 @@ enum ViewsCommand {
         /// Extra redaction patterns, one `NAME REGEX` per line.
         #[arg(long, env = "MEMD_REDACT_PATTERNS")]
         redact_patterns: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Write the tenant's policy (stored, or the defaults) to FILE.
+    Export {
+        file: PathBuf,
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Check the policy in FILE (absent fields take their defaults) and store it.
+    Import {
+        file: PathBuf,
+        #[arg(long)]
+        tenant: String,
     },
 }
 
@@ -410,6 +431,23 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                             }
                         }
                     }
+                }
+            }
+        }
+        Command::Policy { command } => {
+            let pool = db::connect(options, 2)
+                .await
+                .context("connecting to PostgreSQL")?;
+            match command {
+                PolicyCommand::Export { file, tenant } => {
+                    let tenant = parse_tenant(Some(tenant))?.expect("given");
+                    admin::policy_file::export(&pool, &tenant, &file).await?;
+                    println!("policy of {tenant} written to {}", file.display());
+                }
+                PolicyCommand::Import { file, tenant } => {
+                    let tenant = parse_tenant(Some(tenant))?.expect("given");
+                    admin::policy_file::import(&pool, &tenant, &file).await?;
+                    println!("policy of {tenant} replaced from {}", file.display());
                 }
             }
         }

@@ -5,7 +5,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::helpers::{TestApp, event, message, spawn_daemon, wait_projected};
+use crate::helpers::{TestApp, event, memd_cli, message, spawn_daemon, wait_projected};
 
 impl TestApp {
     pub async fn put_json(&self, path: &str, token: &str, body: &Value) -> (StatusCode, Value) {
@@ -103,6 +103,53 @@ async fn a_tenant_edits_its_policy_and_bundles_follow_it(
     assert_eq!(still, stored, "a refused policy changes nothing");
     let (status, _) = app.put_json("/api/v1/policy", &writer, &json!({})).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "only admins edit the policy");
+}
+
+#[sqlx::test]
+async fn policies_export_to_a_file_and_import_back(_: PgPoolOptions, connect: PgConnectOptions) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let url = app.database_url().await;
+    let file = std::env::temp_dir().join(format!("memd-policy-{}.json", ulid::Ulid::generate()));
+    let file_arg = file.to_str().unwrap();
+
+    let (code, _, stderr) = memd_cli(&url, &["policy", "export", file_arg, "--tenant", "acme"]);
+    assert_eq!(code, 0, "{stderr}");
+    let exported: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let (_, served) = app.get_json("/api/v1/policy", &token).await;
+    assert_eq!(exported, served, "the file is the document the API serves");
+
+    let mut edited = exported.clone();
+    edited["max_tokens"] = json!(12_000);
+    edited["scoring"]["alpha"] = json!(0.8);
+    std::fs::write(&file, edited.to_string()).unwrap();
+    let (code, _, stderr) = memd_cli(&url, &["policy", "import", file_arg, "--tenant", "acme"]);
+    assert_eq!(code, 0, "{stderr}");
+    let (_, served) = app.get_json("/api/v1/policy", &token).await;
+    assert_eq!(served, edited);
+    // The running daemon hears the change (memd_policy) and drops its copy.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let acb = app.acb(&token, json!({"query_text": "anything"})).await;
+        if acb["budget_tokens"] == 12_000 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon kept the old policy: {}",
+            acb["budget_tokens"]
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    // A bad file is refused with the field named; the stored policy stays.
+    std::fs::write(&file, r#"{"scoring": {"alpha": 7}}"#).unwrap();
+    let (code, _, stderr) = memd_cli(&url, &["policy", "import", file_arg, "--tenant", "acme"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("scoring.alpha"), "{stderr}");
+    let (_, served) = app.get_json("/api/v1/policy", &token).await;
+    assert_eq!(served, edited);
+    std::fs::remove_file(&file).unwrap();
 }
 
 #[sqlx::test]
