@@ -100,6 +100,17 @@ pub struct Measurement {
 }
 
 impl Measurement {
+    /// A measurement of single operations timed one by one elsewhere.
+    pub fn from_latencies(latencies: Vec<Duration>, elapsed: Duration) -> Self {
+        Self {
+            operations: latencies.len(),
+            events: latencies.len(),
+            errors: 0,
+            elapsed,
+            latencies,
+        }
+    }
+
     pub fn events_per_second(&self) -> f64 {
         self.events as f64 / self.elapsed.as_secs_f64()
     }

@@ -1,8 +1,10 @@
 //! `memd bench`: measurements of a real daemon on a fresh database, written
 //! to a Markdown file together with the command that produced them.
 
+mod acb;
 mod append;
 mod harness;
+mod histories;
 mod locomo;
 mod project;
 
@@ -39,6 +41,25 @@ pub enum BenchCommand {
         sizes: Vec<u64>,
         /// Where to write the results.
         #[arg(long, default_value = "bench/project.md")]
+        out: PathBuf,
+    },
+    /// Bundle latency: fast path, retrieval path and cold cache, with 1 and
+    /// 32 clients, as one tenant's history grows.
+    Acb {
+        /// History sizes, comma-separated (each loads on top of the previous).
+        #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
+        sizes: Vec<u64>,
+        /// Seconds each warm scenario runs.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Daemon restarts measured for the cold-cache first bundle, per size.
+        #[arg(long, default_value_t = 20)]
+        restarts: usize,
+        /// `max_tokens` of every bundle.
+        #[arg(long, default_value_t = 65_000)]
+        max_tokens: u32,
+        /// Where to write the results.
+        #[arg(long, default_value = "bench/acb.md")]
         out: PathBuf,
     },
     /// Retrieval quality on LoCoMo conversations (recall of evidence turns
@@ -83,6 +104,25 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
                     rate,
                     seconds,
                     sizes,
+                },
+                &out,
+            )
+            .await
+        }
+        BenchCommand::Acb {
+            sizes,
+            seconds,
+            restarts,
+            max_tokens,
+            out,
+        } => {
+            acb::run(
+                database_url,
+                acb::Options {
+                    sizes,
+                    seconds,
+                    restarts,
+                    max_tokens,
                 },
                 &out,
             )

@@ -1,0 +1,306 @@
+//! `memd bench acb`: how long bundles take, over HTTP against the real
+//! daemon, as one tenant's history grows.
+//!
+//! At each size (each loaded on top of the previous, then fully projected):
+//! the fast path (`intent: continue`, views, tasks, decisions and the
+//! recent window) and the retrieval path (a question, full-text retrieval),
+//! each with 1 and with 32 concurrent clients; and the first bundle after a
+//! restart (a new daemon with a new connection pool: empty caches, cold
+//! prepared statements), repeated.
+
+use std::{fmt::Write as _, path::Path, time::Duration};
+
+use serde_json::{Value, json};
+
+use super::{
+    harness::{
+        Measurement, RunningDaemon, ScratchDatabase, drive, environment, percentile,
+        wait_projected, write_report,
+    },
+    histories::{History, load},
+};
+use crate::{
+    db,
+    domain::tenant::{Scope, TenantId},
+    tenants,
+};
+
+pub struct Options {
+    pub sizes: Vec<u64>,
+    pub seconds: f64,
+    pub restarts: usize,
+    pub max_tokens: u32,
+}
+
+const TENANT: &str = "acb-bench";
+
+/// Questions about the chat history (accounts, exports, jobs, page sizes).
+fn question(i: u64) -> String {
+    match i % 5 {
+        0 => format!(
+            "why did the nightly export fail for account {}?",
+            i * 7 % 311
+        ),
+        1 => "what page size do we use for exports?".to_owned(),
+        2 => format!(
+            "which jobs timed out while reading account {}?",
+            i * 13 % 311
+        ),
+        3 => format!("status of job export-{}", i * 37 % 10_000),
+        _ => "how many retries before an export gives up, and what was decided?".to_owned(),
+    }
+}
+
+struct Row {
+    size: u64,
+    scenario: &'static str,
+    clients: usize,
+    m: Measurement,
+    tokens: f64,
+    pool: f64,
+}
+
+pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Result<()> {
+    let scratch = ScratchDatabase::create(database_url).await?;
+    let result = measure(&scratch, &options).await;
+    scratch.drop_now().await?;
+    let (rows, environment) = result?;
+    write_report(out, &render(&rows, &options, &environment))
+}
+
+async fn measure(
+    scratch: &ScratchDatabase,
+    options: &Options,
+) -> anyhow::Result<(Vec<Row>, String)> {
+    let pool = db::connect(scratch.options.clone(), 40).await?;
+    db::migrate(&pool).await?;
+    let environment = environment(&pool).await?;
+    let tenant = TenantId::parse(TENANT).expect("valid tenant id");
+    let token = tenants::create_tenant(&pool, &tenant, Scope::Admin)
+        .await?
+        .expose()
+        .to_string();
+    let mut rows = Vec::new();
+    let mut loaded = 0;
+    for &size in &options.sizes {
+        // The daemon projects while the history loads.
+        let daemon = RunningDaemon::start(pool.clone()).await?;
+        if loaded == 0 {
+            views(&daemon.base_url, &token).await?;
+        }
+        load(&pool, &tenant, History::Chat, loaded, size).await?;
+        loaded = size;
+        wait_projected(&pool).await?;
+        eprintln!("{size} events loaded and projected");
+        let session = format!("session-{}", (size - 1) / 200);
+        for (scenario, fast) in [("fast path", true), ("retrieval path", false)] {
+            for clients in [1, 32] {
+                let (m, tokens, pool_size) =
+                    bundles(&daemon.base_url, &token, &session, fast, clients, options).await;
+                eprintln!(
+                    "{size} {scenario} x{clients}: p50 {:.1} ms, p95 {:.1} ms",
+                    m.percentile_ms(50.0),
+                    m.percentile_ms(95.0)
+                );
+                rows.push(Row {
+                    size,
+                    scenario,
+                    clients,
+                    m,
+                    tokens,
+                    pool: pool_size,
+                });
+            }
+        }
+        daemon.stop().await?;
+        rows.push(cold(scratch, &token, &session, size, options).await?);
+    }
+    pool.close().await;
+    Ok((rows, environment))
+}
+
+async fn views(base: &str, token: &str) -> anyhow::Result<()> {
+    let client = reqwest::Client::new();
+    for (view, text) in [
+        (
+            "identity",
+            "You are the on-call assistant of the billing team.",
+        ),
+        (
+            "rules",
+            "Never rerun an export during business hours. Page sizes follow the ledger decision.",
+        ),
+    ] {
+        client
+            .post(format!("{base}/api/v1/events"))
+            .bearer_auth(token)
+            .json(&json!({"session_id": "views", "channel": "private",
+                          "actor": {"type": "human", "id": "lead"}, "kind": "view_update",
+                          "content": {"view": view, "text": text}}))
+            .send()
+            .await?
+            .error_for_status()?;
+    }
+    Ok(())
+}
+
+fn body(session: &str, fast: bool, i: u64, max_tokens: u32) -> Value {
+    if fast {
+        json!({"session_id": session, "agent_id": "bench", "intent": "continue",
+               "query_text": "continue", "max_tokens": max_tokens})
+    } else {
+        json!({"session_id": session, "agent_id": "bench", "intent": "question",
+               "query_text": question(i), "max_tokens": max_tokens})
+    }
+}
+
+/// Bundles from `clients` concurrent clients for the configured time; also
+/// the mean tokens used and candidate pool size.
+async fn bundles(
+    base: &str,
+    token: &str,
+    session: &str,
+    fast: bool,
+    clients: usize,
+    options: &Options,
+) -> (Measurement, f64, f64) {
+    let client = reqwest::Client::new();
+    let url = format!("{base}/api/v1/acb/build");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new((0.0, 0.0, 0_usize)));
+    let max_tokens = options.max_tokens;
+    let m = drive(clients, Duration::from_secs_f64(options.seconds), 1, {
+        let seen = seen.clone();
+        let (token, session) = (token.to_owned(), session.to_owned());
+        move |writer, i| {
+            let (client, url, token, seen) =
+                (client.clone(), url.clone(), token.clone(), seen.clone());
+            let body = body(&session, fast, writer as u64 * 100_003 + i, max_tokens);
+            async move {
+                let acb: Value = client
+                    .post(&url)
+                    .bearer_auth(&token)
+                    .json(&body)
+                    .send()
+                    .await?
+                    .error_for_status()?
+                    .json()
+                    .await?;
+                let mut seen = seen.lock().expect("lock");
+                seen.0 += acb["token_used_est"].as_f64().unwrap_or(0.0);
+                seen.1 += acb["provenance"]["candidate_pool_size"]
+                    .as_f64()
+                    .unwrap_or(0.0);
+                seen.2 += 1;
+                Ok(())
+            }
+        }
+    })
+    .await;
+    let (tokens, pool, n) = *seen.lock().expect("lock");
+    let n = n.max(1) as f64;
+    (m, tokens / n, pool / n)
+}
+
+/// The first bundle of a freshly started daemon, `restarts` times.
+async fn cold(
+    scratch: &ScratchDatabase,
+    token: &str,
+    session: &str,
+    size: u64,
+    options: &Options,
+) -> anyhow::Result<Row> {
+    let client = reqwest::Client::new();
+    let mut latencies = Vec::new();
+    let mut tokens = 0.0;
+    let mut pool_size = 0.0;
+    let started = std::time::Instant::now();
+    for restart in 0..options.restarts {
+        let pool = db::connect(scratch.options.clone(), 16).await?;
+        let daemon = RunningDaemon::start(pool.clone()).await?;
+        let at = std::time::Instant::now();
+        let acb: Value = client
+            .post(format!("{}/api/v1/acb/build", daemon.base_url))
+            .bearer_auth(token)
+            .json(&body(session, false, restart as u64, options.max_tokens))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        latencies.push(at.elapsed());
+        tokens += acb["token_used_est"].as_f64().unwrap_or(0.0);
+        pool_size += acb["provenance"]["candidate_pool_size"]
+            .as_f64()
+            .unwrap_or(0.0);
+        anyhow::ensure!(
+            acb["provenance"]["cache"] == "miss",
+            "a restarted daemon hit its cache"
+        );
+        daemon.stop().await?;
+        pool.close().await;
+    }
+    let n = options.restarts.max(1) as f64;
+    eprintln!(
+        "{size} cold: p50 {:.1} ms",
+        percentile(&latencies, 50.0).as_secs_f64() * 1e3
+    );
+    Ok(Row {
+        size,
+        scenario: "cold cache (first bundle after restart, retrieval)",
+        clients: 1,
+        m: Measurement::from_latencies(latencies, started.elapsed()),
+        tokens: tokens / n,
+        pool: pool_size / n,
+    })
+}
+
+fn render(rows: &[Row], options: &Options, environment: &str) -> String {
+    let command: Vec<String> = std::env::args().collect();
+    let mut out = String::new();
+    let _ = writeln!(out, "# memd bench acb\n");
+    let _ = writeln!(out, "Command: `{}`  ", command.join(" "));
+    let _ = writeln!(
+        out,
+        "Date: {}  ",
+        chrono::Utc::now().format("%Y-%m-%d %H:%M UTC")
+    );
+    let _ = writeln!(out, "Machine: {environment}\n");
+    let _ = writeln!(
+        out,
+        "One tenant's chat history ({}), loaded up to each size and fully projected; views identity and rules. \
+         Every bundle has `max_tokens` {} and goes over HTTP to the daemon in this process; latency is the whole \
+         round trip, measured by the client. Fast path: `intent: continue` in the newest session. Retrieval path: \
+         questions about accounts, exports, jobs and decisions, varied per request. Clients send back to back for \
+         {:.0} s. Cold cache: a new daemon and connection pool, then its first bundle (retrieval), {} times per size.\n",
+        History::Chat.describe(),
+        options.max_tokens,
+        options.seconds,
+        options.restarts
+    );
+    let _ = writeln!(
+        out,
+        "| events | scenario | clients | bundles | bundles/s | p50 ms | p95 ms | p99 ms | errors | mean tokens | mean candidate pool |"
+    );
+    let _ = writeln!(
+        out,
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for row in rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {:.0} | {:.0} |",
+            row.size,
+            row.scenario,
+            row.clients,
+            row.m.operations,
+            row.m.events_per_second(),
+            row.m.percentile_ms(50.0),
+            row.m.percentile_ms(95.0),
+            row.m.percentile_ms(99.0),
+            row.m.errors,
+            row.tokens,
+            row.pool
+        );
+    }
+    out
+}
