@@ -14,11 +14,12 @@ use sqlx::postgres::PgConnectOptions;
 
 use memd::{
     admin::{self, jobs::JobWorker, progress::ProgressPrinter},
+    api::rate_limit::RateLimits,
     audit, bench, db,
     domain::{
         limits,
         redact::Redactor,
-        tenant::{Scope, TenantId},
+        tenant::{ApiToken, Scope, TenantId},
     },
     startup::{Daemon, ProjectionConfig, ServeConfig, shutdown_signal},
     telemetry, tenants,
@@ -61,6 +62,14 @@ enum Command {
         /// Do not run projection workers here (run `memd project` elsewhere).
         #[arg(long)]
         no_projectors: bool,
+        /// Requests per second each tenant may send this daemon (bursts of
+        /// twice as many); 0 turns the limit off.
+        #[arg(long, env = "MEMD_RATE_LIMIT_RPS", default_value_t = 1000.0)]
+        rate_limit_rps: f64,
+        /// Request-body bytes per second each tenant may send this daemon
+        /// (bursts of twice as many); 0 turns the limit off.
+        #[arg(long, env = "MEMD_RATE_LIMIT_BYTES", default_value_t = 16.0 * 1024.0 * 1024.0)]
+        rate_limit_bytes: f64,
         #[command(flatten)]
         projection: ProjectionArgs,
     },
@@ -193,6 +202,23 @@ enum TenantCommand {
         #[arg(long, value_enum, default_value = "admin")]
         scope: Scope,
     },
+    /// Issue another token for an existing tenant; prints it alone on stdout.
+    Token {
+        name: String,
+        #[arg(long, value_enum, default_value = "admin")]
+        scope: Scope,
+    },
+    /// Revoke one token (TOKEN, or `-` to read it from stdin), or with
+    /// `--tenant NAME --all` every token of a tenant. Daemons refuse it
+    /// within 5 s (their token cache's lifetime).
+    Revoke {
+        #[arg(required_unless_present = "all")]
+        token: Option<String>,
+        #[arg(long, requires = "tenant", conflicts_with = "token")]
+        all: bool,
+        #[arg(long)]
+        tenant: Option<String>,
+    },
 }
 
 #[tokio::main]
@@ -221,8 +247,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             redact_patterns,
             db_connections,
             no_projectors,
+            rate_limit_rps,
+            rate_limit_bytes,
             projection,
         } => {
+            anyhow::ensure!(
+                rate_limit_rps >= 0.0 && rate_limit_bytes >= 0.0,
+                "rate limits must be 0 (off) or positive"
+            );
             let redactor = match redact_patterns {
                 Some(path) => Redactor::with_patterns_file(&path)?,
                 None => Redactor::default(),
@@ -245,6 +277,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 token_cache_ttl: Duration::from_secs(5),
                 projection: (!no_projectors).then(|| projection.config()),
                 encoding: projection.token_encoding,
+                rate_limits: RateLimits::new(rate_limit_rps, rate_limit_bytes),
             };
             let daemon = Daemon::bind(&config, pool.clone())
                 .await
@@ -263,16 +296,45 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             db::migrate(&pool).await?;
             eprintln!("migrations applied");
         }
-        Command::Tenant {
-            command: TenantCommand::Create { name, scope },
-        } => {
-            let tenant = TenantId::parse(&name)
-                .map_err(|e| anyhow::anyhow!("tenant name {name:?} {}", e.message))?;
+        Command::Tenant { command } => {
             let pool = db::connect(options, 2)
                 .await
                 .context("connecting to PostgreSQL")?;
-            let token = tenants::create_tenant(&pool, &tenant, scope).await?;
-            println!("{}", token.expose());
+            match command {
+                TenantCommand::Create { name, scope } => {
+                    let tenant = TenantId::parse(&name)
+                        .map_err(|e| anyhow::anyhow!("tenant name {name:?} {}", e.message))?;
+                    let token = tenants::create_tenant(&pool, &tenant, scope).await?;
+                    println!("{}", token.expose());
+                }
+                TenantCommand::Token { name, scope } => {
+                    let tenant = parse_tenant(Some(name))?.expect("given");
+                    let token = tenants::issue_token(&pool, &tenant, scope)
+                        .await?
+                        .with_context(|| format!("no tenant {tenant}"))?;
+                    println!("{}", token.expose());
+                }
+                TenantCommand::Revoke {
+                    all: true, tenant, ..
+                } => {
+                    let tenant = parse_tenant(tenant)?.expect("--all requires --tenant");
+                    let revoked = tenants::revoke_all_tokens(&pool, &tenant).await?;
+                    println!("revoked {revoked} token(s) of {tenant}");
+                }
+                TenantCommand::Revoke { token, .. } => {
+                    let mut raw = token.expect("clap requires a token without --all");
+                    if raw == "-" {
+                        raw.clear();
+                        std::io::stdin().read_line(&mut raw)?;
+                    }
+                    let token = ApiToken::parse(raw.trim())
+                        .context("that is not a memd token (memd_ followed by 64 hex digits)")?;
+                    match tenants::revoke_token(&pool, &token).await? {
+                        Some(tenant) => println!("revoked a token of {tenant}"),
+                        None => anyhow::bail!("no active token matches"),
+                    }
+                }
+            }
         }
         Command::Verify { tenant } => {
             let tenant = parse_tenant(tenant)?;

@@ -13,7 +13,10 @@ use tokio::{net::TcpListener, sync::watch};
 
 use crate::{
     admin::jobs::JobWorker,
-    api::{self, ApiState},
+    api::{
+        self, ApiState,
+        rate_limit::{RateLimiter, RateLimits},
+    },
     domain::{limits, redact::Redactor},
     read::Reader,
     tenants::TokenCache,
@@ -36,6 +39,8 @@ pub struct ServeConfig {
     /// Token encoding of bundles; must be the projections' (chunks store
     /// their counts in it).
     pub encoding: Encoding,
+    /// Per-tenant request and byte rates of this daemon.
+    pub rate_limits: RateLimits,
 }
 
 /// How the projector runtime runs.
@@ -65,6 +70,7 @@ impl Default for ServeConfig {
             token_cache_ttl: Duration::from_secs(5),
             projection: Some(ProjectionConfig::default()),
             encoding: Encoding::default(),
+            rate_limits: RateLimits::default(),
         }
     }
 }
@@ -88,6 +94,7 @@ impl Daemon {
             pool: pool.clone(),
             redactor: config.redactor.clone(),
             tokens: Arc::new(TokenCache::new(config.token_cache_ttl)),
+            limiter: Arc::new(RateLimiter::new(config.rate_limits)),
         };
         Ok(Self {
             listener,

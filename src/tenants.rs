@@ -50,6 +50,51 @@ pub async fn create_tenant(
     Ok(token)
 }
 
+/// Issues another token for an existing tenant (rotation: issue, switch
+/// the agents over, revoke the old one). `None` if there is no such tenant.
+pub async fn issue_token(
+    pool: &PgPool,
+    tenant: &TenantId,
+    scope: Scope,
+) -> Result<Option<ApiToken>, sqlx::Error> {
+    let token = ApiToken::generate();
+    let inserted = sqlx::query(
+        "INSERT INTO api_tokens (token_hash, tenant_id, scope)
+         SELECT $1, tenant_id, $3 FROM tenants WHERE tenant_id = $2",
+    )
+    .bind(token.hash().as_slice())
+    .bind(tenant.as_str())
+    .bind(scope.as_str())
+    .execute(pool)
+    .await?
+    .rows_affected();
+    Ok((inserted == 1).then_some(token))
+}
+
+/// Revokes one token; returns its tenant, or `None` if no active token
+/// matches. Daemons stop accepting it once their [`TokenCache`] entry
+/// expires.
+pub async fn revoke_token(pool: &PgPool, token: &ApiToken) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "UPDATE api_tokens SET revoked_at = now()
+          WHERE token_hash = $1 AND revoked_at IS NULL RETURNING tenant_id",
+    )
+    .bind(token.hash().as_slice())
+    .fetch_optional(pool)
+    .await
+}
+
+/// Revokes every active token of a tenant; returns how many.
+pub async fn revoke_all_tokens(pool: &PgPool, tenant: &TenantId) -> Result<u64, sqlx::Error> {
+    Ok(sqlx::query(
+        "UPDATE api_tokens SET revoked_at = now() WHERE tenant_id = $1 AND revoked_at IS NULL",
+    )
+    .bind(tenant.as_str())
+    .execute(pool)
+    .await?
+    .rows_affected())
+}
+
 /// Who is calling: the tenant and scope of a valid, unrevoked token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {

@@ -18,6 +18,8 @@ pub struct ApiError {
     code: &'static str,
     message: String,
     field: Option<String>,
+    /// Seconds, sent as `Retry-After`.
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -27,6 +29,7 @@ impl ApiError {
             code,
             message: message.into(),
             field: None,
+            retry_after: None,
         }
     }
 
@@ -51,6 +54,18 @@ impl ApiError {
             "tenant_id differs from the tenant of the bearer token",
         )
         .with_field(field)
+    }
+
+    /// The tenant is over its request or byte rate; retry after `wait`.
+    pub fn rate_limited(wait: std::time::Duration) -> Self {
+        let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
+        let mut err = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            format!("this tenant is over its request or byte rate; retry in {seconds} s"),
+        );
+        err.retry_after = Some(seconds);
+        err
     }
 
     pub fn not_found(message: impl Into<String>) -> Self {
@@ -81,6 +96,11 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
     }

@@ -1,6 +1,8 @@
 //! Extractors that turn an HTTP request into what handlers need, answering in
 //! the API's error shape when they cannot.
 
+use std::time::Instant;
+
 use axum::{
     body::Bytes,
     extract::{FromRequest, FromRequestParts, Request},
@@ -14,13 +16,14 @@ use crate::{
 };
 
 /// A JSON body, parsed with errors that name the `body` field. The size limit
-/// is the router's `DefaultBodyLimit`; over it the answer is 413.
+/// is the router's `DefaultBodyLimit`; over it the answer is 413. Its bytes
+/// count against the caller's byte rate.
 pub struct JsonBody(pub serde_json::Value);
 
-impl<S: Send + Sync> FromRequest<S> for JsonBody {
+impl FromRequest<ApiState> for JsonBody {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request(req: Request, state: &ApiState) -> Result<Self, Self::Rejection> {
         let bytes = body_bytes(req, state).await?;
         parse(&bytes).map(JsonBody)
     }
@@ -30,10 +33,10 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
 /// fields are all optional (`curl -X POST` with nothing).
 pub struct OptionalJsonBody(pub serde_json::Value);
 
-impl<S: Send + Sync> FromRequest<S> for OptionalJsonBody {
+impl FromRequest<ApiState> for OptionalJsonBody {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request(req: Request, state: &ApiState) -> Result<Self, Self::Rejection> {
         let bytes = body_bytes(req, state).await?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(Self(serde_json::Value::Object(Default::default())));
@@ -42,8 +45,9 @@ impl<S: Send + Sync> FromRequest<S> for OptionalJsonBody {
     }
 }
 
-async fn body_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
-    Bytes::from_request(req, state).await.map_err(|rejection| {
+async fn body_bytes(req: Request, state: &ApiState) -> Result<Bytes, ApiError> {
+    let caller = req.extensions().get::<Caller>().cloned();
+    let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -54,7 +58,13 @@ async fn body_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, Ap
         } else {
             ApiError::new(rejection.status(), "bad_body", rejection.body_text()).with_field("body")
         }
-    })
+    })?;
+    if let Some(caller) = caller {
+        state
+            .limiter
+            .charge_bytes(caller.tenant.as_str(), bytes.len(), Instant::now());
+    }
+    Ok(bytes)
 }
 
 fn parse(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
@@ -64,7 +74,8 @@ fn parse(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
 }
 
 /// The caller, from `Authorization: Bearer <token>`. The tenant of every call
-/// comes from here and nowhere else.
+/// comes from here and nowhere else. A tenant over its request or byte rate
+/// is refused here (429), before any work.
 pub struct Authenticated(pub Caller);
 
 impl FromRequestParts<ApiState> for Authenticated {
@@ -87,11 +98,17 @@ impl FromRequestParts<ApiState> for Authenticated {
             })
             .and_then(ApiToken::parse)
             .ok_or_else(|| ApiError::unauthorized("malformed bearer token"))?;
-        state
+        let caller = state
             .tokens
             .resolve(&state.pool, &token)
             .await?
-            .map(Authenticated)
-            .ok_or_else(|| ApiError::unauthorized("unknown or revoked token"))
+            .ok_or_else(|| ApiError::unauthorized("unknown or revoked token"))?;
+        state
+            .limiter
+            .admit(caller.tenant.as_str(), Instant::now())
+            .map_err(ApiError::rate_limited)?;
+        // For the body extractors, which charge what they read.
+        parts.extensions.insert(caller.clone());
+        Ok(Authenticated(caller))
     }
 }

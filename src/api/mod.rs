@@ -11,6 +11,7 @@ mod extract;
 mod handoffs;
 mod health;
 mod policy;
+pub mod rate_limit;
 
 use std::sync::Arc;
 
@@ -38,6 +39,7 @@ pub struct ApiState {
     pub tokens: Arc<TokenCache>,
     pub appender: Arc<Appender>,
     pub reader: Arc<Reader>,
+    pub limiter: Arc<rate_limit::RateLimiter>,
 }
 
 pub fn router(state: ApiState, max_body_bytes: usize) -> Router {

@@ -15,4 +15,5 @@ mod projector_runtime;
 mod rebuild;
 mod secrets;
 mod shutdown;
+mod tenants;
 mod tool_results;
