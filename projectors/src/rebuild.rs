@@ -63,7 +63,32 @@ pub async fn rebuild(
             elapsed: started.elapsed(),
         });
     }
+    analyze(pool, engine).await?;
     Ok(done)
+}
+
+/// Refreshes the planner's statistics of the rebuilt tables. A rebuild
+/// replaces every row at once; until autovacuum notices, the planner would
+/// keep estimating from the old contents (a full-text term it thinks rare
+/// may now match most chunks, and a plan built for a rare term reads them
+/// all).
+async fn analyze(pool: &PgPool, engine: &Engine) -> Result<(), ProjectError> {
+    let tables: Vec<String> = engine
+        .projectors()
+        .iter()
+        .flat_map(|p| p.tables())
+        .map(|table| format!("projections.{}", table.name))
+        .collect();
+    if !tables.is_empty() {
+        // Table names are the projectors' own constants.
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ANALYZE {}",
+            tables.join(", ")
+        )))
+        .execute(pool)
+        .await?;
+    }
+    Ok(())
 }
 
 /// Applies the log above the cursors, batch by batch, up to each cursor's

@@ -28,7 +28,7 @@ use super::{
     bundle::{self, Candidates, Item, Section},
     cache::{DecisionRow, Visible},
     dedupe, handoff,
-    policy::{Policy, Scoring, SectionName},
+    policy::{MAX_CANDIDATE_POOL, Policy, Scoring, SectionName},
     privacy::{Filters, Visibility},
     retrieve::{self, Candidate, Scope},
 };
@@ -865,12 +865,17 @@ impl Evidence {
         active_tasks: &HashSet<String>,
         omissions: &mut Omissions,
     ) -> Result<(), sqlx::Error> {
-        // Texts and statuses are read a page at a time, best ranked first,
-        // until enough is chosen.
-        const PAGE: usize = 64;
+        // Texts and statuses are read best ranked first: one small page,
+        // enough when the best candidates are kept, then the rest of the
+        // pool (at most `candidate_pool_max`) at once, for queries whose
+        // candidates are mostly near-duplicates of each other (a fact
+        // recorded hundreds of times), where every round trip counts.
+        const FIRST_PAGE: usize = 64;
+        let mut page_size = FIRST_PAGE;
         let mut ranked = ranked.into_iter();
         while !self.full() {
-            let page: Vec<Candidate> = ranked.by_ref().take(PAGE).collect();
+            let page: Vec<Candidate> = ranked.by_ref().take(page_size).collect();
+            page_size = MAX_CANDIDATE_POOL as usize;
             if page.is_empty() {
                 break;
             }
