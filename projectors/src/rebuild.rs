@@ -63,16 +63,17 @@ pub async fn rebuild(
             elapsed: started.elapsed(),
         });
     }
-    analyze(pool, engine).await?;
+    vacuum_analyze(pool, engine).await?;
     Ok(done)
 }
 
-/// Refreshes the planner's statistics of the rebuilt tables. A rebuild
-/// replaces every row at once; until autovacuum notices, the planner would
-/// keep estimating from the old contents (a full-text term it thinks rare
-/// may now match most chunks, and a plan built for a rare term reads them
-/// all).
-async fn analyze(pool: &PgPool, engine: &Engine) -> Result<(), ProjectError> {
+/// Vacuums the rebuilt tables and refreshes their statistics. A rebuild
+/// replaces every row at once: until autovacuum notices, the old rows stay
+/// as dead tuples, new full-text entries wait in the GIN pending list that
+/// every search scans, and the planner keeps estimating from the old
+/// contents (a term it thinks rare may now match most chunks, and a plan
+/// built for a rare term reads them all).
+async fn vacuum_analyze(pool: &PgPool, engine: &Engine) -> Result<(), ProjectError> {
     let tables: Vec<String> = engine
         .projectors()
         .iter()
@@ -82,7 +83,7 @@ async fn analyze(pool: &PgPool, engine: &Engine) -> Result<(), ProjectError> {
     if !tables.is_empty() {
         // Table names are the projectors' own constants.
         sqlx::query(sqlx::AssertSqlSafe(format!(
-            "ANALYZE {}",
+            "VACUUM (ANALYZE) {}",
             tables.join(", ")
         )))
         .execute(pool)
