@@ -367,3 +367,85 @@ async fn a_tenant_over_its_rate_gets_429_with_retry_after_and_others_do_not(
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
     assert!(response.headers().contains_key("retry-after"));
 }
+
+#[sqlx::test]
+async fn two_daemons_on_one_database_serve_the_same_tenants(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    // Each with its own pool, projector workers, caches and token cache:
+    // what two `memd serve` processes share is only the database.
+    let a = spawn_daemon(connect.clone()).await;
+    let b = spawn_daemon(connect).await;
+    let token = a.tenant("acme").await;
+
+    // Concurrent appends through both: one gap-free, hash-chained log.
+    let writer = |app: &'static str, daemon: &TestApp| {
+        let token = token.clone();
+        let base = daemon.base_url.clone();
+        let client = daemon.client.clone();
+        async move {
+            for i in 0..20 {
+                let response = client
+                    .post(format!("{base}/api/v1/events"))
+                    .bearer_auth(&token)
+                    .json(&message(
+                        "s1",
+                        &format!("turn {i} via {app} about the ledger"),
+                    ))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(response.status(), StatusCode::CREATED);
+            }
+        }
+    };
+    tokio::join!(writer("a", &a), writer("b", &b));
+    let seqs: Vec<i64> = sqlx::query_scalar("SELECT seq FROM events ORDER BY seq")
+        .fetch_all(&a.pool)
+        .await
+        .unwrap();
+    assert_eq!(seqs, (1..=40).collect::<Vec<i64>>());
+    let reports = memd::audit::verify_chains(&a.pool, None).await.unwrap();
+    assert!(reports.iter().all(|r| r.broken.is_none()), "{reports:?}");
+
+    // Both daemons' workers projected it, each event exactly once.
+    wait_projected(&a.pool, "acme").await;
+    assert_eq!(
+        b.count("SELECT count(*) FROM projections.chunks").await,
+        40,
+        "no event applied twice"
+    );
+
+    // What one daemon stored, the other serves at once (recent window from
+    // the log) and after projection (retrieval).
+    let said = a
+        .append(
+            &token,
+            &message("s2", "the zebra quartz runbook lives in ops/"),
+        )
+        .await;
+    let acb = b
+        .acb(
+            &token,
+            json!({"session_id": "s2", "query_text": "zebra quartz"}),
+        )
+        .await;
+    assert!(acb.to_string().contains(said["event_id"].as_str().unwrap()));
+
+    // A policy changed through one daemon reaches the other's cache.
+    let (status, _) = a
+        .call(
+            Method::PUT,
+            "/api/v1/policy",
+            Some(&token),
+            Some(&json!({"max_tokens": 5000})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while b.acb(&token, json!({"query_text": "zebra"})).await["budget_tokens"] != 5000 {
+        assert!(Instant::now() < deadline, "b kept the old policy");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
