@@ -409,6 +409,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             .await?;
             let events: i64 = done.iter().map(|t| t.events).sum();
             let elapsed = started.elapsed().as_secs_f64();
+            rebuild::vacuum_analyze(&pool, &engine).await?;
             for tenant in &done {
                 println!(
                     "rebuilt tenant={} events={} in {:.2}s",

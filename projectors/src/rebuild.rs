@@ -63,17 +63,18 @@ pub async fn rebuild(
             elapsed: started.elapsed(),
         });
     }
-    vacuum_analyze(pool, engine).await?;
     Ok(done)
 }
 
-/// Vacuums the rebuilt tables and refreshes their statistics. A rebuild
+/// Vacuums the rebuilt tables and refreshes their statistics: what the
+/// operator commands do after [`rebuild`] (not counted in its rate: the
+/// rebuilt rows are live from its commit). A rebuild
 /// replaces every row at once: until autovacuum notices, the old rows stay
 /// as dead tuples, new full-text entries wait in the GIN pending list that
 /// every search scans, and the planner keeps estimating from the old
 /// contents (a term it thinks rare may now match most chunks, and a plan
 /// built for a rare term reads them all).
-async fn vacuum_analyze(pool: &PgPool, engine: &Engine) -> Result<(), ProjectError> {
+pub async fn vacuum_analyze(pool: &PgPool, engine: &Engine) -> Result<(), ProjectError> {
     let tables: Vec<String> = engine
         .projectors()
         .iter()

@@ -163,6 +163,7 @@ async fn run_job(job: AdminJob, ctx: Data<JobContext>) -> Result<Value, BoxDynEr
             let done = rebuild::rebuild(&ctx.pool, &engine, Some(tenant), &mut |_| {}).await?;
             let events: i64 = done.iter().map(|t| t.events).sum();
             let seconds = started.elapsed().as_secs_f64();
+            rebuild::vacuum_analyze(&ctx.pool, &engine).await?;
             json!({
                 "tenant": tenant,
                 "projectors": engine.projectors().iter().map(|p| p.name()).collect::<Vec<_>>(),
