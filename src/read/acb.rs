@@ -240,7 +240,10 @@ impl Omissions {
         id: String,
         details: Map<String, Value>,
     ) {
-        let key = format!("{reason}|{section:?}|{}", Value::Object(details.clone()));
+        let key = format!(
+            "{reason}|{section:?}|{}",
+            serde_json::to_string(&details).unwrap_or_default()
+        );
         let at = *self.index.entry(key).or_insert_with(|| {
             self.list.push(Omission {
                 reason,

@@ -7,7 +7,7 @@
 //! function words and of a plural or verb suffix, so "The budget is 65K
 //! tokens" and "our token budget: 65k" share {budget, 65k, token}.
 
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::{collections::HashSet, sync::LazyLock};
 
 const STOPWORDS: &[&str] = &[
     "a", "about", "above", "after", "again", "all", "am", "an", "and", "any", "are", "as", "at",
@@ -25,34 +25,47 @@ const STOPWORDS: &[&str] = &[
 
 /// The content words of a text, as a sorted set of word hashes (comparing
 /// hashes keeps dedupe cheap when hundreds of candidates are compared).
+/// Runs for every evidence candidate, so it allocates only the result.
 pub fn words(text: &str) -> Vec<u64> {
-    let mut words: Vec<u64> = text
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .filter(|w| !STOPWORDS.contains(&w.as_str()))
-        .map(|w| {
-            let mut hasher = DefaultHasher::new();
-            stem(&w).hash(&mut hasher);
-            hasher.finish()
-        })
-        .collect();
+    let mut lowered = String::new();
+    let mut words = Vec::new();
+    for word in text.split(|c: char| !c.is_alphanumeric()) {
+        if word.is_empty() {
+            continue;
+        }
+        lowered.clear();
+        lowered.extend(word.chars().flat_map(char::to_lowercase));
+        if STOPWORD_SET.contains(lowered.as_str()) {
+            continue;
+        }
+        words.push(fnv1a(stem(&lowered).as_bytes()));
+    }
     words.sort_unstable();
     words.dedup();
     words
 }
 
+static STOPWORD_SET: LazyLock<HashSet<&'static str>> =
+    LazyLock::new(|| STOPWORDS.iter().copied().collect());
+
+/// FNV-1a: fast, and the same in every process (SipHash is seeded).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 /// Strips one common English suffix from words long enough to keep a stem.
-fn stem(word: &str) -> String {
+fn stem(word: &str) -> &str {
     for suffix in ["ing", "ed", "es", "s"] {
         if let Some(stem) = word.strip_suffix(suffix)
             && stem.chars().count() >= 3
             && !stem.ends_with('s')
         {
-            return stem.to_owned();
+            return stem;
         }
     }
-    word.to_owned()
+    word
 }
 
 /// |a ∩ b| / |a ∪ b| of two sorted sets; two empty sets are not similar.
