@@ -868,17 +868,17 @@ impl Evidence {
         active_tasks: &HashSet<String>,
         omissions: &mut Omissions,
     ) -> Result<(), sqlx::Error> {
-        // Texts and statuses are read best ranked first: one small page,
-        // enough when the best candidates are kept, then the rest of the
-        // pool (at most `candidate_pool_max`) at once, for queries whose
-        // candidates are mostly near-duplicates of each other (a fact
-        // recorded hundreds of times), where every round trip counts.
+        // Texts and statuses are read best ranked first, a page at a time:
+        // a small first page is enough when the best candidates are kept and
+        // fill the budget; pages then grow fourfold, so a pool of mostly
+        // near-duplicates (a fact recorded hundreds of times) costs a few
+        // round trips, and a small budget never reads the whole pool.
         const FIRST_PAGE: usize = 64;
         let mut page_size = FIRST_PAGE;
         let mut ranked = ranked.into_iter();
         while !self.full() {
             let page: Vec<Candidate> = ranked.by_ref().take(page_size).collect();
-            page_size = MAX_CANDIDATE_POOL as usize;
+            page_size = (page_size * 4).min(MAX_CANDIDATE_POOL as usize);
             if page.is_empty() {
                 break;
             }

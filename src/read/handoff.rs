@@ -27,7 +27,7 @@ pub struct HandoffRequest {
     pub tenant_id: Option<String>,
     pub from_agent: String,
     pub to_agent: String,
-    /// The receiving session; a new one (`handoff-<ulid>`) when absent.
+    /// The receiving session; a new one (`handoff_<ulid>`) when absent.
     pub session_id: Option<String>,
     /// What the receiver is to do. Taken from the task's title and details
     /// when absent and `task_id` names a task.
