@@ -10,7 +10,7 @@ use memd_projectors::{
     rebuild,
     runtime::{Runtime, RuntimeConfig},
 };
-use sqlx::postgres::PgConnectOptions;
+use sqlx::{PgPool, postgres::PgConnectOptions};
 
 use memd::{
     admin::{self, jobs::JobWorker, progress::ProgressPrinter},
@@ -264,9 +264,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .await
                     .context("creating the database")?;
             }
-            let pool = db::connect(options, db_connections)
-                .await
-                .context("connecting to PostgreSQL")?;
+            let pool = connect(options, db_connections).await?;
             if !no_migrate {
                 db::migrate(&pool).await?;
             }
@@ -290,25 +288,20 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             db::create_database_if_missing(&cli.database_url)
                 .await
                 .context("creating the database")?;
-            let pool = db::connect(options, 2)
-                .await
-                .context("connecting to PostgreSQL")?;
+            let pool = connect(options, 2).await?;
             db::migrate(&pool).await?;
             eprintln!("migrations applied");
         }
         Command::Tenant { command } => {
-            let pool = db::connect(options, 2)
-                .await
-                .context("connecting to PostgreSQL")?;
+            let pool = connect(options, 2).await?;
             match command {
                 TenantCommand::Create { name, scope } => {
-                    let tenant = TenantId::parse(&name)
-                        .map_err(|e| anyhow::anyhow!("tenant name {name:?} {}", e.message))?;
+                    let tenant = tenant_arg(&name, "tenant name")?;
                     let token = tenants::create_tenant(&pool, &tenant, scope).await?;
                     println!("{}", token.expose());
                 }
                 TenantCommand::Token { name, scope } => {
-                    let tenant = parse_tenant(Some(name))?.expect("given");
+                    let tenant = tenant_arg(&name, "tenant name")?;
                     let token = tenants::issue_token(&pool, &tenant, scope)
                         .await?
                         .with_context(|| format!("no tenant {tenant}"))?;
@@ -338,9 +331,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Verify { tenant } => {
             let tenant = parse_tenant(tenant)?;
-            let pool = db::connect(options, 2)
-                .await
-                .context("connecting to PostgreSQL")?;
+            let pool = connect(options, 2).await?;
             let reports = audit::verify_chains(&pool, tenant.as_ref()).await?;
             let mut broken = false;
             for report in &reports {
@@ -372,9 +363,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench { command } => bench::run(command, &cli.database_url).await?,
         Command::Project { projection } => {
             let config = projection.config();
-            let pool = db::connect(options, config.runtime.workers as u32 + 2)
-                .await
-                .context("connecting to PostgreSQL")?;
+            let pool = connect(options, config.runtime.workers as u32 + 2).await?;
             tracing::info!(workers = config.runtime.workers, "projecting");
             let runtime: Runtime = config.spawn(pool.clone());
             let jobs = JobWorker::spawn(pool.clone(), Arc::new(config.engine()));
@@ -395,9 +384,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             .engine()
             .only(&projectors)?;
-            let pool = db::connect(options, 2)
-                .await
-                .context("connecting to PostgreSQL")?;
+            let pool = connect(options, 2).await?;
             let mut printer = ProgressPrinter::new("rebuild");
             let started = std::time::Instant::now();
             let done = rebuild::rebuild(
@@ -435,9 +422,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ..Default::default()
             }
             .engine();
-            let pool = db::connect(options, 2)
-                .await
-                .context("connecting to PostgreSQL")?;
+            let pool = connect(options, 2).await?;
             let mut printer = ProgressPrinter::new("drift-check");
             let report = drift::drift_check(
                 &pool,
@@ -456,12 +441,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Views { command } => {
-            let pool = db::connect(options, 2)
-                .await
-                .context("connecting to PostgreSQL")?;
+            let pool = connect(options, 2).await?;
             match command {
                 ViewsCommand::Export { dir, tenant } => {
-                    let tenant = parse_tenant(Some(tenant))?.expect("given");
+                    let tenant = tenant_arg(&tenant, "--tenant")?;
                     for view in admin::views::export(&pool, &tenant, &dir).await? {
                         println!(
                             "{} {} (from {})",
@@ -477,7 +460,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     actor,
                     redact_patterns,
                 } => {
-                    let tenant = parse_tenant(Some(tenant))?.expect("given");
+                    let tenant = tenant_arg(&tenant, "--tenant")?;
                     let redactor = match redact_patterns {
                         Some(path) => Redactor::with_patterns_file(&path)?,
                         None => Redactor::default(),
@@ -498,17 +481,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Policy { command } => {
-            let pool = db::connect(options, 2)
-                .await
-                .context("connecting to PostgreSQL")?;
+            let pool = connect(options, 2).await?;
             match command {
                 PolicyCommand::Export { file, tenant } => {
-                    let tenant = parse_tenant(Some(tenant))?.expect("given");
+                    let tenant = tenant_arg(&tenant, "--tenant")?;
                     admin::policy_file::export(&pool, &tenant, &file).await?;
                     println!("policy of {tenant} written to {}", file.display());
                 }
                 PolicyCommand::Import { file, tenant } => {
-                    let tenant = parse_tenant(Some(tenant))?.expect("given");
+                    let tenant = tenant_arg(&tenant, "--tenant")?;
                     admin::policy_file::import(&pool, &tenant, &file).await?;
                     println!("policy of {tenant} replaced from {}", file.display());
                 }
@@ -519,7 +500,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 fn parse_tenant(tenant: Option<String>) -> anyhow::Result<Option<TenantId>> {
-    tenant
-        .map(|t| TenantId::parse(&t).map_err(|e| anyhow::anyhow!("--tenant {t:?} {}", e.message)))
-        .transpose()
+    tenant.map(|t| tenant_arg(&t, "--tenant")).transpose()
+}
+
+/// A tenant named on the command line; an error names the argument.
+fn tenant_arg(name: &str, arg: &str) -> anyhow::Result<TenantId> {
+    TenantId::parse(name).map_err(|e| anyhow::anyhow!("{arg} {name:?} {}", e.message))
+}
+
+async fn connect(options: PgConnectOptions, max_connections: u32) -> anyhow::Result<PgPool> {
+    db::connect(options, max_connections)
+        .await
+        .context("connecting to PostgreSQL")
 }
