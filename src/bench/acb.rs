@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::{
     harness::{
-        Measurement, RunningDaemon, ScratchDatabase, drive, environment, percentile,
+        Measurement, RunningDaemon, ScratchDatabase, drive, environment, percentile, report_header,
         wait_projected, write_report,
     },
     histories::{History, load},
@@ -255,16 +255,8 @@ async fn cold(
 }
 
 fn render(rows: &[Row], options: &Options, environment: &str) -> String {
-    let command: Vec<String> = std::env::args().collect();
-    let mut out = String::new();
-    let _ = writeln!(out, "# memd bench acb\n");
-    let _ = writeln!(out, "Command: `{}`  ", command.join(" "));
-    let _ = writeln!(
-        out,
-        "Date: {}  ",
-        chrono::Utc::now().format("%Y-%m-%d %H:%M UTC")
-    );
-    let _ = writeln!(out, "Machine: {environment}\n");
+    let mut out = report_header("acb", environment);
+    out.push('\n');
     let _ = writeln!(
         out,
         "One tenant's chat history ({}), loaded up to each size and fully projected; views identity and rules. \

@@ -7,7 +7,7 @@ use anyhow::Context;
 use serde_json::{Value, json};
 
 use super::harness::{
-    Measurement, RunningDaemon, ScratchDatabase, drive, environment, write_report,
+    Measurement, RunningDaemon, ScratchDatabase, drive, environment, report_header, write_report,
 };
 use crate::{
     db,
@@ -223,16 +223,7 @@ fn find<'a>(rows: &'a [Row], scenario: &str, writers: usize) -> Option<&'a Measu
 }
 
 fn render(rows: &[Row], environment: &str, duration: Duration, batch: usize) -> String {
-    let command: Vec<String> = std::env::args().collect();
-    let mut out = String::new();
-    let _ = writeln!(out, "# memd bench append\n");
-    let _ = writeln!(out, "Command: `{}`  ", command.join(" "));
-    let _ = writeln!(
-        out,
-        "Date: {}  ",
-        chrono::Utc::now().format("%Y-%m-%d %H:%M UTC")
-    );
-    let _ = writeln!(out, "Machine: {environment}  ");
+    let mut out = report_header("append", environment);
     let _ = writeln!(
         out,
         "Each scenario runs {:.1} s; batched scenarios send {batch} events per request. Latency is per request (HTTP round trip for memd, statement for raw).\n",

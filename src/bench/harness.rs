@@ -208,6 +208,17 @@ pub async fn wait_projected(pool: &PgPool) -> anyhow::Result<()> {
     }
 }
 
+/// The first lines of every report: which benchmark, the command that
+/// produced it, when, and on what machine.
+pub fn report_header(bench: &str, environment: &str) -> String {
+    let command: Vec<String> = std::env::args().collect();
+    format!(
+        "# memd bench {bench}\n\nCommand: `{}`  \nDate: {}  \nMachine: {environment}  \n",
+        command.join(" "),
+        chrono::Utc::now().format("%Y-%m-%d %H:%M UTC")
+    )
+}
+
 /// Writes a report (creating its directory), prints it, and says where.
 pub fn write_report(out: &std::path::Path, report: &str) -> anyhow::Result<()> {
     if let Some(dir) = out.parent() {

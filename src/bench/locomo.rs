@@ -27,7 +27,8 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use serde_json::{Value, json};
 
 use super::harness::{
-    RunningDaemon, ScratchDatabase, environment, percentile, wait_projected, write_report,
+    RunningDaemon, ScratchDatabase, environment, percentile, report_header, wait_projected,
+    write_report,
 };
 use crate::{
     db,
@@ -561,12 +562,7 @@ fn render(
     options: &Options,
     environment: &str,
 ) -> String {
-    let command: Vec<String> = std::env::args().collect();
-    let mut out = String::new();
-    let _ = writeln!(out, "# memd bench locomo\n");
-    let _ = writeln!(out, "Command: `{}`  ", command.join(" "));
-    let _ = writeln!(out, "Date: {}  ", Utc::now().format("%Y-%m-%d %H:%M UTC"));
-    let _ = writeln!(out, "Machine: {environment}  ");
+    let mut out = report_header("locomo", environment);
     let turns: usize = conversations.iter().map(|c| c.turns.len()).sum();
     let questions: usize = conversations.iter().map(|c| c.questions.len()).sum();
     let names: Vec<&str> = conversations.iter().map(|c| c.name.as_str()).collect();

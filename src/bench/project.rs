@@ -14,7 +14,9 @@ use serde_json::{Value, json};
 use sqlx::{PgPool, postgres::PgListener};
 
 use super::{
-    harness::{RunningDaemon, ScratchDatabase, environment, percentile, write_report},
+    harness::{
+        RunningDaemon, ScratchDatabase, environment, percentile, report_header, write_report,
+    },
     histories::{History, load},
 };
 use crate::{
@@ -276,17 +278,9 @@ fn render(
     rebuilds: &[RebuildResult],
     environment: &str,
 ) -> String {
-    let command: Vec<String> = std::env::args().collect();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    let mut out = String::new();
-    let _ = writeln!(out, "# memd bench project\n");
-    let _ = writeln!(out, "Command: `{}`  ", command.join(" "));
-    let _ = writeln!(
-        out,
-        "Date: {}  ",
-        chrono::Utc::now().format("%Y-%m-%d %H:%M UTC")
-    );
-    let _ = writeln!(out, "Machine: {environment}\n");
+    let mut out = report_header("project", environment);
+    out.push('\n');
     let _ = writeln!(out, "## Projection lag under a steady append rate\n");
     let _ = writeln!(
         out,

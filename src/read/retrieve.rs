@@ -17,9 +17,9 @@
 //! Relevance is BM25 over lexemes (IDF from each lexeme's matches in the
 //! tenant, exact when under its share of the pool, document length from
 //! the chunk's distinct lexemes), divided by the pool's best so it lies in
-//! [0, 1]; candidates under `min_relevance` of it are dropped. Recency halves every `recency_half_life_hours` back from the
-//! tenant's newest event (not the wall clock: the same log gives the same
-//! ranking). Importance is the chunk's, set at projection. Ties go to
+//! [0, 1]; candidates under `min_relevance` of it are dropped. Recency
+//! halves every `recency_half_life_hours` back from the tenant's newest
+//! event (not the wall clock: the same log gives the same ranking). Importance is the chunk's, set at projection. Ties go to
 //! importance, then the newer, then the shorter, then the smaller id.
 
 use std::{cmp::Ordering, collections::HashMap};
