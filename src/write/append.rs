@@ -48,7 +48,15 @@ pub struct Appended {
     /// was stored and these are the original's id, seq and time.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub replayed: bool,
+    /// Where a truncated tool result's whole output went, so the caller
+    /// can cite or fetch it without a lookup.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub artifact_id: Option<String>,
 }
+
+/// An earlier event with a key this append repeats: key, event id, seq,
+/// commit time, artifact id.
+type Replay = (String, String, i64, DateTime<Utc>, Option<String>);
 
 const LOCK_HEAD: &str = r#"
 SELECT h.seq,
@@ -56,7 +64,7 @@ SELECT h.seq,
        clock_timestamp() AS now,
        (SELECT coalesce(array_agg(c::jsonb::text ORDER BY o), '{}')
           FROM unnest($2::text[]) WITH ORDINALITY AS u (c, o)) AS contents,
-       (SELECT coalesce(jsonb_agg(jsonb_build_array(e.idempotency_key, e.event_id, e.seq, e.created_at)), '[]')
+       (SELECT coalesce(jsonb_agg(jsonb_build_array(e.idempotency_key, e.event_id, e.seq, e.created_at, e.artifact_id)), '[]')
           FROM events e
          WHERE e.tenant_id = $1 AND e.idempotency_key = ANY ($3::text[])) AS replays
   FROM tenant_heads h
@@ -153,17 +161,18 @@ pub async fn append(
         .unwrap_or(GENESIS);
     let now: DateTime<Utc> = head.try_get("now")?;
     let content_texts: Vec<String> = head.try_get("contents")?;
-    let replays: Vec<(String, String, i64, DateTime<Utc>)> =
+    let replays: Vec<Replay> =
         serde_json::from_value(head.try_get("replays")?)
             .map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
     let mut by_key: HashMap<String, Appended> = replays
         .into_iter()
-        .map(|(key, event_id, seq, created_at)| {
+        .map(|(key, event_id, seq, created_at, artifact_id)| {
             let original = Appended {
                 event_id,
                 seq,
                 created_at,
                 replayed: true,
+                artifact_id,
             };
             (key, original)
         })
@@ -212,6 +221,7 @@ pub async fn append(
             seq,
             created_at: now,
             replayed: false,
+            artifact_id: artifact_id.clone(),
         };
         if let Some(key) = &event.idempotency_key {
             // A key repeated within one batch refers to its first occurrence.

@@ -68,6 +68,10 @@ async fn a_large_output_goes_to_an_artifact_only_its_tenant_can_read(
     assert_eq!(content["truncated"], true);
     assert_eq!(content["output_bytes"], output.len());
     let artifact_id = content["artifact_id"].as_str().unwrap();
+    assert_eq!(
+        response["artifact_id"], artifact_id,
+        "the append answer names the artifact"
+    );
 
     for token in [&acme, &acme_reader] {
         let fetched = app
