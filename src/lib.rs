@@ -8,6 +8,7 @@
 //! - [`read`]: Active Context Bundles, built from projections and the log.
 //! - [`audit`]: hash-chain verification of the log.
 //! - [`api`]: the HTTP interface, thin handlers over the above.
+//! - [`mcp`]: the same calls as MCP tools on `/mcp` (Streamable HTTP).
 //! - [`tenants`]: tenants and bearer tokens.
 //! - [`startup`], [`db`], [`telemetry`]: wiring.
 //! - [`admin`]: operator commands over the projections (views export and
@@ -20,6 +21,7 @@ pub mod audit;
 pub mod bench;
 pub mod db;
 pub mod domain;
+pub mod mcp;
 pub mod read;
 pub mod startup;
 pub mod telemetry;

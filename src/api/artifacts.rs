@@ -8,7 +8,7 @@ use axum::{
 use sqlx::Row;
 
 use super::{ApiState, error::ApiError, extract::Authenticated, require_scope};
-use crate::domain::tenant::Scope;
+use crate::{domain::tenant::Scope, tenants::Caller};
 
 /// Answers the bytes as stored, with their media type. Another tenant's
 /// artifact is answered exactly like a missing one: 404.
@@ -18,21 +18,12 @@ pub async fn get_artifact(
     Authenticated(caller): Authenticated,
     Path(artifact_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    require_scope(&caller, Scope::Read)?;
-    let row = sqlx::query(
-        "SELECT bytes, media_type, event_id, encode(sha256, 'hex') AS sha256
-           FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2",
-    )
-    .bind(caller.tenant.as_str())
-    .bind(&artifact_id)
-    .fetch_optional(&state.pool)
-    .await?
-    .ok_or_else(|| ApiError::not_found(format!("no artifact {artifact_id}")))?;
-
-    let bytes: Vec<u8> = row.try_get("bytes")?;
-    let media_type: String = row.try_get("media_type")?;
-    let event_id: String = row.try_get("event_id")?;
-    let sha256: String = row.try_get("sha256")?;
+    let Artifact {
+        bytes,
+        media_type,
+        event_id,
+        sha256,
+    } = fetch(&state, &caller, &artifact_id).await?;
     let mut response = bytes.into_response();
     let headers = response.headers_mut();
     for (name, value) in [
@@ -45,4 +36,39 @@ pub async fn get_artifact(
         }
     }
     Ok(response)
+}
+
+/// A stored tool output, whole.
+pub(crate) struct Artifact {
+    pub bytes: Vec<u8>,
+    pub media_type: String,
+    /// The `tool_result` event that recorded it.
+    pub event_id: String,
+    /// Hex SHA-256 of `bytes`, as the event's hash chain covers it.
+    pub sha256: String,
+}
+
+/// The caller's artifact `artifact_id`: shared by HTTP and MCP. Another
+/// tenant's is a 404 exactly like a missing one.
+pub(crate) async fn fetch(
+    state: &ApiState,
+    caller: &Caller,
+    artifact_id: &str,
+) -> Result<Artifact, ApiError> {
+    require_scope(caller, Scope::Read)?;
+    let row = sqlx::query(
+        "SELECT bytes, media_type, event_id, encode(sha256, 'hex') AS sha256
+           FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2",
+    )
+    .bind(caller.tenant.as_str())
+    .bind(artifact_id)
+    .fetch_optional(&state.pool)
+    .await?
+    .ok_or_else(|| ApiError::not_found(format!("no artifact {artifact_id}")))?;
+    Ok(Artifact {
+        bytes: row.try_get("bytes")?,
+        media_type: row.try_get("media_type")?,
+        event_id: row.try_get("event_id")?,
+        sha256: row.try_get("sha256")?,
+    })
 }

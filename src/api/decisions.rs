@@ -14,6 +14,7 @@ use super::{ApiState, error::ApiError, extract::Authenticated, require_scope};
 use crate::{
     domain::{FieldError, event::Channel, tenant::Scope},
     read::privacy::Visibility,
+    tenants::Caller,
 };
 
 const DEFAULT_LIMIT: i64 = 100;
@@ -23,18 +24,18 @@ const MAX_LIMIT: i64 = 1_000;
 #[serde(deny_unknown_fields)]
 pub struct DecisionQuery {
     /// `active`, `superseded` or `rejected`.
-    status: Option<String>,
-    scope: Option<String>,
-    key: Option<String>,
+    pub status: Option<String>,
+    pub scope: Option<String>,
+    pub key: Option<String>,
     /// Only what a bundle for this channel may show.
-    channel: Option<Channel>,
-    limit: Option<i64>,
+    pub channel: Option<Channel>,
+    pub limit: Option<i64>,
     /// Only decisions recorded before this seq (paging, newest first).
-    before_seq: Option<i64>,
+    pub before_seq: Option<i64>,
 }
 
 #[derive(Debug, Serialize, sqlx::FromRow)]
-struct Decision {
+pub struct Decision {
     decision_id: String,
     seq: i64,
     ts: DateTime<Utc>,
@@ -68,6 +69,18 @@ pub async fn get_decisions(
     require_scope(&caller, Scope::Read)?;
     let Query(query) =
         query.map_err(|err| ApiError::invalid(FieldError::new("query", err.body_text())))?;
+    let decisions = query_ledger(&state, &caller, &query).await?;
+    Ok(Json(serde_json::json!({ "decisions": decisions })).into_response())
+}
+
+/// The caller's ledger, newest first, filtered by `query`: shared by HTTP
+/// and MCP.
+pub(crate) async fn query_ledger(
+    state: &ApiState,
+    caller: &Caller,
+    query: &DecisionQuery,
+) -> Result<Vec<Decision>, ApiError> {
+    require_scope(caller, Scope::Read)?;
     if let Some(status) = &query.status
         && !["active", "superseded", "rejected"].contains(&status.as_str())
     {
@@ -108,5 +121,5 @@ pub async fn get_decisions(
     .bind(limit)
     .fetch_all(&state.pool)
     .await?;
-    Ok(Json(serde_json::json!({ "decisions": decisions })).into_response())
+    Ok(decisions)
 }

@@ -6,7 +6,7 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::{
     ApiState,
@@ -14,9 +14,12 @@ use super::{
     extract::{Authenticated, JsonBody},
     require_scope,
 };
-use crate::domain::{
-    event::{NewEvent, claimed_tenant_mismatch, parse_body},
-    tenant::Scope,
+use crate::{
+    domain::{
+        event::{NewEvent, claimed_tenant_mismatch, parse_body},
+        tenant::Scope,
+    },
+    tenants::Caller,
 };
 
 #[tracing::instrument(skip_all, fields(tenant = %caller.tenant))]
@@ -25,7 +28,19 @@ pub async fn post_events(
     Authenticated(caller): Authenticated,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    require_scope(&caller, Scope::Write)?;
+    let (status, body) = record(&state, &caller, body).await?;
+    Ok((status, Json(body)).into_response())
+}
+
+/// Appends one event or a `{"events": [...]}` batch for `caller`: the one
+/// write path of HTTP and MCP. Answers the status (201, or 200 when every
+/// event was an idempotent replay) and the response body.
+pub(crate) async fn record(
+    state: &ApiState,
+    caller: &Caller,
+    body: Value,
+) -> Result<(StatusCode, Value), ApiError> {
+    require_scope(caller, Scope::Write)?;
     let (requests, batch) = parse_body(body).map_err(ApiError::invalid)?;
     if let Some(field) = claimed_tenant_mismatch(&requests, caller.tenant.as_str(), batch) {
         return Err(ApiError::tenant_mismatch(field));
@@ -56,5 +71,5 @@ pub async fn post_events(
     } else {
         json!(appended[0])
     };
-    Ok((status, Json(body)).into_response())
+    Ok((status, body))
 }

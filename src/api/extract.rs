@@ -6,7 +6,7 @@ use std::time::Instant;
 use axum::{
     body::Bytes,
     extract::{FromRequest, FromRequestParts, Request},
-    http::{StatusCode, header, request::Parts},
+    http::{HeaderMap, StatusCode, header, request::Parts},
 };
 
 use super::{ApiState, error::ApiError};
@@ -85,30 +85,39 @@ impl FromRequestParts<ApiState> for Authenticated {
         parts: &mut Parts,
         state: &ApiState,
     ) -> Result<Self, Self::Rejection> {
-        let header = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <token>"))?;
-        let token = header
-            .to_str()
-            .ok()
-            .and_then(|value| {
-                let (scheme, token) = value.split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-            })
-            .and_then(ApiToken::parse)
-            .ok_or_else(|| ApiError::unauthorized("malformed bearer token"))?;
-        let caller = state
-            .tokens
-            .resolve(&state.pool, &token)
-            .await?
-            .ok_or_else(|| ApiError::unauthorized("unknown or revoked token"))?;
-        state
-            .limiter
-            .admit(caller.tenant.as_str(), Instant::now())
-            .map_err(ApiError::rate_limited)?;
+        let caller = authenticate(&parts.headers, state).await?;
         // For the body extractors, which charge what they read.
         parts.extensions.insert(caller.clone());
         Ok(Authenticated(caller))
     }
+}
+
+/// Resolves `Authorization: Bearer <token>` to its caller and admits the
+/// request under the tenant's request rate: the one door of HTTP and MCP.
+pub(crate) async fn authenticate(
+    headers: &HeaderMap,
+    state: &ApiState,
+) -> Result<Caller, ApiError> {
+    let header = headers
+        .get(header::AUTHORIZATION)
+        .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <token>"))?;
+    let token = header
+        .to_str()
+        .ok()
+        .and_then(|value| {
+            let (scheme, token) = value.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        })
+        .and_then(ApiToken::parse)
+        .ok_or_else(|| ApiError::unauthorized("malformed bearer token"))?;
+    let caller = state
+        .tokens
+        .resolve(&state.pool, &token)
+        .await?
+        .ok_or_else(|| ApiError::unauthorized("unknown or revoked token"))?;
+    state
+        .limiter
+        .admit(caller.tenant.as_str(), Instant::now())
+        .map_err(ApiError::rate_limited)?;
+    Ok(caller)
 }

@@ -2,7 +2,7 @@
 //! record it as a `handoff` event in the receiving session.
 
 use axum::{Json, extract::State, http::StatusCode, response::IntoResponse, response::Response};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::{
     ApiState,
@@ -17,6 +17,7 @@ use crate::{
         tenant::Scope,
     },
     read::handoff::{self, HandoffRequest},
+    tenants::Caller,
 };
 
 #[tracing::instrument(skip_all, fields(tenant = %caller.tenant))]
@@ -25,7 +26,18 @@ pub async fn post_handoff(
     Authenticated(caller): Authenticated,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    require_scope(&caller, Scope::Write)?;
+    let body = create(&state, &caller, body).await?;
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// Builds the packet from a request body and records it for `caller`:
+/// shared by HTTP and MCP.
+pub(crate) async fn create(
+    state: &ApiState,
+    caller: &Caller,
+    body: Value,
+) -> Result<Value, ApiError> {
+    require_scope(caller, Scope::Write)?;
     let request: HandoffRequest = parse_json("", body).map_err(ApiError::invalid)?;
     if let Some(claimed) = &request.tenant_id
         && claimed != caller.tenant.as_str()
@@ -50,13 +62,12 @@ pub async fn post_handoff(
     let event = NewEvent::parse(event, &state.redactor).map_err(ApiError::invalid)?;
     let appended = state.appender.append(&caller.tenant, vec![event]).await?;
     let appended = &appended[0];
-    let body = json!({
+    Ok(json!({
         "handoff_id": appended.event_id,
         "event_id": appended.event_id,
         "seq": appended.seq,
         "created_at": appended.created_at,
         "session_id": packet.session_id,
         "packet": packet,
-    });
-    Ok((StatusCode::CREATED, Json(body)).into_response())
+    }))
 }

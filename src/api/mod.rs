@@ -1,14 +1,14 @@
 //! The HTTP interface. Handlers are thin: parse at the edge into domain types,
 //! call the write or read side, map errors to the one error shape.
 
-mod acb;
+pub(crate) mod acb;
 mod admin;
-mod artifacts;
-mod decisions;
+pub(crate) mod artifacts;
+pub(crate) mod decisions;
 pub mod error;
-mod events;
-mod extract;
-mod handoffs;
+pub(crate) mod events;
+pub(crate) mod extract;
+pub(crate) mod handoffs;
 mod health;
 mod policy;
 pub mod rate_limit;
@@ -55,6 +55,7 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         .route("/admin/jobs/{id}", get(admin::get_job));
     Router::new()
         .nest("/api/v1", api)
+        .nest_service("/mcp", crate::mcp::service(state.clone(), max_body_bytes))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .fallback(|| async { ApiError::not_found("no such route") })

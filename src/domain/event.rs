@@ -17,7 +17,7 @@ use super::{
 macro_rules! wire_enum {
     ($(#[$attr:meta])* $name:ident { $($(#[$vattr:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$attr])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
         pub enum $name {
             $($(#[$vattr])* #[serde(rename = $text)] $variant),+
         }

@@ -344,6 +344,18 @@ async fn a_tenant_over_its_rate_gets_429_with_retry_after_and_others_do_not(
         .parse()
         .unwrap();
     assert!((1..=2).contains(&retry_after), "{retry_after}");
+    // MCP shares the tenant's budget.
+    let response = app
+        .client
+        .post(format!("{}/mcp", app.base_url))
+        .bearer_auth(&acme)
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(response.headers().contains_key("retry-after"));
     assert_eq!(
         app.count("SELECT count(*) FROM events").await,
         admitted,

@@ -1,0 +1,261 @@
+//! The five MCP tools. Each is a thin handler: arguments become the HTTP
+//! call's body, the shared call in `api` does the work (scope, validation,
+//! tenant isolation), and its error becomes a tool error whose text is the
+//! HTTP error body, so a model reads which field to fix.
+
+use rmcp::{
+    ErrorData, ServerHandler,
+    handler::server::{router::tool::ToolRouter, tool::Extension, wrapper::Parameters},
+    model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig},
+    tool, tool_handler, tool_router,
+};
+use serde_json::json;
+
+use super::args::{
+    BuildAcbArgs, CreateHandoffArgs, DEFAULT_ARTIFACT_BYTES, DEFAULT_DECISIONS, GetArtifactArgs,
+    MAX_ARTIFACT_BYTES, QueryDecisionsArgs, RecordEventArgs, input_schema,
+};
+use crate::{
+    api::{ApiState, acb, artifacts, decisions, error::ApiError, events, handoffs},
+    domain::FieldError,
+    tenants::Caller,
+};
+
+/// What the server tells a model about using it, at initialization.
+const INSTRUCTIONS: &str = "memd is your long-term memory. Record what happens as it happens \
+(memory_record_event: each user message, your replies, tool calls and results, decisions with the \
+events they rest on, task updates). Before each step, call memory_build_acb with what you are about \
+to do as query_text: it returns what matters now (identity and rules, your tasks, the decisions in \
+force, retrieved evidence with citations, the session's recent events) within a token budget. Cite \
+items by their handles ([D1], [E2], ...) or refs. Use memory_get_artifact for a truncated tool \
+output, memory_query_decisions for the decision ledger, memory_create_handoff to pass work to \
+another agent.";
+
+/// One MCP server per request (stateless transport); cheap to build.
+#[derive(Clone)]
+pub struct MemoryTools {
+    state: ApiState,
+    tool_router: ToolRouter<Self>,
+}
+
+/// The caller the `/mcp` auth layer resolved from the request's bearer token.
+fn caller(parts: &axum::http::request::Parts) -> Result<&Caller, ErrorData> {
+    parts
+        .extensions
+        .get::<Caller>()
+        .ok_or_else(|| ErrorData::internal_error("request reached a tool unauthenticated", None))
+}
+
+/// A tool error a model can act on: the HTTP error body, as text and as
+/// structured content.
+fn failed(err: ApiError) -> CallToolResult {
+    CallToolResult::structured_error(err.body())
+}
+
+fn invalid(err: FieldError) -> CallToolResult {
+    failed(ApiError::invalid(err))
+}
+
+#[tool_router]
+impl MemoryTools {
+    pub fn new(state: ApiState) -> Self {
+        Self {
+            state,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    #[tool(
+        input_schema = input_schema::<RecordEventArgs>(),
+        description = "Record one event in memory: a message, a tool call or its result, a decision (cite the events it rests on in refs), a task update, a summary or a view update (identity, rules, preferences). Returns the event id and its position (seq) in the log. Secrets are redacted before anything is stored.",
+        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn memory_record_event(
+        &self,
+        Extension(parts): Extension<axum::http::request::Parts>,
+        Parameters(args): Parameters<RecordEventArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let caller = caller(&parts)?;
+        let body = match args.into_body() {
+            Ok(body) => body,
+            Err(err) => return Ok(invalid(err)),
+        };
+        Ok(match events::record(&self.state, caller, body).await {
+            Ok((_, recorded)) => CallToolResult::structured(recorded),
+            Err(err) => failed(err),
+        })
+    }
+
+    #[tool(
+        input_schema = input_schema::<BuildAcbArgs>(),
+        description = "Build the Active Context Bundle for your next step: identity and rules, your handoff packet, open tasks, the decisions in force, evidence retrieved for query_text (with citations), and the session's recent events, within max_tokens (default 4000). Call it with just query_text to recall what memory holds about something. The text result is the bundle as a prompt; the structured result has every item with its refs, what was left out and why (omissions), and provenance.",
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn memory_build_acb(
+        &self,
+        Extension(parts): Extension<axum::http::request::Parts>,
+        Parameters(args): Parameters<BuildAcbArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let caller = caller(&parts)?;
+        let acb = match acb::build(&self.state, caller, args.into_body()).await {
+            Ok(acb) => acb,
+            Err(err) => return Ok(failed(err)),
+        };
+        let mut structured = serde_json::to_value(&acb)
+            .map_err(|err| ErrorData::internal_error(err.to_string(), None))?;
+        // The prompt is the text content; not twice.
+        if let Some(fields) = structured.as_object_mut() {
+            fields.remove("prompt");
+        }
+        let prompt = acb.prompt.unwrap_or_default();
+        let text = if prompt.is_empty() {
+            "(memory holds nothing for this bundle yet)".to_owned()
+        } else {
+            prompt
+        };
+        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+        result.structured_content = Some(structured);
+        Ok(result)
+    }
+
+    #[tool(
+        input_schema = input_schema::<GetArtifactArgs>(),
+        description = "Read the full output of a truncated tool result (its artifact_id appears in events and bundle items), page by page: returns up to max_bytes (default 65536) from offset, and next_offset while more remains.",
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn memory_get_artifact(
+        &self,
+        Extension(parts): Extension<axum::http::request::Parts>,
+        Parameters(args): Parameters<GetArtifactArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let caller = caller(&parts)?;
+        let max_bytes = args.max_bytes.unwrap_or(DEFAULT_ARTIFACT_BYTES);
+        if !(1..=MAX_ARTIFACT_BYTES).contains(&max_bytes) {
+            return Ok(invalid(FieldError::new(
+                "max_bytes",
+                format!("must be between 1 and {MAX_ARTIFACT_BYTES}"),
+            )));
+        }
+        let artifact = match artifacts::fetch(&self.state, caller, &args.artifact_id).await {
+            Ok(artifact) => artifact,
+            Err(err) => return Ok(failed(err)),
+        };
+        let total = artifact.bytes.len();
+        let offset = args.offset.unwrap_or(0);
+        if offset > total {
+            return Ok(invalid(FieldError::new(
+                "offset",
+                format!("is past the artifact's end ({total} bytes)"),
+            )));
+        }
+        let (text, end) = page(&artifact.bytes, offset, max_bytes);
+        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+        result.structured_content = Some(json!({
+            "artifact_id": args.artifact_id,
+            "event_id": artifact.event_id,
+            "media_type": artifact.media_type,
+            "sha256": artifact.sha256,
+            "total_bytes": total,
+            "offset": offset,
+            "returned_bytes": end - offset,
+            "next_offset": (end < total).then_some(end),
+        }));
+        Ok(result)
+    }
+
+    #[tool(
+        input_schema = input_schema::<QueryDecisionsArgs>(),
+        description = "List decisions from the decision ledger, newest first: what was decided, why (rationale), constraints, alternatives, status (active, superseded with its successor, or rejected) and refs to the evidence. Filter by status, scope or key; give a key to see how one decision changed over time.",
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn memory_query_decisions(
+        &self,
+        Extension(parts): Extension<axum::http::request::Parts>,
+        Parameters(args): Parameters<QueryDecisionsArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let caller = caller(&parts)?;
+        let query = decisions::DecisionQuery {
+            status: args.status,
+            scope: args.scope,
+            key: args.key,
+            channel: args.channel,
+            limit: Some(args.limit.unwrap_or(DEFAULT_DECISIONS)),
+            before_seq: args.before_seq,
+        };
+        Ok(
+            match decisions::query_ledger(&self.state, caller, &query).await {
+                Ok(decisions) => CallToolResult::structured(json!({ "decisions": decisions })),
+                Err(err) => failed(err),
+            },
+        )
+    }
+
+    #[tool(
+        input_schema = input_schema::<CreateHandoffArgs>(),
+        description = "Hand work over to another agent: records a packet (task, constraints, decision ids, required files, open questions, evidence refs) in the receiver's session. The receiver then calls memory_build_acb with its agent_id and that session_id and gets the packet, its decisions and a few evidence chunks, never your transcript.",
+        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn memory_create_handoff(
+        &self,
+        Extension(parts): Extension<axum::http::request::Parts>,
+        Parameters(args): Parameters<CreateHandoffArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let caller = caller(&parts)?;
+        Ok(
+            match handoffs::create(&self.state, caller, args.into_body()).await {
+                Ok(created) => CallToolResult::structured(created),
+                Err(err) => failed(err),
+            },
+        )
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for MemoryTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("memd", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+}
+
+/// Up to `max_bytes` of `bytes` from `offset`, as text, ending on a
+/// character boundary when the bytes are UTF-8 (a page never splits a
+/// character); returns the text and the end offset.
+fn page(bytes: &[u8], offset: usize, max_bytes: usize) -> (String, usize) {
+    let mut end = (offset + max_bytes).min(bytes.len());
+    let slice = &bytes[offset..end];
+    match std::str::from_utf8(slice) {
+        Ok(text) => (text.to_owned(), end),
+        Err(err) if err.error_len().is_none() && err.valid_up_to() > 0 => {
+            // Cut inside the last character: stop before it.
+            end = offset + err.valid_up_to();
+            (
+                String::from_utf8_lossy(&bytes[offset..end]).into_owned(),
+                end,
+            )
+        }
+        Err(_) => (String::from_utf8_lossy(slice).into_owned(), end),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::page;
+
+    #[test]
+    fn pages_never_split_a_character() {
+        let text = "aé€b".as_bytes(); // 1 + 2 + 3 + 1 bytes
+        assert_eq!(page(text, 0, 2), ("a".to_owned(), 1));
+        assert_eq!(page(text, 1, 4), ("é".to_owned(), 3));
+        assert_eq!(page(text, 3, 10), ("€b".to_owned(), 7));
+        assert_eq!(page(text, 0, 100), ("aé€b".to_owned(), 7));
+    }
+
+    #[test]
+    fn a_page_of_binary_bytes_still_advances() {
+        let bytes = [0xff_u8, 0xfe, 0xfd];
+        let (_, end) = page(&bytes, 0, 2);
+        assert_eq!(end, 2);
+    }
+}

@@ -1,0 +1,417 @@
+//! MCP on `/mcp`, driven by rmcp's own client over Streamable HTTP: the five
+//! tools, their schemas, and the same tenant isolation, scopes and
+//! validation as the HTTP API.
+
+use memd::domain::tenant::Scope;
+use reqwest::StatusCode;
+use rmcp::{
+    ServiceExt,
+    model::{CallToolRequestParams, CallToolResult, ClientConfig},
+    service::{RoleClient, RunningService},
+    transport::{
+        StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig,
+    },
+};
+use serde_json::{Value, json};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::helpers::{TestApp, spawn_daemon, wait_projected};
+
+type Client = RunningService<RoleClient, ClientConfig>;
+
+async fn connect(app: &TestApp, token: &str) -> Result<Client, String> {
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", app.base_url))
+            .auth_header(token),
+    );
+    ClientConfig::default()
+        .serve(transport)
+        .await
+        .map_err(|err| err.to_string())
+}
+
+async fn call(client: &Client, tool: &str, arguments: Value) -> CallToolResult {
+    let arguments = arguments.as_object().expect("arguments object").clone();
+    client
+        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments))
+        .await
+        .unwrap_or_else(|err| panic!("{tool} call failed: {err}"))
+}
+
+/// A call that must succeed; its structured result.
+async fn ok(client: &Client, tool: &str, arguments: Value) -> Value {
+    let result = call(client, tool, arguments).await;
+    assert_ne!(result.is_error, Some(true), "{tool} failed: {result:?}");
+    result.structured_content.expect("structured content")
+}
+
+/// A call that must fail as a tool error; the error body.
+async fn refused(client: &Client, tool: &str, arguments: Value) -> Value {
+    let result = call(client, tool, arguments).await;
+    assert_eq!(
+        result.is_error,
+        Some(true),
+        "{tool} should fail: {result:?}"
+    );
+    result.structured_content.expect("error body")["error"].clone()
+}
+
+fn text(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|block| block.as_text().map(|t| t.text.clone()))
+        .collect()
+}
+
+#[sqlx::test]
+async fn the_five_tools_are_listed_with_schemas_a_model_can_act_on(
+    _: PgPoolOptions,
+    connect_options: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect_options).await;
+    let token = app.tenant("acme").await;
+    let client = connect(&app, &token).await.expect("connect");
+    let info = client.peer_info().expect("server info");
+    assert_eq!(info.server_info.as_ref().unwrap().name, "memd");
+    assert!(
+        info.instructions
+            .as_deref()
+            .is_some_and(|i| i.contains("memory_build_acb"))
+    );
+
+    let mut tools = client.list_all_tools().await.expect("list tools");
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(
+        names,
+        [
+            "memory_build_acb",
+            "memory_create_handoff",
+            "memory_get_artifact",
+            "memory_query_decisions",
+            "memory_record_event",
+        ]
+    );
+    for tool in &tools {
+        assert!(
+            tool.name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
+            "{} must be a name every LLM API accepts",
+            tool.name
+        );
+        assert!(
+            tool.description.as_deref().is_some_and(|d| d.len() > 60),
+            "{} needs a description",
+            tool.name
+        );
+        let schema = Value::Object((*tool.input_schema).clone());
+        assert_eq!(schema["type"], "object", "{}", tool.name);
+        let properties = schema["properties"].as_object().expect("properties");
+        for (name, property) in properties {
+            assert!(
+                property.get("description").is_some() || property.get("$ref").is_some(),
+                "{}.{name} has no description",
+                tool.name
+            );
+        }
+    }
+    let schema = |name: &str| {
+        Value::Object((*tools.iter().find(|t| t.name == name).unwrap().input_schema).clone())
+    };
+    // A model can build a bundle with just a query: nothing is required.
+    let acb = schema("memory_build_acb");
+    assert!(acb["properties"].get("query_text").is_some());
+    assert!(
+        acb.get("required")
+            .is_none_or(|r| r.as_array().unwrap().is_empty())
+    );
+    assert_eq!(
+        schema("memory_record_event")["required"],
+        json!(["session_id"])
+    );
+    assert_eq!(
+        schema("memory_get_artifact")["required"],
+        json!(["artifact_id"])
+    );
+    client.cancel().await.unwrap();
+}
+
+#[sqlx::test]
+async fn an_agent_records_recalls_decides_hands_off_and_reads_artifacts_over_mcp(
+    _: PgPoolOptions,
+    connect_options: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect_options).await;
+    let token = app.tenant("acme").await;
+    let client = connect(&app, &token).await.expect("connect");
+
+    let said = ok(
+        &client,
+        "memory_record_event",
+        json!({"session_id": "s1", "text": "exports time out above 500 rows per page",
+               "actor": {"type": "human", "id": "alice"}}),
+    )
+    .await;
+    let said_id = said["event_id"].as_str().unwrap().to_owned();
+    assert_eq!(said["seq"], 1);
+    let decided = ok(
+        &client,
+        "memory_record_event",
+        json!({"session_id": "s1", "kind": "decision", "refs": [said_id],
+               "content": {"decision": "export pages hold 250 rows", "key": "export.page_size",
+                           "scope": "project", "rationale": ["timeouts above 500 rows"]}}),
+    )
+    .await;
+    let decision_id = decided["event_id"].as_str().unwrap().to_owned();
+    let output: String = (0..5000)
+        .map(|i| format!("export row {i}: ok é€\n"))
+        .collect();
+    let recorded = ok(
+        &client,
+        "memory_record_event",
+        json!({"session_id": "s1", "kind": "tool_result", "actor": {"type": "tool", "id": "fs"},
+               "content": {"tool": "fs.read_file", "path": "logs/export.log", "output": output}}),
+    )
+    .await;
+    wait_projected(&app.pool, "acme").await;
+
+    // Recall with just a query.
+    let result = call(
+        &client,
+        "memory_build_acb",
+        json!({"query_text": "what page size did we choose for exports?"}),
+    )
+    .await;
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    let prompt = text(&result);
+    assert!(prompt.contains("export pages hold 250 rows"), "{prompt}");
+    let acb = result.structured_content.expect("bundle");
+    assert!(
+        acb.get("prompt").is_none(),
+        "the prompt is the text content"
+    );
+    assert!(acb["token_used_est"].as_u64().unwrap() <= 4000);
+    assert_eq!(acb["budget_tokens"], 4000);
+    let ledger = acb["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "decision_ledger")
+        .expect("decision ledger");
+    assert_eq!(ledger["items"][0]["decision_id"], decision_id.as_str());
+
+    let decisions = ok(
+        &client,
+        "memory_query_decisions",
+        json!({"key": "export.page_size"}),
+    )
+    .await;
+    assert_eq!(
+        decisions["decisions"][0]["decision_id"],
+        decision_id.as_str()
+    );
+    assert_eq!(decisions["decisions"][0]["status"], "active");
+    assert_eq!(decisions["decisions"][0]["refs"], json!([said_id]));
+
+    // The large output, read back whole in pages that never split a character.
+    let artifact = recorded["artifact_id"].as_str().expect("artifact id");
+    let mut read = String::new();
+    let mut offset = 0;
+    loop {
+        let result = call(
+            &client,
+            "memory_get_artifact",
+            json!({"artifact_id": artifact, "offset": offset, "max_bytes": 40001}),
+        )
+        .await;
+        assert_ne!(result.is_error, Some(true), "{result:?}");
+        read.push_str(&text(&result));
+        let page = result.structured_content.unwrap();
+        assert_eq!(page["total_bytes"], output.len());
+        match page["next_offset"].as_u64() {
+            Some(next) => offset = next,
+            None => break,
+        }
+    }
+    assert_eq!(read, output);
+
+    // Handoff: the receiver gets the packet, not the transcript.
+    let handoff = ok(
+        &client,
+        "memory_create_handoff",
+        json!({"from_agent": "planner", "to_agent": "coder", "task": "cap export pages at 250 rows",
+               "constraints": ["no schema changes"], "decision_ids": [decision_id]}),
+    )
+    .await;
+    let session = handoff["session_id"].as_str().unwrap().to_owned();
+    wait_projected(&app.pool, "acme").await;
+    let received = ok(
+        &client,
+        "memory_build_acb",
+        json!({"agent_id": "coder", "session_id": session}),
+    )
+    .await;
+    let names: Vec<&str> = received["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"handoff_packet"), "{names:?}");
+    assert!(
+        !received
+            .to_string()
+            .contains("time out above 500 rows per page")
+    );
+    client.cancel().await.unwrap();
+}
+
+#[sqlx::test]
+async fn tools_refuse_bad_input_by_field_lesser_scopes_and_other_tenants_ids(
+    _: PgPoolOptions,
+    connect_options: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect_options).await;
+    let token_a = app.tenant("tenant-a").await;
+    let token_b = app.tenant("tenant-b").await;
+    let reader_a = app.tenant_with_scope("tenant-a-reader", Scope::Read).await;
+    let a = connect(&app, &token_a).await.expect("connect a");
+    let b = connect(&app, &token_b).await.expect("connect b");
+
+    let error = refused(
+        &a,
+        "memory_record_event",
+        json!({"session_id": "s1", "kind": "task_update",
+               "content": {"task_id": "T1", "status": "maybe"}}),
+    )
+    .await;
+    assert_eq!(error["code"], "invalid_field");
+    assert_eq!(error["field"], "content.status");
+    let error = refused(
+        &a,
+        "memory_build_acb",
+        json!({"query_text": "x", "max_tokens": 70000}),
+    )
+    .await;
+    assert_eq!(error["field"], "max_tokens");
+    let error = refused(&a, "memory_query_decisions", json!({"status": "pending"})).await;
+    assert_eq!(error["field"], "status");
+
+    // Tenant A's memory: a secret-looking vault note and a large output.
+    ok(
+        &a,
+        "memory_record_event",
+        json!({"session_id": "s1", "text": "the walrus ledger lives in vault seven"}),
+    )
+    .await;
+    let output: String = (0..5000).map(|i| format!("walrus line {i}\n")).collect();
+    ok(
+        &a,
+        "memory_record_event",
+        json!({"session_id": "s1", "kind": "tool_result",
+               "content": {"tool": "cat", "output": output}}),
+    )
+    .await;
+    wait_projected(&app.pool, "tenant-a").await;
+    let artifact: String =
+        sqlx::query_scalar("SELECT artifact_id FROM events WHERE artifact_id IS NOT NULL")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+
+    // Tenant B sees none of it, and A's artifact id looks like a made-up one.
+    let theirs = refused(&b, "memory_get_artifact", json!({"artifact_id": artifact})).await;
+    let made_up = refused(
+        &b,
+        "memory_get_artifact",
+        json!({"artifact_id": "art_01M8ZZZZZZZZZZZZZZZZZZZZZZ"}),
+    )
+    .await;
+    assert_eq!(theirs["code"], "not_found");
+    assert_eq!(
+        theirs["message"].as_str().unwrap().replace(&artifact, "ID"),
+        made_up["message"]
+            .as_str()
+            .unwrap()
+            .replace("art_01M8ZZZZZZZZZZZZZZZZZZZZZZ", "ID")
+    );
+    let bundle = ok(
+        &b,
+        "memory_build_acb",
+        json!({"query_text": "walrus ledger vault"}),
+    )
+    .await;
+    assert_eq!(bundle["sections"], json!([]), "{bundle}");
+    assert_eq!(bundle["provenance"]["candidate_pool_size"], 0);
+    let decisions = ok(&b, "memory_query_decisions", json!({})).await;
+    assert_eq!(decisions["decisions"], json!([]));
+
+    // A read-scoped token may recall but not record.
+    let reader = connect(&app, &reader_a).await.expect("connect reader");
+    let error = refused(
+        &reader,
+        "memory_record_event",
+        json!({"session_id": "s1", "text": "should not be stored"}),
+    )
+    .await;
+    assert_eq!(error["code"], "insufficient_scope");
+    let error = refused(
+        &reader,
+        "memory_create_handoff",
+        json!({"from_agent": "a", "to_agent": "b", "task": "t"}),
+    )
+    .await;
+    assert_eq!(error["code"], "insufficient_scope");
+    assert_eq!(
+        app.count("SELECT count(*) FROM events WHERE content::text LIKE '%should not be stored%'")
+            .await,
+        0
+    );
+    for client in [a, b, reader] {
+        client.cancel().await.unwrap();
+    }
+}
+
+#[sqlx::test]
+async fn mcp_without_a_valid_token_is_refused_before_any_tool(
+    _: PgPoolOptions,
+    connect_options: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect_options).await;
+    let token = app.tenant("acme").await;
+    assert!(connect(&app, "mk_not-a-real-token").await.is_err());
+
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "curl", "version": "1"}}});
+    for auth in [None, Some("Bearer nope"), Some("Basic abc")] {
+        let mut request = app
+            .client
+            .post(format!("{}/mcp", app.base_url))
+            .header("accept", "application/json, text/event-stream")
+            .json(&initialize);
+        if let Some(auth) = auth {
+            request = request.header("authorization", auth);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{auth:?}");
+        assert_eq!(response.headers()["www-authenticate"], "Bearer");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "unauthorized");
+    }
+    // With the token, a plain JSON-RPC POST works without any session.
+    let response = app
+        .client
+        .post(format!("{}/mcp", app.base_url))
+        .bearer_auth(&token)
+        .header("accept", "application/json, text/event-stream")
+        .json(&initialize)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["result"]["serverInfo"]["name"], "memd");
+}
