@@ -10,6 +10,7 @@ pub(crate) mod events;
 pub(crate) mod extract;
 pub(crate) mod handoffs;
 mod health;
+mod log;
 mod policy;
 pub mod rate_limit;
 
@@ -44,7 +45,9 @@ pub struct ApiState {
 
 pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
     let api = Router::new()
-        .route("/events", post(events::post_events))
+        .route("/events", post(events::post_events).get(log::get_events))
+        .route("/events/{id}", get(log::get_event))
+        .route("/chunks/{id}", get(log::get_chunk))
         .route("/acb/build", post(acb::post_build))
         .route("/handoffs", post(handoffs::post_handoff))
         .route("/decisions", get(decisions::get_decisions))

@@ -161,9 +161,8 @@ pub async fn append(
         .unwrap_or(GENESIS);
     let now: DateTime<Utc> = head.try_get("now")?;
     let content_texts: Vec<String> = head.try_get("contents")?;
-    let replays: Vec<Replay> =
-        serde_json::from_value(head.try_get("replays")?)
-            .map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+    let replays: Vec<Replay> = serde_json::from_value(head.try_get("replays")?)
+        .map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
     let mut by_key: HashMap<String, Appended> = replays
         .into_iter()
         .map(|(key, event_id, seq, created_at, artifact_id)| {

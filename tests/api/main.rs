@@ -9,6 +9,7 @@ mod concurrency;
 mod events;
 mod handoffs;
 mod helpers;
+mod log;
 mod mcp;
 mod policy;
 mod projections;

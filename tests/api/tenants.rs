@@ -14,8 +14,18 @@ use crate::helpers::{
 };
 
 /// Every route under `/api/v1`, with a body that is valid for it.
-fn endpoints(artifact: &str, job: &str) -> Vec<(Method, String, Option<Value>)> {
+fn endpoints(ids: &Ids) -> Vec<(Method, String, Option<Value>)> {
+    let Ids {
+        artifact,
+        job,
+        event,
+        chunk,
+        ..
+    } = ids;
     vec![
+        (Method::GET, "/api/v1/events?session_id=a1".into(), None),
+        (Method::GET, format!("/api/v1/events/{event}"), None),
+        (Method::GET, format!("/api/v1/chunks/{chunk}"), None),
         (
             Method::POST,
             "/api/v1/events".into(),
@@ -68,9 +78,35 @@ impl TestApp {
     }
 }
 
+/// Ids of tenant A's memory.
+struct Ids {
+    artifact: String,
+    job: String,
+    decision: String,
+    /// The first message's event and chunk.
+    event: String,
+    chunk: String,
+}
+
+impl Ids {
+    /// The ids in `path`, swapped for ids that never existed.
+    fn made_up(&self, path: &str) -> String {
+        path.replace(&self.artifact, "art_01M8000000000000000000000")
+            .replace(&self.job, "01M8000000000000000000000")
+            .replace(&self.event, "evt_01M8000000000000000000000")
+            .replace(&self.chunk, "chk_01M8000000000000000000000_0")
+    }
+
+    fn in_path(&self, path: &str) -> bool {
+        [&self.artifact, &self.job, &self.event, &self.chunk]
+            .iter()
+            .any(|id| path.contains(id.as_str()))
+    }
+}
+
 /// Tenant A's memory: a marked message, a decision, a handoff, a large
 /// tool output (an artifact), a policy of its own and an admin job.
-async fn tenant_a(app: &TestApp, token: &str) -> (String, String, String) {
+async fn tenant_a(app: &TestApp, token: &str) -> Ids {
     let said = app
         .append(
             token,
@@ -124,11 +160,19 @@ async fn tenant_a(app: &TestApp, token: &str) -> (String, String, String) {
         .await;
     assert_eq!(status, StatusCode::ACCEPTED);
     wait_projected(&app.pool, "acme").await;
-    (
+    let chunk: String =
+        sqlx::query_scalar("SELECT chunk_id FROM projections.chunks WHERE event_id = $1")
+            .bind(&said)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    Ids {
         artifact,
-        job["job_id"].as_str().unwrap().to_owned(),
+        job: job["job_id"].as_str().unwrap().to_owned(),
         decision,
-    )
+        event: said,
+        chunk,
+    }
 }
 
 #[sqlx::test]
@@ -139,7 +183,8 @@ async fn another_tenant_sees_nothing_of_a_tenant_on_any_endpoint(
     let app = spawn_daemon(connect).await;
     let acme = app.tenant("acme").await;
     let globex = app.tenant("globex").await;
-    let (artifact, job, decision) = tenant_a(&app, &acme).await;
+    let ids = tenant_a(&app, &acme).await;
+    let decision = ids.decision.clone();
     app.append(
         &globex,
         &message("g1", "globex talks about zebra quartz too"),
@@ -147,7 +192,7 @@ async fn another_tenant_sees_nothing_of_a_tenant_on_any_endpoint(
     .await;
     wait_projected(&app.pool, "globex").await;
 
-    for (method, path, body) in endpoints(&artifact, &job) {
+    for (method, path, body) in endpoints(&ids) {
         let (status, response) = app
             .call(method.clone(), &path, Some(&globex), body.as_ref())
             .await;
@@ -158,12 +203,10 @@ async fn another_tenant_sees_nothing_of_a_tenant_on_any_endpoint(
                 "{method} {path} showed globex {leaked:?} of acme: {text}"
             );
         }
-        if path.contains(&artifact) || path.contains(&job) {
+        if ids.in_path(&path) {
             assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path}");
             // Exactly what an id that never existed gets.
-            let made_up = path
-                .replace(&artifact, "art_01M8000000000000000000000")
-                .replace(&job, "01M8000000000000000000000");
+            let made_up = ids.made_up(&path);
             let (status_missing, missing) = app.call(method, &made_up, Some(&globex), None).await;
             assert_eq!(status_missing, StatusCode::NOT_FOUND);
             assert_eq!(
@@ -204,10 +247,10 @@ async fn every_endpoint_refuses_missing_malformed_and_unknown_tokens_and_lesser_
     let admin = app.tenant("acme").await;
     let reader = app.tenant_with_scope("readers", Scope::Read).await;
     let writer = app.tenant_with_scope("writers", Scope::Write).await;
-    let (artifact, job, _) = tenant_a(&app, &admin).await;
+    let ids = tenant_a(&app, &admin).await;
     let events_before = app.count("SELECT count(*) FROM events").await;
 
-    for (method, path, body) in endpoints(&artifact, &job) {
+    for (method, path, body) in endpoints(&ids) {
         for token in [
             None,
             Some("nonsense"),
