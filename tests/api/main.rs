@@ -9,6 +9,7 @@ mod concurrency;
 mod events;
 mod handoffs;
 mod helpers;
+mod openapi;
 mod policy;
 mod projections;
 mod projector_runtime;
