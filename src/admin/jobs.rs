@@ -73,21 +73,45 @@ pub async fn enqueue(pool: &PgPool, job: &AdminJob) -> Result<String, apalis_pos
 }
 
 /// A job as the status endpoint shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct JobStatus {
     pub job_id: String,
+    #[schema(value_type = JobKind)]
     pub kind: &'static str,
-    /// `pending`, `running`, `done` or `failed`.
+    #[schema(value_type = JobState)]
     pub status: &'static str,
     pub queued_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
-    /// What the job produced, once done.
+    /// What the job produced, once done. A rebuild: `{tenant, projectors,
+    /// events, seconds, events_per_second}`; a drift check: `{drifted,
+    /// report, text}` (the report of `memd drift-check --json` and its
+    /// readable rendering).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
-    /// Why it failed, once failed.
+    /// Why it failed, once failed. A failed job is not retried.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// What a job does ([`AdminJob::kind`]). Documentation only.
+#[derive(utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum JobKind {
+    Rebuild,
+    DriftCheck,
+}
+
+/// Where a job is. Documentation only: [`status`] maps apalis' states to these.
+#[derive(utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum JobState {
+    Pending,
+    Running,
+    Done,
+    Failed,
 }
 
 /// The job `id` of `tenant`; `None` when it does not exist or belongs to

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::{
     ApiState,
-    error::ApiError,
+    error::{ApiError, BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
     extract::{Authenticated, JsonBody},
     require_scope,
 };
@@ -19,6 +19,31 @@ use crate::{
     tenants::Caller,
 };
 
+/// Build an Active Context Bundle
+///
+/// What the next LLM call of an agent should see, within `max_tokens`:
+/// identity and rules, the handoff packet addressed to it, active tasks, the
+/// decisions in force, evidence retrieved for `query_text` (with citations)
+/// and the session's recent window. Everything the `channel` may not see is
+/// filtered out before ranking; what was left out, and why, is in
+/// `omissions`. With `render: true` the bundle comes as one prompt string
+/// too, whose exact token count is `token_used_est`. Any scope.
+#[utoipa::path(
+    post,
+    path = "/api/v1/acb/build",
+    tag = "bundles",
+    request_body = AcbRequest,
+    responses(
+        (status = 200, description = "The bundle", body = Acb),
+        (status = 400, description = "`invalid_field`: e.g. `max_tokens` over the policy's, `query_text` over 16 KiB, `handoff_id` without `agent_id` and `session_id`, an unknown field", body = ErrorBody),
+        (status = 401, response = Unauthorized),
+        (status = 403, description = "`tenant_mismatch`: a body `tenant_id` that is not the token's", body = ErrorBody),
+        (status = 413, response = BodyTooLarge),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = [])),
+)]
 #[tracing::instrument(skip_all, fields(tenant = %caller.tenant))]
 pub async fn post_build(
     State(state): State<ApiState>,

@@ -8,33 +8,74 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use memd_projectors::projections;
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
 use super::{
     ApiState,
-    error::ApiError,
+    error::{ApiError, BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
     extract::{Authenticated, OptionalJsonBody},
     require_scope,
 };
 use crate::{
-    admin::jobs::{self, AdminJob},
+    admin::jobs::{self, AdminJob, JobKind, JobState, JobStatus},
     domain::{FieldError, parse_json, tenant::Scope},
 };
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct RebuildRequest {
-    /// Only these projectors; all when absent or empty.
+pub(super) struct RebuildRequest {
+    /// Only these projectors (`chunks`, `decisions`, `tasks`, `views`,
+    /// `handoffs`); all when absent or empty.
     #[serde(default)]
     projectors: Vec<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// No fields.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct DriftCheckRequest {}
+pub(super) struct DriftCheckRequest {}
 
-/// `POST /api/v1/admin/rebuild`: `{"projectors": ["chunks", ...]}`, optional.
+/// A queued job: poll `status_url` for its progress and result.
+#[derive(Serialize, utoipa::ToSchema)]
+struct JobQueued {
+    job_id: String,
+    #[schema(value_type = JobKind)]
+    kind: &'static str,
+    /// Always `pending`.
+    #[schema(value_type = JobState)]
+    status: &'static str,
+    /// `/api/v1/admin/jobs/{job_id}`.
+    status_url: String,
+}
+
+/// Rebuild the tenant's projections
+///
+/// Queues a background job that drops the caller's tenant's projections (of
+/// `projectors`, all by default) and replays its log, like `memd rebuild`.
+/// The body is optional. Jobs are queued in PostgreSQL: a queued job
+/// survives a restart, and any daemon on the database may run it. Scope:
+/// admin.
+#[utoipa::path(
+    post,
+    path = "/api/v1/admin/rebuild",
+    tag = "admin",
+    // A `ref`, so that the body is optional without being `null`able
+    // (openapi.rs lists the schema).
+    request_body(
+        content = ref("#/components/schemas/RebuildRequest"),
+        description = "Optional: an empty body rebuilds every projector",
+    ),
+    responses(
+        (status = 202, description = "Queued", body = JobQueued),
+        (status = 400, description = "`invalid_field`: an unknown projector (`projectors[i]`) or field", body = ErrorBody),
+        (status = 401, response = Unauthorized),
+        (status = 403, description = "`insufficient_scope`: the token is not admin", body = ErrorBody),
+        (status = 413, response = BodyTooLarge),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = [])),
+)]
 #[tracing::instrument(skip_all, fields(tenant = %caller.tenant))]
 pub async fn post_rebuild(
     State(state): State<ApiState>,
@@ -64,7 +105,30 @@ pub async fn post_rebuild(
     .await
 }
 
-/// `POST /api/v1/admin/drift-check`: no fields.
+/// Check the tenant's projections for drift
+///
+/// Queues a background job that rebuilds the caller's tenant's projections
+/// into a shadow schema and diffs them row by row with the live ones, like
+/// `memd drift-check`. The body is optional and has no fields. Scope: admin.
+#[utoipa::path(
+    post,
+    path = "/api/v1/admin/drift-check",
+    tag = "admin",
+    request_body(
+        content = ref("#/components/schemas/DriftCheckRequest"),
+        description = "Optional: empty, or `{}`",
+    ),
+    responses(
+        (status = 202, description = "Queued", body = JobQueued),
+        (status = 400, description = "`invalid_field`: the body has a field", body = ErrorBody),
+        (status = 401, response = Unauthorized),
+        (status = 403, description = "`insufficient_scope`: the token is not admin", body = ErrorBody),
+        (status = 413, response = BodyTooLarge),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = [])),
+)]
 #[tracing::instrument(skip_all, fields(tenant = %caller.tenant))]
 pub async fn post_drift_check(
     State(state): State<ApiState>,
@@ -86,17 +150,35 @@ async fn queue(state: &ApiState, job: AdminJob) -> Result<Response, ApiError> {
     let job_id = jobs::enqueue(&state.pool, &job)
         .await
         .map_err(|err| ApiError::internal(&err))?;
-    let body = json!({
-        "job_id": job_id,
-        "kind": job.kind(),
-        "status": "pending",
-        "status_url": format!("/api/v1/admin/jobs/{job_id}"),
-    });
+    let body = JobQueued {
+        status_url: format!("/api/v1/admin/jobs/{job_id}"),
+        job_id,
+        kind: job.kind(),
+        status: "pending",
+    };
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
-/// `GET /api/v1/admin/jobs/{id}`: another tenant's job is a 404, like a
-/// missing one.
+/// Read a job's status and result
+///
+/// `status` is `pending`, `running`, `done` (then `result`) or `failed`
+/// (then `error`). Another tenant's job is a 404, like a missing one.
+/// Scope: admin.
+#[utoipa::path(
+    get,
+    path = "/api/v1/admin/jobs/{id}",
+    tag = "admin",
+    params(("id" = String, Path, description = "The `job_id` the rebuild or drift-check call answered")),
+    responses(
+        (status = 200, description = "The job", body = JobStatus),
+        (status = 401, response = Unauthorized),
+        (status = 403, description = "`insufficient_scope`: the token is not admin", body = ErrorBody),
+        (status = 404, description = "`not_found`: no such job in this tenant", body = ErrorBody),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = [])),
+)]
 #[tracing::instrument(skip_all, fields(tenant = %caller.tenant, job = %job_id))]
 pub async fn get_job(
     State(state): State<ApiState>,

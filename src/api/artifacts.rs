@@ -7,11 +7,38 @@ use axum::{
 };
 use sqlx::Row;
 
-use super::{ApiState, error::ApiError, extract::Authenticated, require_scope};
+use super::{
+    ApiState,
+    error::{ApiError, ErrorBody, RateLimited, Unauthorized, Unavailable},
+    extract::Authenticated,
+    require_scope,
+};
 use crate::{domain::tenant::Scope, tenants::Caller};
 
-/// Answers the bytes as stored, with their media type. Another tenant's
-/// artifact is answered exactly like a missing one: 404.
+/// Read a truncated tool output whole
+///
+/// The full bytes behind a `tool_result` whose output was over 64 KiB (its
+/// `artifact_id`), as stored, with their media type. Another tenant's
+/// artifact is answered exactly like a missing one: 404. Any scope.
+#[utoipa::path(
+    get,
+    path = "/api/v1/artifacts/{id}",
+    tag = "artifacts",
+    params(("id" = String, Path, description = "The `artifact_id` a tool_result event or bundle item carries")),
+    responses(
+        (status = 200, description = "The whole output, as stored (`text/plain; charset=utf-8`)",
+            body = String, content_type = "text/plain",
+            headers(
+                ("x-memd-event-id" = String, description = "The event that recorded the output"),
+                ("x-memd-sha256" = String, description = "SHA-256 of the bytes, hex; the event's `artifact_sha256`"),
+            )),
+        (status = 401, response = Unauthorized),
+        (status = 404, description = "`not_found`: no such artifact in this tenant", body = ErrorBody),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = [])),
+)]
 #[tracing::instrument(skip_all, fields(tenant = %caller.tenant, artifact = %artifact_id))]
 pub async fn get_artifact(
     State(state): State<ApiState>,

@@ -10,9 +10,18 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{ApiState, error::ApiError, extract::Authenticated, require_scope};
+use super::{
+    ApiState,
+    error::{ApiError, ErrorBody, RateLimited, Unauthorized, Unavailable},
+    extract::Authenticated,
+    require_scope,
+};
 use crate::{
-    domain::{FieldError, event::Channel, tenant::Scope},
+    domain::{
+        FieldError,
+        event::{Channel, Sensitivity},
+        tenant::Scope,
+    },
     read::privacy::Visibility,
     tenants::Caller,
 };
@@ -20,25 +29,48 @@ use crate::{
 const DEFAULT_LIMIT: i64 = 100;
 const MAX_LIMIT: i64 = 1_000;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct DecisionQuery {
-    /// `active`, `superseded` or `rejected`.
+    /// Only decisions with this status.
+    #[param(value_type = Option<DecisionStatus>)]
     pub status: Option<String>,
+    /// Only decisions of this scope (`project`, ...).
     pub scope: Option<String>,
+    /// Only decisions of this key (`export.page_size`, ...).
     pub key: Option<String>,
     /// Only what a bundle for this channel may show.
     pub channel: Option<Channel>,
+    /// At most this many, newest first.
+    #[param(minimum = 1, maximum = 1000, default = 100)]
     pub limit: Option<i64>,
     /// Only decisions recorded before this seq (paging, newest first).
     pub before_seq: Option<i64>,
 }
 
-#[derive(Debug, Serialize, sqlx::FromRow)]
+/// Where a decision stands in the ledger. Documentation only: the ledger
+/// stores it as text.
+#[derive(utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum DecisionStatus {
+    /// In force.
+    Active,
+    /// Replaced: `superseded_by` names its successor.
+    Superseded,
+    /// Refused by the ledger (no refs, refs that are not earlier events, an
+    /// unknown `supersedes`): `rejected_reason` says why.
+    Rejected,
+}
+
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Decision {
+    /// The `decision` event's id.
     decision_id: String,
     seq: i64,
     ts: DateTime<Utc>,
+    #[schema(value_type = DecisionStatus)]
     status: String,
     key: Option<String>,
     scope: String,
@@ -54,12 +86,39 @@ pub struct Decision {
     superseded_by: Option<String>,
     rejected_reason: Option<String>,
     session_id: String,
+    #[schema(value_type = Channel)]
     channel: String,
+    #[schema(value_type = Sensitivity)]
     sensitivity: String,
     actor_id: String,
     tags: Vec<String>,
 }
 
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct DecisionList {
+    /// Newest first.
+    decisions: Vec<Decision>,
+}
+
+/// List the decision ledger
+///
+/// Decisions newest first, filtered by status, scope, key and the channel
+/// they would be shown in. Page with `before_seq` = the last `seq` seen.
+/// Any scope.
+#[utoipa::path(
+    get,
+    path = "/api/v1/decisions",
+    tag = "decisions",
+    params(DecisionQuery),
+    responses(
+        (status = 200, description = "The decisions", body = DecisionList),
+        (status = 400, description = "`invalid_field`: `status` or `limit` out of range, or a malformed or unknown query parameter (`field` is `query`)", body = ErrorBody),
+        (status = 401, response = Unauthorized),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = [])),
+)]
 #[tracing::instrument(skip_all, fields(tenant = %caller.tenant))]
 pub async fn get_decisions(
     State(state): State<ApiState>,
@@ -70,7 +129,7 @@ pub async fn get_decisions(
     let Query(query) =
         query.map_err(|err| ApiError::invalid(FieldError::new("query", err.body_text())))?;
     let decisions = query_ledger(&state, &caller, &query).await?;
-    Ok(Json(serde_json::json!({ "decisions": decisions })).into_response())
+    Ok(Json(DecisionList { decisions }).into_response())
 }
 
 /// The caller's ledger, newest first, filtered by `query`: shared by HTTP

@@ -8,9 +8,61 @@ use axum::{
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use serde_json::json;
+use serde::Serialize;
 
 use crate::{domain::FieldError, write::AppendError};
+
+/// Every error answer: `{"error": {"code", "message", "field"}}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(example = json!({"error": {"code": "invalid_field",
+    "message": "unknown variant `radio`, expected one of `private`, `public`, `team`, `agent`",
+    "field": "events[1].channel"}}))]
+pub struct ErrorBody {
+    #[schema(inline)]
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// What went wrong, for programs: `invalid_field`, `bad_body`,
+    /// `unauthorized`, `tenant_mismatch`, `insufficient_scope`,
+    /// `unknown_tenant`, `not_found`, `method_not_allowed`, `body_too_large`,
+    /// `rate_limited`, `unavailable`, `internal`.
+    pub code: &'static str,
+    /// What went wrong, for people.
+    pub message: String,
+    /// The JSON path of the offending request field (`events[1].channel`,
+    /// `body`), when there is one.
+    #[schema(required = true)]
+    pub field: Option<String>,
+}
+
+// The answers every authenticated route shares, as reusable OpenAPI
+// responses. Documentation only: `ApiError` builds the real ones.
+
+/// `unauthorized`: no, malformed, unknown or revoked bearer token.
+#[derive(utoipa::ToResponse)]
+#[response(headers(("WWW-Authenticate" = String, description = "`Bearer`")))]
+#[allow(dead_code)]
+pub struct Unauthorized(ErrorBody);
+
+/// `body_too_large`: the body is over the daemon's `--max-body-bytes`
+/// (default 16 MiB); `field` is `body`.
+#[derive(utoipa::ToResponse)]
+#[allow(dead_code)]
+pub struct BodyTooLarge(ErrorBody);
+
+/// `rate_limited`: the tenant is over its request or body-byte rate on this
+/// daemon; nothing was done. Retry after `Retry-After` seconds.
+#[derive(utoipa::ToResponse)]
+#[response(headers(("Retry-After" = u64, description = "Seconds to wait before retrying")))]
+#[allow(dead_code)]
+pub struct RateLimited(ErrorBody);
+
+/// `unavailable`: the database cannot be reached; retry.
+#[derive(utoipa::ToResponse)]
+#[allow(dead_code)]
+pub struct Unavailable(ErrorBody);
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -87,8 +139,14 @@ impl ApiError {
     }
 
     /// The body every error answers with: `{"error": {"code", "message", "field"}}`.
-    pub fn body(&self) -> serde_json::Value {
-        json!({"error": {"code": self.code, "message": self.message, "field": self.field}})
+    pub fn body(&self) -> ErrorBody {
+        ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                message: self.message.clone(),
+                field: self.field.clone(),
+            },
+        }
     }
 }
 

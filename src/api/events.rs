@@ -6,22 +6,62 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
 use super::{
     ApiState,
-    error::ApiError,
+    error::{ApiError, BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
     extract::{Authenticated, JsonBody},
     require_scope,
 };
 use crate::{
     domain::{
-        event::{NewEvent, claimed_tenant_mismatch, parse_body},
+        event::{AppendRequest, NewEvent, claimed_tenant_mismatch, parse_body},
         tenant::Scope,
     },
     tenants::Caller,
+    write::Appended,
 };
 
+/// The answer has the request's shape: one event, or a batch in request order.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum AppendResponse {
+    One(Appended),
+    Batch(AppendedBatch),
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct AppendedBatch {
+    pub events: Vec<Appended>,
+}
+
+/// Append events to the log
+///
+/// One event, or `{"events": [...]}` (1 to 1000) appended as one
+/// all-or-nothing transaction. Every string is scanned and secrets are
+/// replaced with `[REDACTED:<pattern>]` before anything is stored;
+/// `sensitivity: "secret"` content is never stored. A retry with the same
+/// `idempotency_key` returns the original event (`replayed: true`). Scope:
+/// write.
+#[utoipa::path(
+    post,
+    path = "/api/v1/events",
+    tag = "events",
+    request_body = AppendRequest,
+    responses(
+        (status = 201, description = "Appended; one item per event, in request order", body = AppendResponse),
+        (status = 200, description = "Every event was a replay of an earlier `idempotency_key`: nothing new was stored; the items are the originals, with `replayed: true`", body = AppendResponse),
+        (status = 400, description = "`invalid_field`: a field is missing, of the wrong type, out of its enum or over a limit; `field` is its JSON path (`events[1].channel`)", body = ErrorBody),
+        (status = 401, response = Unauthorized),
+        (status = 403, description = "`insufficient_scope` (a read token), `tenant_mismatch` (a body `tenant_id` that is not the token's) or `unknown_tenant`", body = ErrorBody),
+        (status = 413, response = BodyTooLarge),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = [])),
+)]
 #[tracing::instrument(skip_all, fields(tenant = %caller.tenant))]
 pub async fn post_events(
     State(state): State<ApiState>,
@@ -39,7 +79,7 @@ pub(crate) async fn record(
     state: &ApiState,
     caller: &Caller,
     body: Value,
-) -> Result<(StatusCode, Value), ApiError> {
+) -> Result<(StatusCode, AppendResponse), ApiError> {
     require_scope(caller, Scope::Write)?;
     let (requests, batch) = parse_body(body).map_err(ApiError::invalid)?;
     if let Some(field) = claimed_tenant_mismatch(&requests, caller.tenant.as_str(), batch) {
@@ -60,16 +100,16 @@ pub(crate) async fn record(
         .collect::<Result<Vec<_>, _>>()
         .map_err(ApiError::invalid)?;
 
-    let appended = state.appender.append(&caller.tenant, events).await?;
+    let mut appended = state.appender.append(&caller.tenant, events).await?;
     let status = if appended.iter().all(|a| a.replayed) {
         StatusCode::OK
     } else {
         StatusCode::CREATED
     };
     let body = if batch {
-        json!({ "events": appended })
+        AppendResponse::Batch(AppendedBatch { events: appended })
     } else {
-        json!(appended[0])
+        AppendResponse::One(appended.swap_remove(0))
     };
     Ok((status, body))
 }

@@ -2,11 +2,13 @@
 //! record it as a `handoff` event in the receiving session.
 
 use axum::{Json, extract::State, http::StatusCode, response::IntoResponse, response::Response};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{
     ApiState,
-    error::ApiError,
+    error::{ApiError, BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
     extract::{Authenticated, JsonBody},
     require_scope,
 };
@@ -16,10 +18,46 @@ use crate::{
         parse_json,
         tenant::Scope,
     },
-    read::handoff::{self, HandoffRequest},
+    read::handoff::{self, HandoffRequest, Packet},
     tenants::Caller,
 };
 
+/// The recorded packet. `handoff_id` is the `handoff` event's id: pass it
+/// as the receiver's bundle `handoff_id` to ask for this packet.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct HandoffCreated {
+    pub handoff_id: String,
+    pub event_id: String,
+    pub seq: i64,
+    pub created_at: DateTime<Utc>,
+    /// The receiving session: build the receiver's bundle with it.
+    pub session_id: String,
+    pub packet: Packet,
+}
+
+/// Hand work over to another agent
+///
+/// Builds a packet (task, constraints, decisions, required files, open
+/// questions, evidence refs) and records it as a `handoff` event in the
+/// receiving session. The receiver's bundle (`agent_id` = `to_agent`,
+/// `session_id` = the packet's) then holds the packet, its decisions and at
+/// most 20 evidence chunks, never the sender's transcript. Scope: write.
+#[utoipa::path(
+    post,
+    path = "/api/v1/handoffs",
+    tag = "handoffs",
+    request_body = HandoffRequest,
+    responses(
+        (status = 201, description = "Recorded", body = HandoffCreated),
+        (status = 400, description = "`invalid_field`: a field is missing or invalid, a list is over 64 entries, `task` is missing (and no `task_id` names a task), or `decision_ids[i]` is not a decision of this tenant", body = ErrorBody),
+        (status = 401, response = Unauthorized),
+        (status = 403, description = "`insufficient_scope` (a read token) or `tenant_mismatch`", body = ErrorBody),
+        (status = 413, response = BodyTooLarge),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = [])),
+)]
 #[tracing::instrument(skip_all, fields(tenant = %caller.tenant))]
 pub async fn post_handoff(
     State(state): State<ApiState>,
@@ -36,7 +74,7 @@ pub(crate) async fn create(
     state: &ApiState,
     caller: &Caller,
     body: Value,
-) -> Result<Value, ApiError> {
+) -> Result<HandoffCreated, ApiError> {
     require_scope(caller, Scope::Write)?;
     let request: HandoffRequest = parse_json("", body).map_err(ApiError::invalid)?;
     if let Some(claimed) = &request.tenant_id
@@ -62,12 +100,12 @@ pub(crate) async fn create(
     let event = NewEvent::parse(event, &state.redactor).map_err(ApiError::invalid)?;
     let appended = state.appender.append(&caller.tenant, vec![event]).await?;
     let appended = &appended[0];
-    Ok(json!({
-        "handoff_id": appended.event_id,
-        "event_id": appended.event_id,
-        "seq": appended.seq,
-        "created_at": appended.created_at,
-        "session_id": packet.session_id,
-        "packet": packet,
-    }))
+    Ok(HandoffCreated {
+        handoff_id: appended.event_id.clone(),
+        event_id: appended.event_id.clone(),
+        seq: appended.seq,
+        created_at: appended.created_at,
+        session_id: packet.session_id.clone(),
+        packet,
+    })
 }

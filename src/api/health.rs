@@ -1,24 +1,67 @@
 //! Liveness and readiness for supervisors and load balancers.
 
 use axum::{Json, extract::State, http::StatusCode};
-use serde_json::{Value, json};
+use serde::Serialize;
 
 use super::ApiState;
 
-/// The process is up and serving.
-pub async fn healthz() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Health {
+    /// `ok` (healthz); `ready` or `unavailable` (readyz).
+    status: &'static str,
+    /// Why the daemon is not ready.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'static str>,
 }
 
-/// The daemon can reach its database, so requests can succeed.
-pub async fn readyz(State(state): State<ApiState>) -> (StatusCode, Json<Value>) {
+/// Liveness
+///
+/// The process is up and serving. No token needed.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "health",
+    responses((status = 200, description = "Serving", body = Health,
+        example = json!({"status": "ok"}))),
+)]
+pub async fn healthz() -> Json<Health> {
+    Json(Health {
+        status: "ok",
+        reason: None,
+    })
+}
+
+/// Readiness
+///
+/// The daemon can reach its database, so requests can succeed. No token
+/// needed.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "health",
+    responses(
+        (status = 200, description = "Ready", body = Health, example = json!({"status": "ready"})),
+        (status = 503, description = "The database cannot be reached", body = Health,
+            example = json!({"status": "unavailable", "reason": "database unreachable"})),
+    ),
+)]
+pub async fn readyz(State(state): State<ApiState>) -> (StatusCode, Json<Health>) {
     match sqlx::query("SELECT 1").execute(&state.pool).await {
-        Ok(_) => (StatusCode::OK, Json(json!({"status": "ready"}))),
+        Ok(_) => (
+            StatusCode::OK,
+            Json(Health {
+                status: "ready",
+                reason: None,
+            }),
+        ),
         Err(err) => {
             tracing::warn!(error = %err, "readiness check failed");
             (
                 StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({"status": "unavailable", "reason": "database unreachable"})),
+                Json(Health {
+                    status: "unavailable",
+                    reason: Some("database unreachable"),
+                }),
             )
         }
     }

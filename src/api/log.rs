@@ -11,43 +11,78 @@ use axum::{
 };
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::{ApiState, error::ApiError, extract::Authenticated, require_scope};
-use crate::domain::{FieldError, tenant::Scope};
+use super::{
+    ApiState,
+    error::{ApiError, ErrorBody, RateLimited, Unauthorized, Unavailable},
+    extract::Authenticated,
+    require_scope,
+};
+use crate::domain::{
+    FieldError,
+    event::{ActorType, Channel, Kind, Sensitivity},
+    tenant::Scope,
+};
 
 const DEFAULT_LIMIT: i64 = 100;
 const MAX_LIMIT: i64 = 1_000;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct EventQuery {
+    /// Only events of this session.
     pub session_id: Option<String>,
-    /// One event kind (`message`, `tool_result`, ...).
+    /// Only events of this kind.
+    #[param(value_type = Option<Kind>)]
     pub kind: Option<String>,
-    /// Only events after this seq (paging: pass the last seq seen).
+    /// Only events after this seq (paging: pass `next_after_seq`).
     pub after_seq: Option<i64>,
+    /// At most this many, in log order.
+    #[param(minimum = 1, maximum = 1000, default = 100)]
     pub limit: Option<i64>,
+}
+
+/// A page of the log.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct EventPage {
+    /// In log order (ascending `seq`).
+    pub events: Vec<StoredEvent>,
+    /// The `after_seq` of the next page; null on the last page.
+    #[schema(required = true)]
+    pub next_after_seq: Option<i64>,
 }
 
 /// An event as stored: the envelope, the content as kept (redacted, tool
 /// outputs normalized), and its place in the hash chain.
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct StoredEvent {
     pub event_id: String,
+    /// Its place in the tenant's log: 1, 2, 3, ... with no gap.
     pub seq: i64,
+    /// Commit time.
     pub created_at: DateTime<Utc>,
+    /// When it happened (the request's `ts`, else the commit time).
     pub ts: DateTime<Utc>,
     pub session_id: String,
+    #[schema(value_type = Channel)]
     pub channel: String,
+    #[schema(value_type = ActorType)]
     pub actor_type: String,
     pub actor_id: String,
+    #[schema(value_type = Kind)]
     pub kind: String,
+    #[schema(value_type = Sensitivity)]
     pub sensitivity: String,
     pub tags: Vec<String>,
     pub refs: Vec<String>,
+    /// As stored: redacted, a tool result normalized (`excerpt_text`, ...).
     pub content: Value,
+    #[schema(required = true)]
     pub idempotency_key: Option<String>,
+    /// Where a truncated tool output is kept whole.
+    #[schema(required = true)]
     pub artifact_id: Option<String>,
     /// Hex SHA-256 of the previous event's hash and this event.
     pub hash: String,
@@ -58,6 +93,25 @@ const EVENT_COLUMNS: &str = "event_id, seq, created_at, ts, session_id, channel,
      actor_id, kind, sensitivity, tags, refs, content, idempotency_key, artifact_id, \
      encode(hash, 'hex') AS hash, encode(prev_hash, 'hex') AS prev_hash";
 
+/// Read the log
+///
+/// The tenant's events in log order, as stored (secrets already redacted,
+/// tool results normalized), each with its hash-chain links. Page with
+/// `after_seq` = `next_after_seq`. Any scope.
+#[utoipa::path(
+    get,
+    path = "/api/v1/events",
+    tag = "events",
+    params(EventQuery),
+    responses(
+        (status = 200, description = "A page of events", body = EventPage),
+        (status = 400, description = "`invalid_field`: `limit` out of range, or a malformed or unknown query parameter (`field` is `query`)", body = ErrorBody),
+        (status = 401, response = Unauthorized),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = [])),
+)]
 #[tracing::instrument(skip_all, fields(tenant = %caller.tenant))]
 pub async fn get_events(
     State(state): State<ApiState>,
@@ -92,10 +146,31 @@ pub async fn get_events(
     let next_after_seq = (events.len() as i64 == limit)
         .then(|| events.last().map(|e| e.seq))
         .flatten();
-    Ok(Json(json!({"events": events, "next_after_seq": next_after_seq})).into_response())
+    Ok(Json(EventPage {
+        events,
+        next_after_seq,
+    })
+    .into_response())
 }
 
-/// One event; another tenant's is a 404 exactly like a missing one.
+/// Read one event
+///
+/// An event by id, as stored. Another tenant's event is answered exactly
+/// like a missing one: 404. Any scope.
+#[utoipa::path(
+    get,
+    path = "/api/v1/events/{id}",
+    tag = "events",
+    params(("id" = String, Path, description = "An `event_id` (`evt_...`), e.g. from a bundle item's refs")),
+    responses(
+        (status = 200, description = "The event", body = StoredEvent),
+        (status = 401, response = Unauthorized),
+        (status = 404, description = "`not_found`: no such event in this tenant", body = ErrorBody),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = [])),
+)]
 #[tracing::instrument(skip_all, fields(tenant = %caller.tenant, event = %event_id))]
 pub async fn get_event(
     State(state): State<ApiState>,
@@ -115,29 +190,59 @@ pub async fn get_event(
 }
 
 /// A retrieval unit: part of an event's text, as projected.
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Chunk {
+    /// `chk_<event ulid>_<part>`.
     pub chunk_id: String,
     pub event_id: String,
     pub seq: i64,
+    /// Which part of the event's text (long texts are split on lines).
     pub part: i32,
     pub ts: DateTime<Utc>,
     pub session_id: String,
+    #[schema(value_type = Channel)]
     pub channel: String,
+    #[schema(value_type = Sensitivity)]
     pub sensitivity: String,
+    #[schema(value_type = ActorType)]
     pub actor_type: String,
     pub actor_id: String,
+    #[schema(value_type = Kind)]
     pub kind: String,
     pub tags: Vec<String>,
+    /// The file or tool a tool output came from.
+    #[schema(required = true)]
     pub source: Option<String>,
+    #[schema(required = true)]
     pub line_start: Option<i32>,
+    #[schema(required = true)]
     pub line_end: Option<i32>,
     pub text: String,
+    /// Tokens of the chunk as a bundle renders it.
     pub token_est: i32,
+    /// Weight in retrieval, 0 to 1.
     pub importance: f32,
 }
 
-/// One chunk; another tenant's is a 404 exactly like a missing one.
+/// Read one chunk
+///
+/// A retrieval unit a bundle's evidence cites (`chunk_id`): part of an
+/// event's text, as projected. Another tenant's chunk is answered exactly
+/// like a missing one: 404. Any scope.
+#[utoipa::path(
+    get,
+    path = "/api/v1/chunks/{id}",
+    tag = "events",
+    params(("id" = String, Path, description = "A `chunk_id` (`chk_..._N`) from a bundle item's refs")),
+    responses(
+        (status = 200, description = "The chunk", body = Chunk),
+        (status = 401, response = Unauthorized),
+        (status = 404, description = "`not_found`: no such chunk in this tenant", body = ErrorBody),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = [])),
+)]
 #[tracing::instrument(skip_all, fields(tenant = %caller.tenant, chunk = %chunk_id))]
 pub async fn get_chunk(
     State(state): State<ApiState>,

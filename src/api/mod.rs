@@ -11,6 +11,7 @@ pub(crate) mod extract;
 pub(crate) mod handoffs;
 mod health;
 mod log;
+pub mod openapi;
 mod policy;
 pub mod rate_limit;
 
@@ -19,8 +20,8 @@ use std::sync::Arc;
 use axum::{
     Router,
     extract::DefaultBodyLimit,
-    http::StatusCode,
-    routing::{get, post},
+    http::{Method, StatusCode},
+    routing::{MethodFilter, MethodRouter, on},
 };
 use sqlx::PgPool;
 
@@ -43,24 +44,136 @@ pub struct ApiState {
     pub limiter: Arc<rate_limit::RateLimiter>,
 }
 
+/// One route the daemon serves.
+pub struct Route {
+    pub method: Method,
+    /// In OpenAPI's (and axum's) syntax: `/api/v1/artifacts/{id}`.
+    pub path: &'static str,
+    /// Whether it needs `Authorization: Bearer <token>`.
+    pub bearer: bool,
+    handler: fn(MethodFilter) -> MethodRouter<ApiState>,
+}
+
+/// Every route, and nothing else: [`router`] is built from this table, and a
+/// test checks that the OpenAPI document ([`openapi::ApiDoc`]) lists exactly
+/// these, so a route cannot be served undocumented.
+pub const ROUTES: &[Route] = &[
+    Route {
+        method: Method::POST,
+        path: "/api/v1/events",
+        bearer: true,
+        handler: |m| on(m, events::post_events),
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/events",
+        bearer: true,
+        handler: |m| on(m, log::get_events),
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/events/{id}",
+        bearer: true,
+        handler: |m| on(m, log::get_event),
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/chunks/{id}",
+        bearer: true,
+        handler: |m| on(m, log::get_chunk),
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/acb/build",
+        bearer: true,
+        handler: |m| on(m, acb::post_build),
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/handoffs",
+        bearer: true,
+        handler: |m| on(m, handoffs::post_handoff),
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/decisions",
+        bearer: true,
+        handler: |m| on(m, decisions::get_decisions),
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/policy",
+        bearer: true,
+        handler: |m| on(m, policy::get_policy),
+    },
+    Route {
+        method: Method::PUT,
+        path: "/api/v1/policy",
+        bearer: true,
+        handler: |m| on(m, policy::put_policy),
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/artifacts/{id}",
+        bearer: true,
+        handler: |m| on(m, artifacts::get_artifact),
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/admin/rebuild",
+        bearer: true,
+        handler: |m| on(m, admin::post_rebuild),
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/admin/drift-check",
+        bearer: true,
+        handler: |m| on(m, admin::post_drift_check),
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/admin/jobs/{id}",
+        bearer: true,
+        handler: |m| on(m, admin::get_job),
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/openapi.json",
+        bearer: false,
+        handler: |m| on(m, openapi::openapi_json),
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/docs",
+        bearer: false,
+        handler: |m| on(m, openapi::docs),
+    },
+    Route {
+        method: Method::GET,
+        path: "/healthz",
+        bearer: false,
+        handler: |m| on(m, health::healthz),
+    },
+    Route {
+        method: Method::GET,
+        path: "/readyz",
+        bearer: false,
+        handler: |m| on(m, health::readyz),
+    },
+];
+
 pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
-    let api = Router::new()
-        .route("/events", post(events::post_events).get(log::get_events))
-        .route("/events/{id}", get(log::get_event))
-        .route("/chunks/{id}", get(log::get_chunk))
-        .route("/acb/build", post(acb::post_build))
-        .route("/handoffs", post(handoffs::post_handoff))
-        .route("/decisions", get(decisions::get_decisions))
-        .route("/policy", get(policy::get_policy).put(policy::put_policy))
-        .route("/artifacts/{id}", get(artifacts::get_artifact))
-        .route("/admin/rebuild", post(admin::post_rebuild))
-        .route("/admin/drift-check", post(admin::post_drift_check))
-        .route("/admin/jobs/{id}", get(admin::get_job));
-    Router::new()
-        .nest("/api/v1", api)
+    ROUTES
+        .iter()
+        .fold(Router::new(), |router, route| {
+            let filter = MethodFilter::try_from(route.method.clone())
+                .expect("every method in ROUTES is one axum routes");
+            // Routes of one path (GET and PUT /api/v1/policy) merge.
+            router.route(route.path, (route.handler)(filter))
+        })
+        // MCP speaks JSON-RPC on one path; its tools are listed by MCP
+        // itself (tools/list), not in the OpenAPI document.
         .nest_service("/mcp", crate::mcp::service(state.clone(), max_body_bytes))
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(

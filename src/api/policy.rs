@@ -6,7 +6,7 @@ use axum::{Json, extract::State, response::IntoResponse, response::Response};
 
 use super::{
     ApiState,
-    error::ApiError,
+    error::{ApiError, BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
     extract::{Authenticated, JsonBody},
     require_scope,
 };
@@ -15,6 +15,23 @@ use crate::{
     read::policy::{self, Policy},
 };
 
+/// Read the tenant's bundle policy
+///
+/// Section caps and priorities, scoring weights, retrieval bounds and
+/// fast-path intents; the defaults until one is stored. Save it as a file to
+/// review or version it. Any scope.
+#[utoipa::path(
+    get,
+    path = "/api/v1/policy",
+    tag = "policy",
+    responses(
+        (status = 200, description = "The policy in force", body = Policy),
+        (status = 401, response = Unauthorized),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = [])),
+)]
 #[tracing::instrument(skip_all, fields(tenant = %caller.tenant))]
 pub async fn get_policy(
     State(state): State<ApiState>,
@@ -25,6 +42,30 @@ pub async fn get_policy(
     Ok(Json(policy).into_response())
 }
 
+/// Replace the tenant's bundle policy
+///
+/// Fields left out take their defaults (so `{}` restores them all). Every
+/// daemon on the database drops its cached copy at once. Each value is
+/// checked against its bounds, e.g. `max_tokens` 256-65000,
+/// `candidate_pool_max` <= 2000, `retrieved_max` <= 200,
+/// `handoff_evidence_max` <= 20, weights in [0, 1] and not all zero.
+/// Scope: admin.
+#[utoipa::path(
+    put,
+    path = "/api/v1/policy",
+    tag = "policy",
+    request_body = Policy,
+    responses(
+        (status = 200, description = "Stored; the policy now in force", body = Policy),
+        (status = 400, description = "`invalid_field`: a value out of its bounds or an unknown field, named by its path (`scoring.alpha`)", body = ErrorBody),
+        (status = 401, response = Unauthorized),
+        (status = 403, description = "`insufficient_scope`: the token is not admin", body = ErrorBody),
+        (status = 413, response = BodyTooLarge),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = [])),
+)]
 #[tracing::instrument(skip_all, fields(tenant = %caller.tenant))]
 pub async fn put_policy(
     State(state): State<ApiState>,

@@ -7,6 +7,13 @@
 use chrono::{DateTime, Datelike, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use utoipa::{
+    PartialSchema, ToSchema,
+    openapi::{
+        Ref, RefOr,
+        schema::{AnyOfBuilder, Schema},
+    },
+};
 
 use super::{
     FieldError, limits,
@@ -14,10 +21,14 @@ use super::{
     tool_result::{self, NormalizedToolResult},
 };
 
+// `$text` is a `tt`, not a `literal`: a `literal` fragment reaches derive
+// macros wrapped in an invisible group, and utoipa's reading of
+// `#[serde(rename = ...)]` then misses it (the OpenAPI enum would say
+// `Private`, not `private`). The OpenAPI test checks the values.
 macro_rules! wire_enum {
-    ($(#[$attr:meta])* $name:ident { $($(#[$vattr:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
+    ($(#[$attr:meta])* $name:ident { $($(#[$vattr:meta])* $variant:ident => $text:tt),+ $(,)? }) => {
         $(#[$attr])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema, utoipa::ToSchema)]
         pub enum $name {
             $($(#[$vattr])* #[serde(rename = $text)] $variant),+
         }
@@ -69,20 +80,27 @@ wire_enum!(
 );
 
 /// The event envelope as a client sends it.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EventRequest {
     /// Optional: the tenant comes from the bearer token. If given it must match.
     pub tenant_id: Option<String>,
+    /// The conversation it belongs to; 1-256 bytes.
     pub session_id: String,
     pub channel: Channel,
     pub actor: ActorRequest,
     pub kind: Kind,
     #[serde(default)]
     pub sensitivity: Sensitivity,
+    /// At most 64, each 1-128 bytes.
     #[serde(default)]
     pub tags: Vec<String>,
+    /// The shape `kind` asks for; other fields are kept as sent. At most
+    /// 1 MiB as JSON, but for a `tool_result`, whose output is cut to an
+    /// excerpt.
+    #[schema(value_type = EventContent)]
     pub content: Value,
+    /// Event or chunk ids it cites: at most 256, each 1-256 bytes.
     #[serde(default)]
     pub refs: Vec<String>,
     /// A retried append with the same key returns the original event.
@@ -91,11 +109,12 @@ pub struct EventRequest {
     pub ts: Option<DateTime<Utc>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ActorRequest {
     #[serde(rename = "type")]
     pub kind: ActorType,
+    /// 1-256 bytes.
     pub id: String,
 }
 
@@ -321,22 +340,33 @@ fn check_no_nul_in_json(value: &Value, path: &str) -> Result<(), FieldError> {
 
 // Content shapes by kind (ARCHITECTURE.md "Contracts"). Extra fields are kept:
 // agents attach their own metadata, and the log stores what they sent.
+// The same structs are the shapes the OpenAPI document shows ([`EventContent`]).
 
-#[derive(Deserialize)]
+/// `content` of a `message`.
+#[derive(Deserialize, utoipa::ToSchema)]
 struct MessageContent {
     text: String,
 }
 
-#[derive(Deserialize)]
+/// `content` of a `tool_call`.
+#[derive(Deserialize, utoipa::ToSchema)]
 struct ToolCallContent {
     tool: String,
+    /// The call's arguments, any JSON.
+    #[allow(dead_code)]
+    args: Option<Value>,
 }
 
-#[derive(Deserialize)]
+/// `content` of a `decision`. The ledger records it as rejected when the
+/// event's `refs` cite no earlier event of the tenant.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[allow(dead_code)] // fields are read by serde to check their types
 struct DecisionContent {
     decision: String,
+    /// What it decides (`export.page_size`): a new decision of a key
+    /// supersedes the active one.
     key: Option<String>,
+    /// Where it applies (`project`, ...).
     scope: String,
     #[serde(default)]
     rationale: Vec<String>,
@@ -346,11 +376,15 @@ struct DecisionContent {
     alternatives: Vec<String>,
     #[serde(default)]
     consequences: Vec<String>,
+    /// Between 0 and 1.
+    #[schema(minimum = 0.0, maximum = 1.0)]
     confidence: Option<f64>,
+    /// The decision id this one replaces.
     supersedes: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// `content` of a `task_update`.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[allow(dead_code)]
 struct TaskUpdateContent {
     task_id: String,
@@ -359,7 +393,7 @@ struct TaskUpdateContent {
     details: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 enum TaskStatus {
     Open,
@@ -367,7 +401,9 @@ enum TaskStatus {
     Done,
 }
 
-#[derive(Deserialize)]
+/// `content` of a `summary`. Claims that contradict the active decision of
+/// their key mark the summary as conflicting.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[allow(dead_code)]
 struct SummaryContent {
     text: String,
@@ -375,21 +411,27 @@ struct SummaryContent {
     claims: Vec<Claim>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[allow(dead_code)]
 struct Claim {
+    /// A decision key.
     key: String,
+    /// Any JSON.
     value: Value,
 }
 
-#[derive(Deserialize)]
+/// `content` of a `view_update`: the whole new text of a view.
+#[derive(Deserialize, utoipa::ToSchema)]
 struct ViewUpdateContent {
+    /// 1-64 of letters, digits, `_`, `-`, `.` (e.g. `identity`, `rules`).
+    #[schema(pattern = "^[A-Za-z0-9_.-]{1,64}$")]
     view: String,
     #[allow(dead_code)]
     text: String,
 }
 
-#[derive(Deserialize)]
+/// `content` of a `handoff`, as `POST /api/v1/handoffs` records it.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[allow(dead_code)]
 struct HandoffContent {
     to_agent: String,
@@ -403,6 +445,58 @@ struct HandoffContent {
     required_files: Vec<String>,
     #[serde(default)]
     open_questions: Vec<String>,
+}
+
+/// `content` as the OpenAPI document shows it: the shape of the envelope's
+/// `kind`. An `anyOf`, not a `oneOf`: the shapes keep extra fields, so they
+/// overlap (`{"text": ...}` is a message and a summary alike) and a strict
+/// `oneOf` would refuse valid bodies. Documentation only; [`check_content`]
+/// is what checks.
+pub struct EventContent;
+
+type Schemas = Vec<(String, RefOr<Schema>)>;
+
+impl EventContent {
+    /// Adds each shape's schema (and those it uses) to `out`; returns the
+    /// shapes' names, in the order of [`Kind`].
+    fn shapes(out: &mut Schemas) -> Vec<String> {
+        fn add<T: ToSchema>(out: &mut Schemas) -> String {
+            out.push((T::name().into_owned(), T::schema()));
+            T::schemas(out);
+            T::name().into_owned()
+        }
+        vec![
+            add::<MessageContent>(out),
+            add::<ToolCallContent>(out),
+            add::<tool_result::ToolResultContent>(out),
+            add::<DecisionContent>(out),
+            add::<TaskUpdateContent>(out),
+            add::<SummaryContent>(out),
+            add::<ViewUpdateContent>(out),
+            add::<HandoffContent>(out),
+        ]
+    }
+}
+
+impl PartialSchema for EventContent {
+    fn schema() -> RefOr<Schema> {
+        Self::shapes(&mut Vec::new())
+            .into_iter()
+            .fold(AnyOfBuilder::new(), |any_of, name| {
+                any_of.item(Ref::from_schema_name(name))
+            })
+            .description(Some(
+                "The shape named by `kind`: message, tool_call, tool_result, decision, \
+                 task_update, summary, view_update or handoff. Extra fields are kept as sent.",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for EventContent {
+    fn schemas(schemas: &mut Schemas) {
+        Self::shapes(schemas);
+    }
 }
 
 fn check_content(kind: Kind, content: &Value) -> Result<(), FieldError> {
@@ -477,6 +571,26 @@ pub(crate) fn non_empty(field: &str, value: &str) -> Result<(), FieldError> {
     } else {
         Ok(())
     }
+}
+
+/// The body [`parse_body`] reads, as the OpenAPI document shows it: one
+/// event, or a batch. Documentation only.
+#[derive(utoipa::ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum AppendRequest {
+    One(EventRequest),
+    Batch(EventBatch),
+}
+
+/// Events appended as one all-or-nothing transaction, in this order.
+#[derive(utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct EventBatch {
+    /// 1 to 1000 events (`limits::MAX_BATCH_EVENTS`).
+    #[schema(min_items = 1, max_items = 1000)]
+    events: Vec<EventRequest>,
 }
 
 /// Parses a request body: one event, or `{"events": [...]}`. Field paths in

@@ -16,17 +16,25 @@ use super::{
     limits::TOOL_EXCERPT_BYTES,
 };
 
-#[derive(Deserialize)]
+/// `content` of a `tool_result`, as sent. memd stores it normalized: the
+/// output becomes `excerpt_text` (at most 64 KiB) with `line_range`,
+/// `truncated`, `output_bytes`, `output_lines`, and, when cut, `artifact_id`
+/// and `artifact_sha256`; those fields may not be sent.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[allow(dead_code)] // read by serde to check types
-struct ToolResultShape {
+pub(super) struct ToolResultContent {
     tool: String,
+    /// The file or resource the output came from.
     path: Option<String>,
+    /// Text, or any JSON (kept as its pretty-printed text).
     output: Value,
+    /// The line number of the output's first line; default 1.
+    #[schema(minimum = 1)]
     line_start: Option<u64>,
 }
 
 pub(crate) fn check_shape(content: &Value) -> Result<(), FieldError> {
-    let c: ToolResultShape = shape(content)?;
+    let c: ToolResultContent = shape(content)?;
     non_empty("content.tool", &c.tool)?;
     if c.line_start == Some(0) {
         return Err(FieldError::new(

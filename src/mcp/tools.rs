@@ -9,6 +9,7 @@ use rmcp::{
     model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig},
     tool, tool_handler, tool_router,
 };
+use serde::Serialize;
 use serde_json::json;
 
 use super::args::{
@@ -49,7 +50,14 @@ fn caller(parts: &axum::http::request::Parts) -> Result<&Caller, ErrorData> {
 /// A tool error a model can act on: the HTTP error body, as text and as
 /// structured content.
 fn failed(err: ApiError) -> CallToolResult {
-    CallToolResult::structured_error(err.body())
+    CallToolResult::structured_error(json!(err.body()))
+}
+
+/// A result as structured content (and its JSON as text).
+fn answered(value: &impl Serialize) -> Result<CallToolResult, ErrorData> {
+    serde_json::to_value(value)
+        .map(CallToolResult::structured)
+        .map_err(|err| ErrorData::internal_error(err.to_string(), None))
 }
 
 fn invalid(err: FieldError) -> CallToolResult {
@@ -80,10 +88,10 @@ impl MemoryTools {
             Ok(body) => body,
             Err(err) => return Ok(invalid(err)),
         };
-        Ok(match events::record(&self.state, caller, body).await {
-            Ok((_, recorded)) => CallToolResult::structured(recorded),
-            Err(err) => failed(err),
-        })
+        match events::record(&self.state, caller, body).await {
+            Ok((_, recorded)) => answered(&recorded),
+            Err(err) => Ok(failed(err)),
+        }
     }
 
     #[tool(
@@ -182,12 +190,10 @@ impl MemoryTools {
             limit: Some(args.limit.unwrap_or(DEFAULT_DECISIONS)),
             before_seq: args.before_seq,
         };
-        Ok(
-            match decisions::query_ledger(&self.state, caller, &query).await {
-                Ok(decisions) => CallToolResult::structured(json!({ "decisions": decisions })),
-                Err(err) => failed(err),
-            },
-        )
+        match decisions::query_ledger(&self.state, caller, &query).await {
+            Ok(decisions) => answered(&json!({ "decisions": decisions })),
+            Err(err) => Ok(failed(err)),
+        }
     }
 
     #[tool(
@@ -201,12 +207,10 @@ impl MemoryTools {
         Parameters(args): Parameters<CreateHandoffArgs>,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
-        Ok(
-            match handoffs::create(&self.state, caller, args.into_body()).await {
-                Ok(created) => CallToolResult::structured(created),
-                Err(err) => failed(err),
-            },
-        )
+        match handoffs::create(&self.state, caller, args.into_body()).await {
+            Ok(created) => answered(&created),
+            Err(err) => Ok(failed(err)),
+        }
     }
 }
 

@@ -55,7 +55,7 @@ const HISTORY_WORDS: &[&str] = &[
 
 /// The request (PRD §7.2, plus `render`, `consistency`, `include_history`,
 /// `handoff_id`).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AcbRequest {
     /// Optional: the tenant comes from the bearer token.
@@ -66,10 +66,15 @@ pub struct AcbRequest {
     pub agent_id: Option<String>,
     /// The channel the bundle will be used in; decides what it may hold.
     #[serde(default = "private")]
+    #[schema(default = "private")]
     pub channel: Channel,
+    /// At most 256 bytes. A fast-path intent (policy `fast_path_intents`:
+    /// continue, acknowledge, ack, resume, thanks) skips retrieval.
     pub intent: Option<String>,
+    /// What retrieval looks for, at most 16 KiB; none means no retrieval.
     pub query_text: Option<String>,
     /// Defaults to, and may not exceed, the policy's `max_tokens`.
+    #[schema(minimum = 1)]
     pub max_tokens: Option<u32>,
     /// Also return the bundle as one prompt string.
     #[serde(default)]
@@ -87,7 +92,7 @@ fn private() -> Channel {
     Channel::Private
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Consistency {
     /// Use the projections as they are; provenance says how far behind.
@@ -148,7 +153,7 @@ impl AcbRequest {
 }
 
 /// The response.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Acb {
     pub acb_id: String,
     pub budget_tokens: usize,
@@ -165,18 +170,23 @@ pub struct Acb {
 /// Something left out, and why: `budget`, `privacy`, `duplicate`,
 /// `superseded`, `rejected`, `conflict`, or `truncated_tool_output` (the
 /// item is in, but its full output is only in the artifact).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Omission {
     pub reason: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<SectionName>)]
     pub section: Option<&'static str>,
+    /// The ids left out, at most 100.
     pub candidates: Vec<String>,
+    /// How many were left out.
     pub count: usize,
+    /// By reason: `kept` or `kept_in` (duplicate), `decision_id` and
+    /// `superseded_by` (superseded), `conflicts` (conflict), ...
     #[serde(flatten)]
     pub details: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Provenance {
     pub intent: Option<String>,
     /// `fast` (no retrieval) or `retrieval`.
@@ -203,14 +213,14 @@ pub struct Provenance {
     pub elapsed_ms: f64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct DedupeReport {
     /// Candidates collapsed into a better ranked near-duplicate.
     pub collapsed: usize,
     pub similarity: f64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ConsistencyReport {
     pub requested: Consistency,
     pub caught_up: bool,

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use super::policy::{Policy, SectionName};
 
 /// Something a section may hold, rendered and counted.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Item {
     /// `view`, `task`, `decision`, `evidence`, `message`, `handoff`.
     #[serde(rename = "type")]
@@ -68,15 +68,19 @@ impl Item {
 }
 
 /// A packed section, as the response shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Section {
+    #[schema(value_type = SectionName)]
     pub name: &'static str,
     pub items: Vec<PackedItem>,
     pub token_est: usize,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct PackedItem {
+    /// What to cite it by, unique in the bundle: a section letter and a
+    /// number (`V` views, `H` handoff, `T` tasks, `D` decisions, `E`
+    /// evidence, `R` recent window), e.g. `E3`.
     pub handle: String,
     #[serde(flatten)]
     pub item: Item,

@@ -20,12 +20,15 @@ use crate::domain::{
 };
 
 /// What a sender asks for.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HandoffRequest {
     /// Optional: the tenant comes from the bearer token.
     pub tenant_id: Option<String>,
+    /// The sending agent, 1-256 bytes; the event's actor.
     pub from_agent: String,
+    /// The receiving agent, 1-256 bytes: its bundle (`agent_id`) in
+    /// `session_id` will hold the packet.
     pub to_agent: String,
     /// The receiving session; a new one (`handoff_<ulid>`) when absent.
     pub session_id: Option<String>,
@@ -34,18 +37,24 @@ pub struct HandoffRequest {
     pub task: Option<String>,
     pub task_id: Option<String>,
     #[serde(default)]
+    #[schema(max_items = 64)]
     pub constraints: Vec<String>,
     /// Decisions the receiver must respect. When absent, the active
     /// decisions the channel may see, newest first (at most 20).
+    #[schema(max_items = 64)]
     pub decision_ids: Option<Vec<String>>,
     #[serde(default)]
+    #[schema(max_items = 64)]
     pub required_files: Vec<String>,
     #[serde(default)]
+    #[schema(max_items = 64)]
     pub open_questions: Vec<String>,
     /// Evidence to carry: chunk or event ids.
     #[serde(default)]
+    #[schema(max_items = 64)]
     pub refs: Vec<String>,
     #[serde(default = "private")]
+    #[schema(default = "private")]
     pub channel: Channel,
     #[serde(default)]
     pub sensitivity: Sensitivity,
@@ -56,7 +65,7 @@ fn private() -> Channel {
 }
 
 /// A packet ready to be recorded.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Packet {
     pub session_id: String,
     pub from_agent: String,

@@ -18,7 +18,19 @@ pub const MAX_RETRIEVED: u32 = 200;
 pub const MAX_HANDOFF_EVIDENCE: u32 = 20;
 
 /// The sections of a bundle, in the order they are rendered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum SectionName {
     Identity,
@@ -66,7 +78,7 @@ impl SectionName {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SectionPolicy {
     /// Tokens at the policy's full budget; scaled down with smaller ones.
@@ -79,8 +91,9 @@ const fn section(cap: u32, priority: u8) -> SectionPolicy {
     SectionPolicy { cap, priority }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, default)]
+#[schema(default)]
 pub struct Sections {
     pub identity: SectionPolicy,
     pub rules: SectionPolicy,
@@ -121,8 +134,9 @@ impl Sections {
 }
 
 /// `score = alpha·relevance + beta·recency + gamma·importance` (PRD §8.2).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, default)]
+#[schema(default)]
 pub struct Scoring {
     pub alpha: f64,
     pub beta: f64,
@@ -148,8 +162,10 @@ impl Default for Scoring {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A tenant's bundle policy. Fields left out of a `PUT` take these defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, default)]
+#[schema(default)]
 pub struct Policy {
     /// The largest `max_tokens` a request may ask for, and the default.
     pub max_tokens: u32,

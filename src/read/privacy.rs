@@ -27,11 +27,16 @@ pub struct Visibility {
 }
 
 /// What `provenance.filters` reports.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Filters {
+    #[schema(value_type = Channel)]
     pub channel: &'static str,
+    /// Memory recorded in these channels may be shown.
+    #[schema(value_type = Vec<Channel>)]
     pub channels_allowed: Vec<&'static str>,
+    #[schema(value_type = Vec<Sensitivity>)]
     pub sensitivity_allowed: Vec<&'static str>,
+    /// Whether the `preferences` view may be shown.
     pub preferences_view: bool,
 }
 

@@ -39,10 +39,13 @@ pub enum AppendError {
 }
 
 /// What the caller gets back for each event, in request order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Appended {
+    /// `evt_` + a ULID.
     pub event_id: String,
+    /// The event's place in its tenant's log: 1, 2, 3, ... with no gap.
     pub seq: i64,
+    /// The commit time, by PostgreSQL's clock.
     pub created_at: DateTime<Utc>,
     /// True when an event with this idempotency key already existed: nothing
     /// was stored and these are the original's id, seq and time.

@@ -11,6 +11,7 @@ mod handoffs;
 mod helpers;
 mod log;
 mod mcp;
+mod openapi;
 mod policy;
 mod projections;
 mod projector_runtime;

@@ -1,0 +1,165 @@
+//! The OpenAPI 3.1 document of the HTTP API. It is derived from the
+//! handlers' `#[utoipa::path]` attributes and the wire types' `ToSchema`
+//! derives, so the schemas are the structs the handlers read and answer,
+//! not a second description that could drift from them. Served as JSON at
+//! `GET /api/v1/openapi.json` (client generators read it), and rendered for
+//! people at `GET /api/v1/docs` by Scalar, which the browser loads from its
+//! CDN: the daemon ships no UI.
+
+use std::sync::LazyLock;
+
+use axum::{
+    http::header,
+    response::{Html, IntoResponse},
+};
+use utoipa::{
+    Modify, OpenApi,
+    openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
+};
+
+use super::{
+    acb, admin, artifacts, decisions,
+    error::{BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
+    events, handoffs, health, log, policy,
+};
+
+/// What `info.description` says: what an integrator needs before the first call.
+const DESCRIPTION: &str = "\
+Memory daemon for AI agents: an append-only, hash-chained event log, read models derived from it, \
+and the Active Context Bundle each LLM call needs.
+
+**Auth.** Every `/api/v1` call but this document and its page needs `Authorization: Bearer <token>`. \
+Tokens come from `memd tenant create NAME` / `memd tenant token NAME`, each with a scope: \
+`read` < `write` < `admin`. The tenant of a call is always the token's; another tenant's ids \
+answer exactly like ids that do not exist.
+
+**Errors** all have one shape, `ErrorBody`: `{\"error\": {\"code\", \"message\", \"field\"}}`, \
+where `field` is the JSON path of the offending request field (or null). A refused request \
+stores nothing. Any call may also answer 500 `internal` (see the daemon's log) and, on a \
+method the route does not serve, 405 `method_not_allowed`.
+
+**Rate limits.** Per tenant and daemon, requests per second and body bytes per second, with \
+bursts of twice that; over them the answer is 429 with `Retry-After`.";
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "memd", version = env!("CARGO_PKG_VERSION"), description = DESCRIPTION),
+    paths(
+        events::post_events,
+        log::get_events,
+        log::get_event,
+        log::get_chunk,
+        acb::post_build,
+        handoffs::post_handoff,
+        decisions::get_decisions,
+        policy::get_policy,
+        policy::put_policy,
+        artifacts::get_artifact,
+        admin::post_rebuild,
+        admin::post_drift_check,
+        admin::get_job,
+        health::healthz,
+        health::readyz,
+        openapi_json,
+        docs,
+    ),
+    components(
+        // Schemas no operation refers to by type: the optional admin bodies
+        // are `ref`s (see admin.rs).
+        schemas(ErrorBody, admin::RebuildRequest, admin::DriftCheckRequest),
+        responses(Unauthorized, BodyTooLarge, RateLimited, Unavailable),
+    ),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "events", description = "The append-only event log: everything agents exchange with humans, tools and each other"),
+        (name = "bundles", description = "Active Context Bundles: what the next LLM call should see, within a token budget"),
+        (name = "handoffs", description = "Passing work to another agent as a packet, not a transcript"),
+        (name = "decisions", description = "The decision ledger"),
+        (name = "policy", description = "The tenant's bundle policy: section caps, scoring weights, retrieval bounds"),
+        (name = "artifacts", description = "Tool outputs too large to keep in their event"),
+        (name = "admin", description = "Rebuild and drift check of the tenant's projections, as background jobs"),
+        (name = "health", description = "Liveness and readiness, for supervisors and load balancers"),
+        (name = "docs", description = "This document"),
+    ),
+)]
+pub struct ApiDoc;
+
+/// Declares the `bearer` scheme the operations' `security` names: derive
+/// attributes cannot declare security schemes themselves.
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "A tenant token from `memd tenant create` or `memd tenant token`",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// Serialized once: the document only changes with the binary.
+static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
+    ApiDoc::openapi()
+        .to_pretty_json()
+        .expect("the OpenAPI document serializes")
+});
+
+/// The OpenAPI document
+///
+/// This document, for client generators and API tools. No token needed.
+#[utoipa::path(
+    get,
+    path = "/api/v1/openapi.json",
+    tag = "docs",
+    responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json")),
+)]
+pub async fn openapi_json() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        DOCUMENT.as_str(),
+    )
+}
+
+/// The page: Scalar renders the document in the browser. The script comes
+/// from cdn.jsdelivr.net; without it (no JavaScript, or the CDN out of
+/// reach) the page links to the JSON instead.
+const DOCS_PAGE: &str = r#"<!doctype html>
+<html lang="en">
+<head>
+  <meta charset="utf-8">
+  <meta name="viewport" content="width=device-width, initial-scale=1">
+  <title>memd API reference</title>
+</head>
+<body>
+  <noscript>This page needs JavaScript (Scalar, from cdn.jsdelivr.net).
+    The API is described in <a href="/api/v1/openapi.json">/api/v1/openapi.json</a>.</noscript>
+  <p id="offline" hidden>Could not load Scalar from cdn.jsdelivr.net.
+    The API is described in <a href="/api/v1/openapi.json">/api/v1/openapi.json</a>.</p>
+  <script id="api-reference" data-url="/api/v1/openapi.json"></script>
+  <script src="https://cdn.jsdelivr.net/npm/@scalar/api-reference"
+    onerror="document.getElementById('offline').hidden = false"></script>
+</body>
+</html>
+"#;
+
+/// The API reference page
+///
+/// A page that renders this document with Scalar. The browser loads Scalar
+/// from cdn.jsdelivr.net. No token needed.
+#[utoipa::path(
+    get,
+    path = "/api/v1/docs",
+    tag = "docs",
+    responses((status = 200, description = "An HTML page", body = String, content_type = "text/html")),
+)]
+pub async fn docs() -> Html<&'static str> {
+    Html(DOCS_PAGE)
+}
