@@ -82,6 +82,20 @@ pub(crate) async fn create(
     {
         return Err(ApiError::tenant_mismatch("tenant_id"));
     }
+    // The packet names decisions and tasks the caller may have recorded a
+    // moment ago: read them once projections have caught up (bounded).
+    let policy = state
+        .reader
+        .cache
+        .policy(&state.pool, caller.tenant.as_str())
+        .await?;
+    state
+        .reader
+        .catch_up(
+            caller.tenant.as_str(),
+            std::time::Duration::from_millis(policy.strong_consistency_timeout_ms),
+        )
+        .await?;
     let (channel, sensitivity) = (request.channel, request.sensitivity);
     let packet = handoff::build(&state.pool, caller.tenant.as_str(), request)
         .await?

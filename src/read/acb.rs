@@ -24,7 +24,7 @@ use serde_json::{Map, Value, json};
 use sqlx::Row;
 
 use super::{
-    Reader,
+    PROJECTED_SEQ, Reader,
     bundle::{self, Candidates, Item, Section},
     cache::{DecisionRow, Visible},
     dedupe, handoff,
@@ -36,6 +36,8 @@ use crate::domain::{FieldError, event::Channel, limits};
 
 /// Longest `query_text` accepted.
 pub const MAX_QUERY_BYTES: usize = 16 * 1024;
+/// Parts (~400 tokens each) of one tool output the recent window shows.
+const RECENT_TOOL_OUTPUT_PARTS: usize = 1;
 /// Ids listed per omission; `count` says how many there were.
 const OMISSION_IDS_SHOWN: usize = 100;
 /// Words that make a query ask for how decisions changed, not just what
@@ -45,11 +47,20 @@ const HISTORY_WORDS: &[&str] = &[
     "historical",
     "previous",
     "previously",
+    "prior",
     "earlier",
+    "formerly",
     "originally",
+    "supersede",
     "superseded",
+    "replaced",
     "used to",
+    "change",
+    "changes",
     "changed",
+    "over time",
+    "evolved",
+    "evolution",
     "before",
 ];
 
@@ -294,19 +305,16 @@ struct Head {
 async fn head(reader: &Reader, tenant: &str, query: &str) -> Result<Head, sqlx::Error> {
     let names: Vec<&str> = reader.projectors.iter().map(|(n, _)| *n).collect();
     let versions: Vec<i32> = reader.projectors.iter().map(|(_, v)| *v).collect();
-    let row = sqlx::query(
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT h.seq AS head_seq,
                 (SELECT e.ts FROM public.events e WHERE e.tenant_id = h.tenant_id AND e.seq = h.seq)
                     AS newest,
-                (SELECT CASE WHEN count(*) = cardinality($2::text[]) THEN min(c.seq) ELSE 0 END
-                   FROM projections.cursors c
-                   JOIN unnest($2::text[], $3::int[]) AS p (name, version)
-                     ON c.projector = p.name AND c.version = p.version
-                  WHERE c.tenant_id = h.tenant_id) AS projected_seq,
-                ARRAY(SELECT l FROM unnest(tsvector_to_array(to_tsvector('english', $4))) AS l
+                ({PROJECTED_SEQ}) AS projected_seq,
+                ARRAY(SELECT l FROM unnest(tsvector_to_array(
+                          to_tsvector('english', projections.searchable($4)))) AS l
                        LIMIT $5) AS lexemes
-           FROM public.tenant_heads h WHERE h.tenant_id = $1",
-    )
+           FROM public.tenant_heads h WHERE h.tenant_id = $1"
+    )))
     .bind(tenant)
     .bind(&names)
     .bind(&versions)
@@ -463,10 +471,7 @@ pub async fn build_acb(
         }
         None => Vec::new(),
     };
-    let recent_events: HashSet<String> = recent
-        .iter()
-        .filter_map(|item| item.fields.get("event_id")?.as_str().map(str::to_owned))
-        .collect();
+    let recent_chunks: HashSet<String> = recent.iter().map(|item| item.id.clone()).collect();
 
     // Retrieval.
     let history = request
@@ -486,7 +491,7 @@ pub async fn build_acb(
                 pinned,
                 &policy,
                 history,
-                &recent_events,
+                &recent_chunks,
                 &task_ids,
                 &mut omissions,
             )
@@ -527,7 +532,7 @@ pub async fn build_acb(
                 ranked,
                 &policy,
                 history,
-                &recent_events,
+                &recent_chunks,
                 &task_ids,
                 &mut omissions,
             )
@@ -793,6 +798,26 @@ async fn recent_window(
                 })
                 .collect(),
         };
+        // A long tool output shows its head here, not all of it: one large
+        // read must not crowd the rest of the conversation out of the
+        // window. Its other parts stay retrievable as evidence.
+        if event.kind == "tool_result" && parts.len() > RECENT_TOOL_OUTPUT_PARTS {
+            let shown_parts = RECENT_TOOL_OUTPUT_PARTS;
+            let total = parts.len();
+            for part in parts.drain(shown_parts..) {
+                omissions.add(
+                    "truncated_tool_output",
+                    Some(SectionName::RecentWindow),
+                    part.chunk_id,
+                    details(&[
+                        ("event_id", json!(event.event_id)),
+                        ("parts_shown", json!(shown_parts)),
+                        ("parts", json!(total)),
+                        ("artifact_id", json!(event.artifact_id)),
+                    ]),
+                );
+            }
+        }
         // Newest first overall: an event's later parts before its earlier ones.
         parts.reverse();
         for part in parts {
@@ -874,7 +899,7 @@ impl Evidence {
         ranked: Vec<Candidate>,
         policy: &Policy,
         history: bool,
-        recent_events: &HashSet<String>,
+        recent_chunks: &HashSet<String>,
         active_tasks: &HashSet<String>,
         omissions: &mut Omissions,
     ) -> Result<(), sqlx::Error> {
@@ -906,7 +931,7 @@ impl Evidence {
                     detail,
                     policy,
                     history,
-                    recent_events,
+                    recent_chunks,
                     active_tasks,
                     omissions,
                 );
@@ -927,7 +952,7 @@ impl Evidence {
         detail: retrieve::Detail,
         policy: &Policy,
         history: bool,
-        recent_events: &HashSet<String>,
+        recent_chunks: &HashSet<String>,
         active_tasks: &HashSet<String>,
         omissions: &mut Omissions,
     ) {
@@ -987,7 +1012,7 @@ impl Evidence {
             );
             return;
         }
-        if recent_events.contains(&candidate.event_id) {
+        if recent_chunks.contains(&candidate.chunk_id) {
             omissions.add(
                 "duplicate",
                 section,
@@ -1091,6 +1116,9 @@ mod tests {
         assert!(asks_for_history("What did we use before PostgreSQL?"));
         assert!(asks_for_history("how has the policy changed"));
         assert!(asks_for_history("which db we used to have"));
+        assert!(asks_for_history(
+            "How did the storage policy change over time?"
+        ));
         assert!(!asks_for_history("what do we use to deploy"));
         assert!(!asks_for_history("What's the policy now?"));
         assert!(!asks_for_history("beforehand notes"));

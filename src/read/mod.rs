@@ -21,7 +21,10 @@ pub mod policy;
 pub mod privacy;
 pub mod retrieve;
 
-use std::sync::Arc;
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use memd_projectors::projections::{Encoding, TokenCounter, chunks::ChunkProjector};
 use sqlx::PgPool;
@@ -57,4 +60,50 @@ impl Reader {
             counter,
         }
     }
+
+    /// The tenant's log head and how far every projection has applied it.
+    pub async fn positions(&self, tenant: &str) -> Result<(i64, i64), sqlx::Error> {
+        let (names, versions) = self.projector_columns();
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT h.seq, ({PROJECTED_SEQ}) FROM public.tenant_heads h WHERE h.tenant_id = $1"
+        )))
+        .bind(tenant)
+        .bind(&names)
+        .bind(&versions)
+        .fetch_optional(&self.pool)
+        .await
+        .map(|row: Option<(i64, Option<i64>)>| {
+            row.map_or((0, 0), |(head, projected)| (head, projected.unwrap_or(0)))
+        })
+    }
+
+    /// Waits, at most `timeout`, until every projection of `tenant` has
+    /// applied its log up to the head as it is now: a call that reads
+    /// projections right after the caller's own writes (a handoff naming the
+    /// decision just recorded) sees them. True when caught up.
+    pub async fn catch_up(&self, tenant: &str, timeout: Duration) -> Result<bool, sqlx::Error> {
+        let (head, mut projected) = self.positions(tenant).await?;
+        let deadline = Instant::now() + timeout;
+        while projected < head && Instant::now() < deadline {
+            let slice = (deadline - Instant::now()).min(Duration::from_millis(25));
+            self.cache.wait_projected(tenant, head, slice).await;
+            projected = self.positions(tenant).await?.1;
+        }
+        Ok(projected >= head)
+    }
+
+    /// The projectors' names and versions, as bound for [`PROJECTED_SEQ`].
+    fn projector_columns(&self) -> (Vec<&'static str>, Vec<i32>) {
+        self.projectors.iter().copied().unzip()
+    }
 }
+
+/// How far every projection of tenant `h.tenant_id` has applied its log:
+/// the lowest cursor among the current projectors (`$2` names, `$3`
+/// versions), or 0 while any is missing or of another version.
+pub(crate) const PROJECTED_SEQ: &str =
+    "SELECT CASE WHEN count(*) = cardinality($2::text[]) THEN min(c.seq) ELSE 0 END
+       FROM projections.cursors c
+       JOIN unnest($2::text[], $3::int[]) AS p (name, version)
+         ON c.projector = p.name AND c.version = p.version
+      WHERE c.tenant_id = h.tenant_id";

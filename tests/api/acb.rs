@@ -608,10 +608,21 @@ async fn the_recent_window_reads_the_log_even_when_projections_lag(
     let recent = texts(&acb, "recent_window");
     assert_eq!(recent.first().unwrap(), "First thing I said.\n");
     assert_eq!(recent.last().unwrap(), "What I just said.\n");
-    assert!(
-        recent.len() > 3,
-        "the long output is in parts: {}",
-        recent.len()
+    // The long output is chunked on the spot, and shows its head only.
+    assert_eq!(recent.len(), 3, "{recent:?}");
+    assert!(recent[1].starts_with("line 1 of the log file\n"));
+    let trimmed = acb["omissions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["reason"] == "truncated_tool_output")
+        .expect("the rest of the output is named as left out");
+    assert_eq!(trimmed["section"], "recent_window");
+    assert_eq!(trimmed["parts_shown"], 1);
+    assert!(trimmed["parts"].as_u64().unwrap() > 1);
+    assert_eq!(
+        trimmed["count"].as_u64().unwrap() + 1,
+        trimmed["parts"].as_u64().unwrap()
     );
     assert_eq!(acb["provenance"]["head_seq"], 3);
     assert_eq!(acb["provenance"]["projected_seq"], 0);
