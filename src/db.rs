@@ -44,3 +44,45 @@ pub async fn create_database_if_missing(url: &str) -> Result<(), sqlx::Error> {
     }
     Ok(())
 }
+
+/// A database created for one run (a benchmark, a scenario run) and
+/// dropped at its end.
+pub struct ScratchDatabase {
+    admin: PgConnectOptions,
+    pub name: String,
+    pub options: PgConnectOptions,
+}
+
+impl ScratchDatabase {
+    /// A new database on the server of `database_url`, named `<prefix>_<ulid>`.
+    pub async fn create(database_url: &str, prefix: &str) -> anyhow::Result<Self> {
+        let base: PgConnectOptions = database_url
+            .parse()
+            .context("DATABASE_URL is not a PostgreSQL URL")?;
+        let admin = base.clone().database("postgres");
+        let name = crate::domain::new_id(prefix).to_lowercase();
+        let pool = connect(admin.clone(), 1)
+            .await
+            .context("connecting to PostgreSQL")?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&pool)
+            .await?;
+        pool.close().await;
+        Ok(Self {
+            options: base.database(&name),
+            admin,
+            name,
+        })
+    }
+
+    pub async fn drop_now(self) -> anyhow::Result<()> {
+        let pool = connect(self.admin, 1).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        )))
+        .execute(&pool)
+        .await?;
+        Ok(())
+    }
+}

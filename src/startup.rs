@@ -9,7 +9,10 @@ use memd_projectors::{
     runtime::{Runtime, RuntimeConfig},
 };
 use sqlx::PgPool;
-use tokio::{net::TcpListener, sync::watch};
+use tokio::{
+    net::TcpListener,
+    sync::{oneshot, watch},
+};
 
 use crate::{
     admin::jobs::JobWorker,
@@ -164,4 +167,46 @@ pub async fn shutdown_signal() {
         () = terminate => {},
     }
     tracing::info!("shutdown requested; finishing requests in flight");
+}
+
+/// A daemon serving in this process on a free local port, until stopped:
+/// what benchmarks and the scenario runner drive over HTTP.
+pub struct RunningDaemon {
+    pub base_url: String,
+    pool: PgPool,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl RunningDaemon {
+    /// Binds `config` on a free local port (whatever its `listen`) and
+    /// serves in a task of this runtime.
+    pub async fn start(pool: PgPool, config: ServeConfig) -> anyhow::Result<Self> {
+        let config = ServeConfig {
+            listen: "127.0.0.1:0".into(),
+            ..config
+        };
+        let daemon = Daemon::bind(&config, pool.clone()).await?;
+        let base_url = format!("http://{}", daemon.local_addr());
+        let (stop, stopped) = oneshot::channel();
+        let task = tokio::spawn(daemon.run(async {
+            let _ = stopped.await;
+        }));
+        Ok(Self {
+            base_url,
+            pool,
+            stop: Some(stop),
+            task,
+        })
+    }
+
+    /// Stops serving (requests in flight finish) and closes the pool.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        (&mut self.task).await??;
+        self.pool.close().await;
+        Ok(())
+    }
 }

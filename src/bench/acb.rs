@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::{
     harness::{
-        Measurement, RunningDaemon, ScratchDatabase, drive, environment, percentile, report_header,
+        Measurement, ScratchDatabase, drive, environment, percentile, report_header, start_daemon,
         wait_projected, write_report,
     },
     histories::{History, load},
@@ -61,7 +61,7 @@ struct Row {
 }
 
 pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Result<()> {
-    let scratch = ScratchDatabase::create(database_url).await?;
+    let scratch = ScratchDatabase::create(database_url, "memd_bench").await?;
     let result = measure(&scratch, &options).await;
     scratch.drop_now().await?;
     let (rows, environment) = result?;
@@ -84,7 +84,7 @@ async fn measure(
     let mut loaded = 0;
     for &size in &options.sizes {
         // The daemon projects while the history loads.
-        let daemon = RunningDaemon::start(pool.clone()).await?;
+        let daemon = start_daemon(pool.clone()).await?;
         if loaded == 0 {
             views(&daemon.base_url, &token).await?;
         }
@@ -216,7 +216,7 @@ async fn cold(
     let started = std::time::Instant::now();
     for restart in 0..options.restarts {
         let pool = db::connect(scratch.options.clone(), 16).await?;
-        let daemon = RunningDaemon::start(pool.clone()).await?;
+        let daemon = start_daemon(pool.clone()).await?;
         let at = std::time::Instant::now();
         let acb: Value = client
             .post(format!("{}/api/v1/acb/build", daemon.base_url))

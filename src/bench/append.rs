@@ -7,7 +7,7 @@ use anyhow::Context;
 use serde_json::{Value, json};
 
 use super::harness::{
-    Measurement, RunningDaemon, ScratchDatabase, drive, environment, report_header, write_report,
+    Measurement, ScratchDatabase, drive, environment, report_header, start_daemon, write_report,
 };
 use crate::{
     db,
@@ -31,7 +31,7 @@ pub async fn run(
     batch: usize,
     out: &Path,
 ) -> anyhow::Result<()> {
-    let scratch = ScratchDatabase::create(database_url).await?;
+    let scratch = ScratchDatabase::create(database_url, "memd_bench").await?;
     let result = measure(&scratch, duration, batch).await;
     scratch.drop_now().await?;
     let (rows, environment) = result?;
@@ -62,7 +62,7 @@ async fn measure(
         .execute(&pool)
         .await?;
 
-    let daemon = RunningDaemon::start(pool.clone()).await?;
+    let daemon = start_daemon(pool.clone()).await?;
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(64)
         .build()

@@ -7,90 +7,23 @@ use std::{
 };
 
 use anyhow::Context;
-use sqlx::{PgPool, postgres::PgConnectOptions};
-use tokio::sync::oneshot;
+use sqlx::PgPool;
 
-use crate::{
-    api::rate_limit::RateLimits,
-    db,
-    startup::{Daemon, ServeConfig},
-};
+use crate::{api::rate_limit::RateLimits, startup::ServeConfig};
 
-/// A database created for one benchmark run and dropped at the end.
-pub struct ScratchDatabase {
-    admin: PgConnectOptions,
-    pub name: String,
-    pub options: PgConnectOptions,
-}
+pub use crate::{db::ScratchDatabase, startup::RunningDaemon};
 
-impl ScratchDatabase {
-    pub async fn create(database_url: &str) -> anyhow::Result<Self> {
-        let base: PgConnectOptions = database_url
-            .parse()
-            .context("DATABASE_URL is not a PostgreSQL URL")?;
-        let admin = base.clone().database("postgres");
-        let name = crate::domain::new_id("memd_bench").to_lowercase();
-        let pool = db::connect(admin.clone(), 1)
-            .await
-            .context("connecting to PostgreSQL")?;
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&pool)
-            .await?;
-        pool.close().await;
-        Ok(Self {
-            options: base.database(&name),
-            admin,
-            name,
-        })
-    }
-
-    pub async fn drop_now(self) -> anyhow::Result<()> {
-        let pool = db::connect(self.admin, 1).await?;
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-            self.name
-        )))
-        .execute(&pool)
-        .await?;
-        Ok(())
-    }
-}
-
-/// A daemon serving on a free local port until dropped.
-pub struct RunningDaemon {
-    pub base_url: String,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
-}
-
-impl RunningDaemon {
-    pub async fn start(pool: PgPool) -> anyhow::Result<Self> {
-        let config = ServeConfig {
-            listen: "127.0.0.1:0".into(),
-            // Benchmarks measure memd, not its admission control.
+/// A daemon for a benchmark: on a free local port, without admission
+/// control (benchmarks measure memd, not its rate limits).
+pub async fn start_daemon(pool: PgPool) -> anyhow::Result<RunningDaemon> {
+    RunningDaemon::start(
+        pool,
+        ServeConfig {
             rate_limits: RateLimits::UNLIMITED,
             ..ServeConfig::default()
-        };
-        let daemon = Daemon::bind(&config, pool).await?;
-        let base_url = format!("http://{}", daemon.local_addr());
-        let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(daemon.run(async {
-            let _ = stopped.await;
-        }));
-        Ok(Self {
-            base_url,
-            stop: Some(stop),
-            task,
-        })
-    }
-
-    pub async fn stop(mut self) -> anyhow::Result<()> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        (&mut self.task).await??;
-        Ok(())
-    }
+        },
+    )
+    .await
 }
 
 /// Latencies of one scenario's operations, and how many events they carried.

@@ -27,7 +27,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use serde_json::{Value, json};
 
 use super::harness::{
-    RunningDaemon, ScratchDatabase, environment, percentile, report_header, wait_projected,
+    ScratchDatabase, environment, percentile, report_header, start_daemon, wait_projected,
     write_report,
 };
 use crate::{
@@ -202,7 +202,7 @@ struct Ranking {
 
 pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Result<()> {
     let conversations = conversations(&options.dir)?;
-    let scratch = ScratchDatabase::create(database_url).await?;
+    let scratch = ScratchDatabase::create(database_url, "memd_bench").await?;
     let result = measure(&scratch, &conversations).await;
     scratch.drop_now().await?;
     let (systems, environment) = result?;
@@ -258,7 +258,7 @@ async fn measure(
     let pool = db::connect(scratch.options.clone(), 8).await?;
     db::migrate(&pool).await?;
     let environment = environment(&pool).await?;
-    let daemon = RunningDaemon::start(pool.clone()).await?;
+    let daemon = start_daemon(pool.clone()).await?;
     let client = reqwest::Client::new();
     let base = daemon.base_url.clone();
 

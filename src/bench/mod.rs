@@ -4,7 +4,7 @@
 mod acb;
 mod append;
 mod harness;
-mod histories;
+pub mod histories;
 mod locomo;
 mod project;
 

@@ -15,7 +15,7 @@ use sqlx::{PgPool, postgres::PgListener};
 
 use super::{
     harness::{
-        RunningDaemon, ScratchDatabase, environment, percentile, report_header, write_report,
+        ScratchDatabase, environment, percentile, report_header, start_daemon, write_report,
     },
     histories::{History, load},
 };
@@ -80,7 +80,7 @@ async fn raw_chunk_insert(pool: &PgPool, tenant: &TenantId) -> anyhow::Result<Du
 }
 
 pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Result<()> {
-    let scratch = ScratchDatabase::create(database_url).await?;
+    let scratch = ScratchDatabase::create(database_url, "memd_bench").await?;
     let result = measure(&scratch, &options).await;
     scratch.drop_now().await?;
     let (lag, rebuilds, environment) = result?;
@@ -174,7 +174,7 @@ async fn measure_lag(pool: &PgPool, options: &Options) -> anyhow::Result<LagResu
         }
     });
 
-    let daemon = RunningDaemon::start(pool.clone()).await?;
+    let daemon = start_daemon(pool.clone()).await?;
     let client = reqwest::Client::new();
     let url = format!("{}/api/v1/events", daemon.base_url);
     let interval = Duration::from_secs_f64(LAG_TENANTS as f64 / f64::from(options.rate.max(1)));
