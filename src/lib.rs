@@ -23,6 +23,7 @@ pub mod db;
 pub mod domain;
 pub mod mcp;
 pub mod read;
+pub mod scenario;
 pub mod startup;
 pub mod telemetry;
 pub mod tenants;

@@ -15,12 +15,14 @@ use sqlx::{PgPool, postgres::PgConnectOptions};
 use memd::{
     admin::{self, jobs::JobWorker, progress::ProgressPrinter},
     api::rate_limit::RateLimits,
-    audit, bench, db,
+    audit, bench,
+    db::{self, ScratchDatabase},
     domain::{
         limits,
         redact::Redactor,
         tenant::{ApiToken, Scope, TenantId},
     },
+    scenario,
     startup::{Daemon, ProjectionConfig, ServeConfig, shutdown_signal},
     telemetry, tenants,
 };
@@ -127,6 +129,40 @@ enum Command {
     Bench {
         #[command(subcommand)]
         command: bench::BenchCommand,
+    },
+    /// Acceptance scenarios (scenarios/*.yaml).
+    Scenario {
+        #[command(subcommand)]
+        command: ScenarioCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ScenarioCommand {
+    /// Run scenario files (or every *.yaml of folders) and print a pass/fail
+    /// table; exit 1 if any fails. Without --url, starts a daemon in this
+    /// process on a fresh database on the server of --database-url (dropped
+    /// afterwards unless --keep-database).
+    Run {
+        /// Scenario files or folders.
+        #[arg(default_value = "scenarios")]
+        paths: Vec<PathBuf>,
+        /// A running daemon to test instead (black box over HTTP); then
+        /// --database-url must be its database (tenants are created there
+        /// and `no_secret_anywhere` scans it).
+        #[arg(long)]
+        url: Option<String>,
+        /// With --url: a shell command that restarts that daemon, for
+        /// scenarios with a `restart` step (skipped without one).
+        #[arg(long)]
+        restart_command: Option<String>,
+        /// Where to write the JSON report (default
+        /// scenario-reports/run_<UTC time>.report.json).
+        #[arg(long)]
+        report: Option<PathBuf>,
+        /// Keep the fresh database for inspection.
+        #[arg(long)]
+        keep_database: bool,
     },
 }
 
@@ -361,6 +397,68 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Bench { command } => bench::run(command, &cli.database_url).await?,
+        Command::Scenario {
+            command:
+                ScenarioCommand::Run {
+                    paths,
+                    url,
+                    restart_command,
+                    report,
+                    keep_database,
+                },
+        } => {
+            let files = scenario::files(&paths)?;
+            let report_path = report.unwrap_or_else(|| {
+                PathBuf::from(format!(
+                    "scenario-reports/run_{}.report.json",
+                    chrono::Utc::now().format("%Y%m%dT%H%M%SZ")
+                ))
+            });
+            let (run, scratch) = match url {
+                Some(url) => {
+                    let pool = connect(options, 4).await?;
+                    let mut target = scenario::Target::External {
+                        url: url.clone(),
+                        restart_command,
+                    };
+                    let run = scenario::run_all(&mut target, &pool, &files, url).await;
+                    (run, None)
+                }
+                None => {
+                    let scratch =
+                        ScratchDatabase::create(&cli.database_url, "memd_scenarios").await?;
+                    let pool = connect(scratch.options.clone(), 4).await?;
+                    let mut target = scenario::Target::managed(scratch.options.clone()).await?;
+                    let described = format!(
+                        "a daemon started here on the fresh database {}",
+                        scratch.name
+                    );
+                    let run = scenario::run_all(&mut target, &pool, &files, described).await;
+                    target.stop().await?;
+                    pool.close().await;
+                    (run, Some(scratch))
+                }
+            };
+            scenario::write_report(&run, &report_path)?;
+            println!(
+                "passed {}, failed {}, skipped {} in {:.1} s; report: {}",
+                run.passed,
+                run.failed,
+                run.skipped,
+                run.total_ms / 1000.0,
+                report_path.display()
+            );
+            if let Some(scratch) = scratch {
+                if keep_database {
+                    println!("database kept: {}", scratch.name);
+                } else {
+                    scratch.drop_now().await?;
+                }
+            }
+            if !run.ok() {
+                std::process::exit(1);
+            }
+        }
         Command::Project { projection } => {
             let config = projection.config();
             let pool = connect(options, config.runtime.workers as u32 + 2).await?;

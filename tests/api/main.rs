@@ -16,6 +16,7 @@ mod policy;
 mod projections;
 mod projector_runtime;
 mod rebuild;
+mod scenarios;
 mod secrets;
 mod shutdown;
 mod tenants;

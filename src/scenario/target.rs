@@ -1,0 +1,155 @@
+//! The daemon scenarios run against: one this process starts (and can
+//! restart) on a database, or one already running at a URL.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use sqlx::postgres::PgConnectOptions;
+
+use crate::{
+    db,
+    startup::{ProjectionConfig, RunningDaemon, ServeConfig},
+};
+
+pub enum Target {
+    /// A daemon in this process on `connect`'s database, started anew on
+    /// `restart` with a new connection pool and empty caches.
+    Managed {
+        connect: Box<PgConnectOptions>,
+        daemon: Option<RunningDaemon>,
+        /// Whether the running daemon projects.
+        projecting: bool,
+    },
+    /// A daemon someone else runs. `restart` runs `restart_command` (a
+    /// shell command) and waits for `/readyz`; without one it cannot.
+    External {
+        url: String,
+        restart_command: Option<String>,
+    },
+}
+
+impl Target {
+    /// A managed daemon on `connect` (migrated here), projecting.
+    pub async fn managed(connect: PgConnectOptions) -> anyhow::Result<Self> {
+        let pool = db::connect(connect.clone(), 2).await?;
+        db::migrate(&pool).await?;
+        pool.close().await;
+        let mut target = Target::Managed {
+            connect: Box::new(connect),
+            daemon: None,
+            projecting: true,
+        };
+        target.restart(true).await?;
+        Ok(target)
+    }
+
+    pub fn url(&self) -> &str {
+        match self {
+            Target::Managed { daemon, .. } => daemon
+                .as_ref()
+                .map(|d| d.base_url.as_str())
+                .unwrap_or_default(),
+            Target::External { url, .. } => url.trim_end_matches('/'),
+        }
+    }
+
+    /// Why `restart` cannot run here, if it cannot.
+    pub fn cannot_restart(&self) -> Option<&'static str> {
+        match self {
+            Target::External {
+                restart_command: None,
+                ..
+            } => Some("restart needs a daemon the runner starts, or --restart-command"),
+            _ => None,
+        }
+    }
+
+    /// Stops the daemon (requests in flight finish) and starts a new one,
+    /// with or without projection workers.
+    pub async fn restart(&mut self, projectors: bool) -> anyhow::Result<()> {
+        match self {
+            Target::Managed {
+                connect,
+                daemon,
+                projecting,
+            } => {
+                if let Some(running) = daemon.take() {
+                    running.stop().await?;
+                }
+                let pool = db::connect((**connect).clone(), 16).await?;
+                let config = ServeConfig {
+                    projection: projectors.then(ProjectionConfig::default),
+                    ..ServeConfig::default()
+                };
+                *daemon = Some(RunningDaemon::start(pool, config).await?);
+                *projecting = projectors;
+                Ok(())
+            }
+            Target::External {
+                url,
+                restart_command,
+            } => {
+                let Some(command) = restart_command else {
+                    bail!("restart needs a daemon the runner starts, or --restart-command");
+                };
+                if !projectors {
+                    bail!("a daemon without projectors needs a daemon the runner starts");
+                }
+                let command = command.clone();
+                let status = tokio::task::spawn_blocking(move || {
+                    std::process::Command::new("sh")
+                        .arg("-c")
+                        .arg(command)
+                        .status()
+                })
+                .await?
+                .context("running the restart command")?;
+                if !status.success() {
+                    bail!("the restart command exited with {status}");
+                }
+                wait_ready(url).await
+            }
+        }
+    }
+
+    /// Back to a projecting daemon, for the next scenario.
+    pub async fn reset(&mut self) -> anyhow::Result<()> {
+        if let Target::Managed {
+            projecting: false, ..
+        } = self
+        {
+            self.restart(true).await?;
+        }
+        Ok(())
+    }
+
+    pub async fn stop(self) -> anyhow::Result<()> {
+        if let Target::Managed {
+            daemon: Some(daemon),
+            ..
+        } = self
+        {
+            daemon.stop().await?;
+        }
+        Ok(())
+    }
+}
+
+async fn wait_ready(url: &str) -> anyhow::Result<()> {
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ready = client
+            .get(format!("{}/readyz", url.trim_end_matches('/')))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        if ready {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{url} was not ready within 60 s of the restart");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
