@@ -3,7 +3,7 @@
 
 use axum::{
     Json,
-    extract::{Query, State},
+    extract::State,
     response::{IntoResponse, Response},
 };
 use chrono::{DateTime, Utc};
@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::{
     ApiState,
     error::{ApiError, ErrorBody, RateLimited, Unauthorized, Unavailable},
-    extract::Authenticated,
+    extract::{Authenticated, QueryParams, page_limit},
     require_scope,
 };
 use crate::{
@@ -123,11 +123,9 @@ pub struct DecisionList {
 pub async fn get_decisions(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
-    query: Result<Query<DecisionQuery>, axum::extract::rejection::QueryRejection>,
+    QueryParams(query): QueryParams<DecisionQuery>,
 ) -> Result<Response, ApiError> {
     require_scope(&caller, Scope::Read)?;
-    let Query(query) =
-        query.map_err(|err| ApiError::invalid(FieldError::new("query", err.body_text())))?;
     let decisions = query_ledger(&state, &caller, &query).await?;
     Ok(Json(DecisionList { decisions }).into_response())
 }
@@ -148,13 +146,7 @@ pub(crate) async fn query_ledger(
             "must be active, superseded or rejected",
         )));
     }
-    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(ApiError::invalid(FieldError::new(
-            "limit",
-            format!("must be between 1 and {MAX_LIMIT}"),
-        )));
-    }
+    let limit = page_limit(query.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
     let visibility = query.channel.map(Visibility::new);
     let decisions: Vec<Decision> = sqlx::query_as(
         "SELECT decision_id, seq, ts, status, key, scope, decision, value, rationale, constraints,

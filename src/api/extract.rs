@@ -73,6 +73,38 @@ fn parse(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
     })
 }
 
+/// Query parameters, parsed with errors naming `query` (a malformed value,
+/// an unknown parameter).
+pub struct QueryParams<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for QueryParams<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(params)| QueryParams(params))
+            .map_err(|err| ApiError::invalid(FieldError::new("query", err.body_text())))
+    }
+}
+
+/// A page size: `limit` when given (1 to `max`), else `default`.
+pub fn page_limit(limit: Option<i64>, default: i64, max: i64) -> Result<i64, ApiError> {
+    let limit = limit.unwrap_or(default);
+    if (1..=max).contains(&limit) {
+        Ok(limit)
+    } else {
+        Err(ApiError::invalid(FieldError::new(
+            "limit",
+            format!("must be between 1 and {max}"),
+        )))
+    }
+}
+
 /// The caller, from `Authorization: Bearer <token>`. The tenant of every call
 /// comes from here and nowhere else. A tenant over its request or byte rate
 /// is refused here (429), before any work.

@@ -6,7 +6,7 @@
 
 use axum::{
     Json,
-    extract::{Path, Query, State},
+    extract::{Path, State},
     response::{IntoResponse, Response},
 };
 use chrono::{DateTime, Utc};
@@ -16,11 +16,10 @@ use serde_json::Value;
 use super::{
     ApiState,
     error::{ApiError, ErrorBody, RateLimited, Unauthorized, Unavailable},
-    extract::Authenticated,
+    extract::{Authenticated, QueryParams, page_limit},
     require_scope,
 };
 use crate::domain::{
-    FieldError,
     event::{ActorType, Channel, Kind, Sensitivity},
     tenant::Scope,
 };
@@ -116,18 +115,10 @@ const EVENT_COLUMNS: &str = "event_id, seq, created_at, ts, session_id, channel,
 pub async fn get_events(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
-    query: Result<Query<EventQuery>, axum::extract::rejection::QueryRejection>,
+    QueryParams(query): QueryParams<EventQuery>,
 ) -> Result<Response, ApiError> {
     require_scope(&caller, Scope::Read)?;
-    let Query(query) =
-        query.map_err(|err| ApiError::invalid(FieldError::new("query", err.body_text())))?;
-    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(ApiError::invalid(FieldError::new(
-            "limit",
-            format!("must be between 1 and {MAX_LIMIT}"),
-        )));
-    }
+    let limit = page_limit(query.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
     let events: Vec<StoredEvent> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {EVENT_COLUMNS} FROM events
           WHERE tenant_id = $1
