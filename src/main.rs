@@ -27,6 +27,13 @@ use memd::{
     telemetry, tenants,
 };
 
+/// A bundle allocates and frees thousands of small strings (candidate
+/// ids, row fields); glibc's allocator spent a fifth of the daemon's time
+/// on them under concurrent bundles, mimalloc much less (see README,
+/// Benchmarks).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "memd", version, about = "Memory daemon for AI agents")]
 struct Cli {

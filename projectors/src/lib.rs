@@ -11,9 +11,13 @@
 //! - [`rebuild`] and [`drift`]: replay from zero, and prove the live
 //!   projections equal a fresh replay.
 //!
+//! - [`dedupe`]: the word sets near-duplicates are found by, computed at
+//!   projection.
+//!
 //! Every projection table lives in a [`Schema`]: `projections` for the live
 //! read models, a throw-away shadow schema during a drift check.
 
+pub mod dedupe;
 pub mod drift;
 pub mod engine;
 pub mod event;

@@ -18,7 +18,7 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
-use memd_projectors::{StoredEvent, render};
+use memd_projectors::{StoredEvent, dedupe, render};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sqlx::Row;
@@ -27,7 +27,7 @@ use super::{
     PROJECTED_SEQ, Reader,
     bundle::{self, Candidates, Item, Section},
     cache::{DecisionRow, Visible},
-    dedupe, handoff,
+    handoff,
     policy::{MAX_CANDIDATE_POOL, Policy, Scoring, SectionName},
     privacy::{Filters, Visibility},
     retrieve::{self, Candidate, Scope},
@@ -261,20 +261,36 @@ impl Omissions {
         id: String,
         details: Map<String, Value>,
     ) {
-        let key = format!(
-            "{reason}|{section:?}|{}",
-            serde_json::to_string(&details).unwrap_or_default()
-        );
-        let at = *self.index.entry(key).or_insert_with(|| {
-            self.list.push(Omission {
-                reason,
-                section: section.map(SectionName::as_str),
-                candidates: Vec::new(),
-                count: 0,
-                details,
-            });
-            self.list.len() - 1
-        });
+        let key = serde_json::to_string(&details).unwrap_or_default();
+        self.add_keyed(reason, section, id, &key, || details);
+    }
+
+    /// [`Omissions::add`] for callers that know what tells their details
+    /// apart (`key`): the details are built only for a new omission. A
+    /// bundle may collapse a thousand near-duplicates into a few kept items.
+    fn add_keyed(
+        &mut self,
+        reason: &'static str,
+        section: Option<SectionName>,
+        id: String,
+        key: &str,
+        details: impl FnOnce() -> Map<String, Value>,
+    ) {
+        let key = format!("{reason}|{section:?}|{key}");
+        let at = match self.index.get(&key) {
+            Some(at) => *at,
+            None => {
+                self.list.push(Omission {
+                    reason,
+                    section: section.map(SectionName::as_str),
+                    candidates: Vec::new(),
+                    count: 0,
+                    details: details(),
+                });
+                self.index.insert(key, self.list.len() - 1);
+                self.list.len() - 1
+            }
+        };
         let omission = &mut self.list[at];
         omission.count += 1;
         if omission.candidates.len() < OMISSION_IDS_SHOWN {
@@ -615,6 +631,7 @@ pub async fn build_acb(
         items: decisions.into_iter().map(|(_, _, item)| item).collect(),
         chronological: false,
     });
+    evidence.finish(reader, tenant, &mut omissions).await?;
     let retrieved = evidence.items.len();
     let collapsed = evidence.collapsed;
     sections.push(Candidates {
@@ -734,9 +751,13 @@ async fn recent_window(
     if policy.recent_window_events == 0 {
         return Ok(Vec::new());
     }
+    // Content only of events the projections have not reached: the others
+    // are shown from their chunks, and a tool result's content is up to
+    // 64 KiB.
     let events: Vec<StoredEvent> = sqlx::query_as(
         "SELECT seq, event_id, created_at, ts, session_id, channel, actor_type, actor_id, kind,
-                sensitivity, tags, content, refs, artifact_id
+                sensitivity, tags, CASE WHEN seq > $5 THEN content ELSE 'null' END AS content,
+                refs, artifact_id
            FROM public.events
           WHERE tenant_id = $1 AND session_id = $2 AND seq > $3
             AND kind IN ('message', 'tool_result', 'decision', 'summary', 'task_update')
@@ -746,6 +767,7 @@ async fn recent_window(
     .bind(session)
     .bind(after_seq)
     .bind(i64::from(policy.recent_window_events))
+    .bind(projected_seq)
     .fetch_all(&reader.pool)
     .await?;
     let mut shown = Vec::new();
@@ -875,6 +897,8 @@ struct Evidence {
     /// stops there, so a small bundle does little work.
     token_limit: usize,
     tokens: usize,
+    /// What was chosen, best first; shown as items by [`Evidence::finish`].
+    kept: Vec<Candidate>,
     items: Vec<Item>,
     /// Content hashes and word sets of what was kept, for dedupe.
     hashes: HashMap<Vec<u8>, String>,
@@ -890,7 +914,11 @@ struct Evidence {
 
 impl Evidence {
     /// Goes down `ranked` (best first) keeping what may be shown, until the
-    /// limit. Decisions go to the ledger, not here.
+    /// limit. Decisions go to the ledger, not here. Only decisions' and
+    /// summaries' standing is read here (a page at a time); everything else
+    /// is decided from the candidates themselves, near-duplicates by the
+    /// word sets stored at projection, so a pool of hundreds of copies of
+    /// one fact costs no text reads.
     #[allow(clippy::too_many_arguments)]
     async fn consider(
         &mut self,
@@ -903,11 +931,9 @@ impl Evidence {
         active_tasks: &HashSet<String>,
         omissions: &mut Omissions,
     ) -> Result<(), sqlx::Error> {
-        // Texts and statuses are read best ranked first, a page at a time:
-        // a small first page is enough when the best candidates are kept and
-        // fill the budget; pages then grow fourfold, so a pool of mostly
-        // near-duplicates (a fact recorded hundreds of times) costs a few
-        // round trips, and a small budget never reads the whole pool.
+        // Pages grow fourfold: a small first page is enough when the best
+        // candidates fill the budget, and a pool of near-duplicates costs a
+        // few round trips at most.
         const FIRST_PAGE: usize = 64;
         let mut page_size = FIRST_PAGE;
         let mut ranked = ranked.into_iter();
@@ -917,18 +943,20 @@ impl Evidence {
             if page.is_empty() {
                 break;
             }
-            let ids: Vec<&str> = page.iter().map(|c| c.chunk_id.as_str()).collect();
-            let mut found = retrieve::details(&reader.pool, tenant, &ids).await?;
+            let ledgered: Vec<&str> = page
+                .iter()
+                .filter(|c| c.kind == "decision" || c.kind == "summary")
+                .map(|c| c.event_id.as_str())
+                .collect();
+            let mut standings = retrieve::standings(&reader.pool, tenant, &ledgered).await?;
             for candidate in page {
                 if self.full() {
                     break;
                 }
-                let Some(detail) = found.remove(&candidate.chunk_id) else {
-                    continue;
-                };
+                let standing = standings.remove(&candidate.event_id).unwrap_or_default();
                 self.take(
                     candidate,
-                    detail,
+                    standing,
                     policy,
                     history,
                     recent_chunks,
@@ -941,7 +969,7 @@ impl Evidence {
     }
 
     fn full(&self) -> bool {
-        self.items.len() >= self.limit || self.tokens >= self.token_limit
+        self.kept.len() >= self.limit || self.tokens >= self.token_limit
     }
 
     /// Decides what becomes of one candidate.
@@ -949,7 +977,7 @@ impl Evidence {
     fn take(
         &mut self,
         candidate: Candidate,
-        detail: retrieve::Detail,
+        standing: retrieve::Standing,
         policy: &Policy,
         history: bool,
         recent_chunks: &HashSet<String>,
@@ -963,7 +991,7 @@ impl Evidence {
             return;
         }
         if candidate.kind == "decision" {
-            match detail.decision_status.as_deref() {
+            match standing.decision_status.as_deref() {
                 Some("active") => {
                     self.decision_rank.entry(candidate.event_id).or_insert(rank);
                     return;
@@ -982,7 +1010,7 @@ impl Evidence {
                         candidate.chunk_id,
                         details(&[
                             ("decision_id", json!(candidate.event_id)),
-                            ("superseded_by", json!(detail.superseded_by)),
+                            ("superseded_by", json!(standing.superseded_by)),
                         ]),
                     );
                     return;
@@ -1000,7 +1028,7 @@ impl Evidence {
                 None => {}
             }
         }
-        if let Some(conflicts) = detail.conflicts {
+        if let Some(conflicts) = standing.conflicts {
             omissions.add(
                 "conflict",
                 section,
@@ -1036,70 +1064,95 @@ impl Evidence {
             );
             return;
         }
-        if let Some(kept) = self.hashes.get(&candidate.content_hash) {
-            self.collapse(omissions, candidate.chunk_id, kept.clone());
+        let duplicate_of = self
+            .hashes
+            .get(&candidate.content_hash)
+            .map(String::as_str)
+            .or_else(|| {
+                self.words
+                    .iter()
+                    .find(|(_, kept)| {
+                        dedupe::jaccard(kept, &candidate.words) >= policy.duplicate_similarity
+                    })
+                    .map(|(kept, _)| kept.as_str())
+            });
+        if let Some(kept) = duplicate_of {
+            let kept = kept.to_owned();
+            self.collapse(omissions, candidate.chunk_id, &kept);
             return;
         }
-        let words = dedupe::words(&detail.text);
-        if let Some((kept, _)) = self
-            .words
-            .iter()
-            .find(|(_, kept)| dedupe::jaccard(kept, &words) >= policy.duplicate_similarity)
-        {
-            let kept = kept.clone();
-            self.collapse(omissions, candidate.chunk_id, kept);
-            return;
-        }
-        if let Some(artifact) = &detail.artifact_id {
-            omissions.add(
-                "truncated_tool_output",
-                section,
-                candidate.event_id.clone(),
-                details(&[("artifact_id", json!(artifact))]),
-            );
-        }
-        let meta = render::chunk_meta(
-            &candidate.actor_id,
-            &candidate.kind,
-            candidate.source.as_deref(),
-            candidate.line_start.zip(candidate.line_end),
-            candidate.ts,
-        );
-        let item = Item {
-            kind: "evidence",
-            id: candidate.chunk_id.clone(),
-            meta,
-            text: render::body(&detail.text),
-            tokens: candidate.token_est.max(0) as usize,
-            refs: vec![candidate.chunk_id.clone(), candidate.event_id.clone()],
-            fields: details(&[
-                ("chunk_id", json!(candidate.chunk_id)),
-                ("event_id", json!(candidate.event_id)),
-                ("kind", json!(candidate.kind)),
-                ("session_id", json!(candidate.session_id)),
-                ("ts", json!(candidate.ts)),
-                ("score", json!(round(candidate.score))),
-                ("relevance", json!(round(candidate.relevance))),
-                ("recency", json!(round(candidate.recency))),
-                ("importance", json!(round(f64::from(candidate.importance)))),
-                ("artifact_id", json!(detail.artifact_id)),
-            ]),
-        };
         self.hashes
-            .insert(candidate.content_hash, candidate.chunk_id.clone());
-        self.words.push((candidate.chunk_id.clone(), words));
-        self.chosen.insert(candidate.chunk_id);
-        self.tokens += item.tokens;
-        self.items.push(item);
+            .insert(candidate.content_hash.clone(), candidate.chunk_id.clone());
+        self.words
+            .push((candidate.chunk_id.clone(), candidate.words.clone()));
+        self.chosen.insert(candidate.chunk_id.clone());
+        self.tokens += candidate.token_est.max(0) as usize;
+        self.kept.push(candidate);
     }
-    fn collapse(&mut self, omissions: &mut Omissions, chunk_id: String, kept: String) {
+
+    fn collapse(&mut self, omissions: &mut Omissions, chunk_id: String, kept: &str) {
         self.collapsed += 1;
-        omissions.add(
+        omissions.add_keyed(
             "duplicate",
             Some(SectionName::RetrievedEvidence),
             chunk_id,
-            details(&[("kept", json!(kept))]),
+            kept,
+            || details(&[("kept", json!(kept))]),
         );
+    }
+
+    /// Reads what the kept chunks show (one round trip) and makes them
+    /// items, best first.
+    async fn finish(
+        &mut self,
+        reader: &Reader,
+        tenant: &str,
+        omissions: &mut Omissions,
+    ) -> Result<(), sqlx::Error> {
+        let ids: Vec<&str> = self.kept.iter().map(|c| c.chunk_id.as_str()).collect();
+        let mut shown = retrieve::shown(&reader.pool, tenant, &ids).await?;
+        for candidate in self.kept.drain(..) {
+            // Gone since it was ranked (a rebuild in between): nothing to show.
+            let Some(shown) = shown.remove(&candidate.chunk_id) else {
+                continue;
+            };
+            if let Some(artifact) = &shown.artifact_id {
+                omissions.add(
+                    "truncated_tool_output",
+                    Some(SectionName::RetrievedEvidence),
+                    candidate.event_id.clone(),
+                    details(&[("artifact_id", json!(artifact))]),
+                );
+            }
+            let meta = render::chunk_meta(
+                &shown.actor_id,
+                candidate.kind,
+                candidate.source.as_deref(),
+                shown.line_start.zip(shown.line_end),
+                candidate.ts,
+            );
+            self.items.push(Item {
+                kind: "evidence",
+                id: candidate.chunk_id.clone(),
+                meta,
+                text: render::body(&shown.text),
+                tokens: candidate.token_est.max(0) as usize,
+                refs: vec![candidate.chunk_id.clone(), candidate.event_id.clone()],
+                fields: details(&[
+                    ("chunk_id", json!(candidate.chunk_id)),
+                    ("event_id", json!(candidate.event_id)),
+                    ("kind", json!(candidate.kind)),
+                    ("session_id", json!(shown.session_id)),
+                    ("ts", json!(candidate.ts)),
+                    ("score", json!(round(candidate.score))),
+                    ("relevance", json!(round(candidate.relevance))),
+                    ("recency", json!(round(candidate.recency))),
+                    ("importance", json!(round(f64::from(candidate.importance)))),
+                    ("artifact_id", json!(shown.artifact_id)),
+                ]),
+            });
+        }
+        Ok(())
     }
 }
 

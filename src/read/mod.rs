@@ -15,7 +15,6 @@
 pub mod acb;
 pub mod bundle;
 pub mod cache;
-pub mod dedupe;
 pub mod handoff;
 pub mod policy;
 pub mod privacy;

@@ -28,6 +28,8 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{PgPool, Row};
 
+use memd_projectors::dedupe;
+
 use super::{policy::Scoring, privacy::Visibility};
 
 /// Lexemes of one question beyond this many are ignored (in the order
@@ -37,22 +39,22 @@ pub const MAX_LEXEMES: usize = 24;
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
 
-/// A chunk in the pool, with what ranking needs.
+/// A chunk in the pool, with what ranking and choosing need: no text and
+/// no display fields, which are read only for the chunks a bundle keeps
+/// ([`shown`]).
 #[derive(Debug, Clone)]
 pub struct Candidate {
     pub chunk_id: String,
     pub event_id: String,
     pub seq: i64,
     pub ts: DateTime<Utc>,
-    pub session_id: String,
-    pub kind: String,
-    pub actor_id: String,
+    pub kind: &'static str,
     pub source: Option<String>,
-    pub line_start: Option<i32>,
-    pub line_end: Option<i32>,
     pub token_est: i32,
     pub importance: f32,
     pub content_hash: Vec<u8>,
+    /// Its content words, as projected ([`memd_projectors::dedupe`]).
+    pub words: Vec<u64>,
     /// Indexes of the query lexemes the chunk contains.
     pub matched: Vec<i32>,
     lexeme_count: i32,
@@ -60,6 +62,46 @@ pub struct Candidate {
     pub recency: f64,
     pub score: f64,
 }
+
+impl Candidate {
+    /// A row whose first columns are [`CANDIDATE_COLUMNS`], then the
+    /// chunk's lexeme count. By position: a bundle decodes up to 2,000.
+    fn from_row(row: &sqlx::postgres::PgRow, matched: Vec<i32>) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            chunk_id: row.try_get(0)?,
+            event_id: row.try_get(1)?,
+            seq: row.try_get(2)?,
+            ts: row.try_get(3)?,
+            kind: known_kind(row.try_get(4)?),
+            source: row.try_get(5)?,
+            token_est: row.try_get(6)?,
+            importance: row.try_get(7)?,
+            content_hash: row.try_get(8)?,
+            words: dedupe::decode(row.try_get::<&[u8], _>(9)?),
+            lexeme_count: row.try_get(10)?,
+            matched,
+            relevance: 0.0,
+            recency: 0.0,
+            score: 0.0,
+        })
+    }
+}
+
+/// A chunk's kind as a static string (no allocation per candidate).
+fn known_kind(kind: &str) -> &'static str {
+    match kind {
+        "message" => "message",
+        "tool_result" => "tool_result",
+        "decision" => "decision",
+        "summary" => "summary",
+        "task_update" => "task_update",
+        _ => "other",
+    }
+}
+
+/// The columns of a candidate, for the statements that read them.
+const CANDIDATE_COLUMNS: &str = "c.chunk_id, c.event_id, c.seq, c.ts, c.kind, c.source, \
+     c.token_est, c.importance, c.content_hash, c.word_hashes";
 
 /// The ranked pool.
 #[derive(Debug, Default)]
@@ -94,29 +136,27 @@ pub async fn candidates(
         return Ok(Vec::new());
     }
     let per_lexeme = (pool_max / lexemes.len()).max(1);
-    const COLUMNS: &str = "c.chunk_id, c.event_id, c.seq, c.ts, c.session_id, c.kind, \
-                           c.actor_id, c.source, c.line_start, c.line_end, c.token_est, \
-                           c.importance, c.content_hash, c.tsv";
     let branches: Vec<String> = (0..lexemes.len())
         .map(|index| {
             format!(
-                "(SELECT {COLUMNS} FROM projections.chunks c
+                "(SELECT {CANDIDATE_COLUMNS}, c.tsv FROM projections.chunks c
                    WHERE c.tenant_id = $1 AND c.tsv @@ ${param}::tsquery
                      AND c.channel = ANY ($2) AND c.sensitivity = ANY ($3)
                      AND NOT (c.kind = ANY ($4))
                    ORDER BY c.seq DESC LIMIT $5)",
-                param = index + 7
+                param = index + 6
             )
         })
         .collect();
+    // Which lexemes each candidate holds, as one boolean column per lexeme
+    // (for BM25 in `rank`).
+    let matched: String = (0..lexemes.len())
+        .map(|index| format!(", c.tsv @@ ${}::tsquery", index + 6))
+        .collect();
     let sql = format!(
-        "SELECT b.chunk_id, b.event_id, b.seq, b.ts, b.session_id, b.kind, b.actor_id, b.source,
-                b.line_start, b.line_end, b.token_est, b.importance, b.content_hash,
-                length(b.tsv) AS lexeme_count,
-                ARRAY(SELECT (q.i - 1)::int FROM unnest($6::tsquery[]) WITH ORDINALITY AS q (t, i)
-                       WHERE b.tsv @@ q.t) AS matched
-           FROM ({}) AS b",
-        branches.join(" UNION ALL ")
+        "SELECT {CANDIDATE_COLUMNS}, length(c.tsv) AS lexeme_count{matched}
+           FROM ({branches}) AS c",
+        branches = branches.join(" UNION ALL ")
     );
     let literals: Vec<String> = lexemes.iter().map(|l| tsquery_literal(l)).collect();
     // Not a prepared statement: planned with the actual lexemes, so each
@@ -127,42 +167,25 @@ pub async fn candidates(
         .bind(visibility.channel_names())
         .bind(visibility.sensitivity_names())
         .bind(&scope.excluded_kinds)
-        .bind(per_lexeme as i64)
-        .bind(&literals);
+        .bind(per_lexeme as i64);
     for literal in &literals {
         query = query.bind(literal);
     }
     let rows = query.fetch_all(pool).await?;
-    let mut seen = std::collections::HashSet::new();
     let mut candidates = Vec::with_capacity(rows.len());
     for row in rows {
-        let chunk_id: String = row.try_get("chunk_id")?;
-        if !seen.insert(chunk_id.clone()) {
-            continue;
+        let mut matched = Vec::new();
+        for index in 0..lexemes.len() {
+            if row.try_get::<bool, _>(11 + index)? {
+                matched.push(index as i32);
+            }
         }
-        candidates.push(Candidate {
-            chunk_id,
-            event_id: row.try_get("event_id")?,
-            seq: row.try_get("seq")?,
-            ts: row.try_get("ts")?,
-            session_id: row.try_get("session_id")?,
-            kind: row.try_get("kind")?,
-            actor_id: row.try_get("actor_id")?,
-            source: row.try_get("source")?,
-            line_start: row.try_get("line_start")?,
-            line_end: row.try_get("line_end")?,
-            token_est: row.try_get("token_est")?,
-            importance: row.try_get("importance")?,
-            content_hash: row.try_get("content_hash")?,
-            matched: row.try_get("matched")?,
-            lexeme_count: row.try_get("lexeme_count")?,
-            relevance: 0.0,
-            recency: 0.0,
-            score: 0.0,
-        });
+        candidates.push(Candidate::from_row(&row, matched)?);
     }
-    // The same order whatever order the branches came back in.
+    // The same order whatever order the branches came back in; a chunk
+    // holding several lexemes came back once per branch.
     candidates.sort_by(|a, b| a.chunk_id.cmp(&b.chunk_id));
+    candidates.dedup_by(|a, b| a.chunk_id == b.chunk_id);
     Ok(candidates)
 }
 
@@ -178,45 +201,26 @@ pub async fn by_refs(
     if refs.is_empty() {
         return Ok(Vec::new());
     }
-    let rows = sqlx::query(
-        "SELECT c.chunk_id, c.event_id, c.seq, c.ts, c.session_id, c.kind, c.actor_id, c.source,
-                c.line_start, c.line_end, c.token_est, c.importance, c.content_hash,
-                length(c.tsv) AS lexeme_count, min(r.o) AS position
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {CANDIDATE_COLUMNS}, length(c.tsv) AS lexeme_count, min(r.o) AS position
            FROM unnest($2::text[]) WITH ORDINALITY AS r (ref, o)
            JOIN projections.chunks c
              ON c.tenant_id = $1 AND (c.chunk_id = r.ref OR c.event_id = r.ref)
           WHERE c.channel = ANY ($3) AND c.sensitivity = ANY ($4)
           GROUP BY c.tenant_id, c.chunk_id
-          ORDER BY position, c.chunk_id",
-    )
+          ORDER BY position, c.chunk_id"
+    )))
     .bind(tenant)
     .bind(refs)
     .bind(visibility.channel_names())
     .bind(visibility.sensitivity_names())
     .fetch_all(pool)
     .await?;
-    rows.into_iter()
+    rows.iter()
         .map(|row| {
-            Ok(Candidate {
-                chunk_id: row.try_get("chunk_id")?,
-                event_id: row.try_get("event_id")?,
-                seq: row.try_get("seq")?,
-                ts: row.try_get("ts")?,
-                session_id: row.try_get("session_id")?,
-                kind: row.try_get("kind")?,
-                actor_id: row.try_get("actor_id")?,
-                source: row.try_get("source")?,
-                line_start: row.try_get("line_start")?,
-                line_end: row.try_get("line_end")?,
-                token_est: row.try_get("token_est")?,
-                importance: row.try_get("importance")?,
-                content_hash: row.try_get("content_hash")?,
-                matched: Vec::new(),
-                lexeme_count: row.try_get("lexeme_count")?,
-                relevance: 1.0,
-                recency: 1.0,
-                score: 1.0,
-            })
+            let mut candidate = Candidate::from_row(row, Vec::new())?;
+            (candidate.relevance, candidate.recency, candidate.score) = (1.0, 1.0, 1.0);
+            Ok(candidate)
         })
         .collect()
 }
@@ -330,31 +334,82 @@ fn better(a: &Candidate, b: &Candidate) -> Ordering {
         .then_with(|| a.chunk_id.cmp(&b.chunk_id))
 }
 
-/// What the bundle needs to show a ranked candidate, or to leave it out.
-#[derive(Debug, Clone)]
-pub struct Detail {
-    pub text: String,
+/// Where a decision or summary chunk stands: what decides whether it may be
+/// evidence at all.
+#[derive(Debug, Clone, Default)]
+pub struct Standing {
     /// The decision's status when the chunk is a decision's.
     pub decision_status: Option<String>,
     pub superseded_by: Option<String>,
     /// The summary's conflicts when the chunk is a flagged summary's.
     pub conflicts: Option<Value>,
+}
+
+/// The standing of the decisions and summaries among `event_ids`, by event
+/// id (other events are absent).
+pub async fn standings(
+    pool: &PgPool,
+    tenant: &str,
+    event_ids: &[&str],
+) -> Result<HashMap<String, Standing>, sqlx::Error> {
+    if event_ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let rows = sqlx::query(
+        "SELECT d.decision_id AS event_id, d.status, d.superseded_by, NULL::jsonb AS conflicts
+           FROM projections.decisions d
+          WHERE d.tenant_id = $1 AND d.decision_id = ANY ($2)
+         UNION ALL
+         SELECT s.event_id, NULL, NULL, CASE WHEN s.conflicted THEN s.conflicts END
+           FROM projections.summaries s
+          WHERE s.tenant_id = $1 AND s.event_id = ANY ($2)",
+    )
+    .bind(tenant)
+    .bind(event_ids)
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter()
+        .map(|row| {
+            Ok((
+                row.try_get("event_id")?,
+                Standing {
+                    decision_status: row.try_get("status")?,
+                    superseded_by: row.try_get("superseded_by")?,
+                    conflicts: row.try_get("conflicts")?,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// What a kept chunk shows: its text and where it came from.
+#[derive(Debug, Clone)]
+pub struct Shown {
+    pub text: String,
+    pub session_id: String,
+    pub actor_id: String,
+    pub line_start: Option<i32>,
+    pub line_end: Option<i32>,
+    /// Where the whole output is, for a truncated tool result.
     pub artifact_id: Option<String>,
 }
 
-pub async fn details(
+/// Texts and display fields of the chunks a bundle keeps, by chunk id.
+pub async fn shown(
     pool: &PgPool,
     tenant: &str,
     chunk_ids: &[&str],
-) -> Result<HashMap<String, Detail>, sqlx::Error> {
+) -> Result<HashMap<String, Shown>, sqlx::Error> {
+    if chunk_ids.is_empty() {
+        return Ok(HashMap::new());
+    }
     let rows = sqlx::query(
-        "SELECT c.chunk_id, c.text, d.status, d.superseded_by,
-                CASE WHEN s.conflicted THEN s.conflicts END AS conflicts, e.artifact_id
+        "SELECT c.chunk_id, c.text, c.session_id, c.actor_id, c.line_start, c.line_end,
+                CASE WHEN c.kind = 'tool_result'
+                     THEN (SELECT e.artifact_id FROM public.events e
+                            WHERE e.tenant_id = $1 AND e.seq = c.seq) END AS artifact_id
            FROM unnest($2::text[]) AS u (chunk_id)
-           JOIN projections.chunks c ON c.tenant_id = $1 AND c.chunk_id = u.chunk_id
-           LEFT JOIN projections.decisions d ON d.tenant_id = $1 AND d.decision_id = c.event_id
-           LEFT JOIN projections.summaries s ON s.tenant_id = $1 AND s.event_id = c.event_id
-           LEFT JOIN public.events e ON e.tenant_id = $1 AND e.seq = c.seq",
+           JOIN projections.chunks c ON c.tenant_id = $1 AND c.chunk_id = u.chunk_id",
     )
     .bind(tenant)
     .bind(chunk_ids)
@@ -364,11 +419,12 @@ pub async fn details(
         .map(|row| {
             Ok((
                 row.try_get("chunk_id")?,
-                Detail {
+                Shown {
                     text: row.try_get("text")?,
-                    decision_status: row.try_get("status")?,
-                    superseded_by: row.try_get("superseded_by")?,
-                    conflicts: row.try_get("conflicts")?,
+                    session_id: row.try_get("session_id")?,
+                    actor_id: row.try_get("actor_id")?,
+                    line_start: row.try_get("line_start")?,
+                    line_end: row.try_get("line_end")?,
                     artifact_id: row.try_get("artifact_id")?,
                 },
             ))
@@ -393,15 +449,12 @@ mod tests {
             event_id: format!("evt_{id}"),
             seq: 1_000 - hours_old,
             ts: newest - chrono::Duration::hours(hours_old),
-            session_id: "s".into(),
-            kind: "message".into(),
-            actor_id: "a".into(),
+            kind: "message",
             source: None,
-            line_start: None,
-            line_end: None,
             token_est: 10,
             importance,
             content_hash: vec![],
+            words: vec![],
             matched: matched.to_vec(),
             lexeme_count: lexemes,
             relevance: 0.0,

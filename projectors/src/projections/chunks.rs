@@ -7,6 +7,7 @@ use sqlx::PgConnection;
 
 use super::tokens::TokenCounter;
 use crate::{
+    dedupe,
     event::StoredEvent,
     projector::{BoxFuture, Projector, Table},
     render,
@@ -52,7 +53,8 @@ pub struct ChunkProjector {
 
 impl ChunkProjector {
     /// 2: `token_est` counts the chunk as a bundle renders it.
-    const BASE_VERSION: i32 = 2;
+    /// 3: `word_hashes`, the chunk's content words for dedupe.
+    const BASE_VERSION: i32 = 3;
 
     pub fn new(tokens: TokenCounter) -> Self {
         Self { tokens }
@@ -73,6 +75,8 @@ pub struct Chunk {
     pub token_est: i32,
     pub importance: f32,
     pub content_hash: Vec<u8>,
+    /// Its content words ([`crate::dedupe::words`]), encoded.
+    pub word_hashes: Vec<u8>,
 }
 
 /// The text an event contributes to retrieval, where its first line is,
@@ -288,6 +292,7 @@ impl ChunkProjector {
                     token_est: self.tokens.count(&rendered) as i32,
                     importance,
                     content_hash: content_hash(part.text),
+                    word_hashes: dedupe::encode(&dedupe::words(part.text)),
                 }
             })
             .collect()
@@ -351,6 +356,7 @@ struct Rows {
     token_est: Vec<i32>,
     importance: Vec<f32>,
     content_hash: Vec<Vec<u8>>,
+    word_hashes: Vec<Vec<u8>>,
 }
 
 impl Rows {
@@ -375,24 +381,25 @@ impl Rows {
         self.token_est.push(chunk.token_est);
         self.importance.push(chunk.importance);
         self.content_hash.push(chunk.content_hash);
+        self.word_hashes.push(chunk.word_hashes);
     }
 
     async fn insert(self, tx: &mut PgConnection, tenant: &str) -> Result<(), sqlx::Error> {
         sqlx::query(
             "INSERT INTO chunks (tenant_id, chunk_id, event_id, seq, part, ts, session_id, channel,
                                  sensitivity, actor_type, actor_id, kind, tags, source, line_start,
-                                 line_end, text, token_est, importance, content_hash)
+                                 line_end, text, token_est, importance, content_hash, word_hashes)
              SELECT $1, u.chunk_id, u.event_id, u.seq, u.part, u.ts, u.session_id, u.channel,
                     u.sensitivity, u.actor_type, u.actor_id, u.kind,
                     ARRAY(SELECT jsonb_array_elements_text(u.tags::jsonb)), u.source, u.line_start,
-                    u.line_end, u.text, u.token_est, u.importance, u.content_hash
+                    u.line_end, u.text, u.token_est, u.importance, u.content_hash, u.word_hashes
                FROM unnest($2::text[], $3::text[], $4::bigint[], $5::int[], $6::timestamptz[],
                            $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
                            $12::text[], $13::text[], $14::text[], $15::int[], $16::int[],
-                           $17::text[], $18::int[], $19::real[], $20::bytea[])
+                           $17::text[], $18::int[], $19::real[], $20::bytea[], $21::bytea[])
                     AS u (chunk_id, event_id, seq, part, ts, session_id, channel, sensitivity,
                           actor_type, actor_id, kind, tags, source, line_start, line_end, text,
-                          token_est, importance, content_hash)",
+                          token_est, importance, content_hash, word_hashes)",
         )
         .bind(tenant)
         .bind(self.chunk_id)
@@ -414,6 +421,7 @@ impl Rows {
         .bind(self.token_est)
         .bind(self.importance)
         .bind(self.content_hash)
+        .bind(self.word_hashes)
         .execute(tx)
         .await?;
         Ok(())

@@ -6,6 +6,10 @@
 //! lowercased, split on anything but letters and digits, stripped of common
 //! function words and of a plural or verb suffix, so "The budget is 65K
 //! tokens" and "our token budget: 65k" share {budget, 65k, token}.
+//!
+//! Each chunk's word set is computed once, at projection, and stored
+//! (`chunks.word_hashes`, [`encode`]): a bundle compares hundreds of
+//! candidates without reading or re-splitting their texts.
 
 use std::{collections::HashSet, sync::LazyLock};
 
@@ -68,6 +72,19 @@ fn stem(word: &str) -> &str {
     word
 }
 
+/// A word set as stored: 8 bytes per hash, little-endian, in order.
+pub fn encode(words: &[u64]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// A stored word set back (trailing bytes short of a hash are ignored).
+pub fn decode(bytes: &[u8]) -> Vec<u64> {
+    bytes
+        .chunks_exact(8)
+        .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+        .collect()
+}
+
 /// |a ∩ b| / |a ∪ b| of two sorted sets; two empty sets are not similar.
 pub fn jaccard(a: &[u64], b: &[u64]) -> f64 {
     let (mut i, mut j, mut shared) = (0, 0, 0);
@@ -110,6 +127,14 @@ mod tests {
         let other = words("The deploy budget is 3 engineers for the 65K migration");
         assert!(jaccard(&words(facts[0]), &other) < 0.6);
         assert_eq!(jaccard(&words("the and"), &words("of")), 0.0);
+    }
+
+    #[test]
+    fn stored_word_sets_read_back_the_same() {
+        let set = words("Export job 4411 timed out after 30 s on page 7");
+        assert!(!set.is_empty());
+        assert_eq!(decode(&encode(&set)), set);
+        assert_eq!(decode(&[]), Vec::<u64>::new());
     }
 
     #[test]
