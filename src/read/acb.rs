@@ -202,7 +202,12 @@ pub struct Provenance {
     pub intent: Option<String>,
     /// `fast` (no retrieval) or `retrieval`.
     pub path: &'static str,
+    /// The query's lexemes (PostgreSQL's English stems, at most 24).
     pub query_terms: Vec<String>,
+    /// Those common in the tenant's memory, going by the table's
+    /// statistics: fetched together, as the newest chunks holding any of
+    /// them, rather than each on its own.
+    pub common_terms: Vec<String>,
     pub candidate_pool_size: usize,
     pub candidate_pool_max: u32,
     /// Evidence chunks that survived filtering and dedupe, before packing.
@@ -496,6 +501,7 @@ pub async fn build_acb(
     let fast = policy.is_fast_path(request.intent.as_deref()) || head.lexemes.is_empty();
     let mut evidence = Evidence::default();
     let mut pool_size = 0;
+    let mut common_terms = Vec::new();
     if let Some(packet) = &handoff {
         evidence.limit = policy.handoff_evidence_max as usize;
         evidence.token_limit = max_tokens;
@@ -524,10 +530,24 @@ pub async fn build_acb(
                 Vec::new()
             },
         };
+        let common = retrieve::common_lexemes(
+            &head.lexemes,
+            &*reader.lexeme_frequencies().await,
+            head.head_seq,
+            policy.candidate_pool_max as usize,
+        );
+        common_terms = head
+            .lexemes
+            .iter()
+            .zip(&common)
+            .filter(|(_, common)| **common)
+            .map(|(lexeme, _)| lexeme.clone())
+            .collect();
         let candidates = retrieve::candidates(
             &reader.pool,
             tenant,
             &head.lexemes,
+            &common,
             visibility,
             &scope,
             policy.candidate_pool_max as usize,
@@ -663,6 +683,7 @@ pub async fn build_acb(
             intent: request.intent,
             path: if fast { "fast" } else { "retrieval" },
             query_terms: head.lexemes,
+            common_terms,
             candidate_pool_size: pool_size,
             candidate_pool_max: policy.candidate_pool_max,
             retrieved,

@@ -871,3 +871,70 @@ async fn bundles_never_exceed_max_tokens_over_arbitrary_stored_content(
         }
     }
 }
+
+#[sqlx::test]
+async fn common_query_terms_share_one_branch_and_a_rare_terms_old_matches_still_come(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect.clone()).await;
+    let token = app.tenant("acme").await;
+    let put = app
+        .client
+        .put(format!("{}/api/v1/policy", app.base_url))
+        .bearer_auth(&token)
+        .json(&json!({"candidate_pool_max": 200}))
+        .send()
+        .await
+        .unwrap();
+    assert!(put.status().is_success());
+    // The oldest event holds the rare word; 1,500 newer ones the common one.
+    app.append(
+        &token,
+        &message("old", "The zeppelin budget was approved by finance."),
+    )
+    .await;
+    for batch in 0..3 {
+        let events: Vec<Value> = (0..500)
+            .map(|i| {
+                message(
+                    "chatter",
+                    &format!(
+                        "Export job {} finished for account {}.",
+                        batch * 500 + i,
+                        i % 7
+                    ),
+                )
+            })
+            .collect();
+        app.append(&token, &json!({ "events": events })).await;
+    }
+    wait_projected(&app.pool, "acme").await;
+    let ask = json!({"session_id": "today", "query_text": "zeppelin export", "max_tokens": 4000});
+
+    // Before the table is analyzed there are no statistics: every term on its own.
+    let before = app.acb(&token, ask.clone()).await;
+    assert_eq!(before["provenance"]["common_terms"], json!([]));
+
+    sqlx::query("ANALYZE projections.chunks")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    // A new daemon: the statistics are read afresh (they are kept a minute).
+    let fresh = spawn_daemon_with(connect, ServeConfig::default()).await;
+    let after = fresh.acb(&token, ask).await;
+    let provenance = &after["provenance"];
+    assert_eq!(provenance["query_terms"], json!(["export", "zeppelin"]));
+    assert_eq!(provenance["common_terms"], json!(["export"]));
+    assert!(provenance["candidate_pool_size"].as_u64().unwrap() <= 200);
+    let evidence = texts(&after, "retrieved_evidence");
+    assert!(
+        evidence.iter().any(|t| t.contains("zeppelin budget")),
+        "the rare term's old match is found: {evidence:?}"
+    );
+    assert_eq!(
+        texts(&before, "retrieved_evidence").first(),
+        evidence.first(),
+        "the best evidence is the same either way"
+    );
+}
