@@ -200,13 +200,18 @@ impl RunningDaemon {
         })
     }
 
-    /// Stops serving (requests in flight finish) and closes the pool.
+    /// Stops serving (requests in flight finish). The pool stays open: it
+    /// is the caller's.
     pub async fn stop(mut self) -> anyhow::Result<()> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
         (&mut self.task).await??;
-        self.pool.close().await;
         Ok(())
+    }
+
+    /// The pool it serves from.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
     }
 }

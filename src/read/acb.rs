@@ -922,7 +922,7 @@ struct Evidence {
     kept: Vec<Candidate>,
     items: Vec<Item>,
     /// Content hashes and word sets of what was kept, for dedupe.
-    hashes: HashMap<Vec<u8>, String>,
+    hashes: HashMap<[u8; 32], String>,
     words: Vec<(String, Vec<u64>)>,
     chosen: HashSet<String>,
     collapsed: usize,
@@ -1103,7 +1103,7 @@ impl Evidence {
             return;
         }
         self.hashes
-            .insert(candidate.content_hash.clone(), candidate.chunk_id.clone());
+            .insert(candidate.content_hash, candidate.chunk_id.clone());
         self.words
             .push((candidate.chunk_id.clone(), candidate.words.clone()));
         self.chosen.insert(candidate.chunk_id.clone());

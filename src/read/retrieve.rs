@@ -52,11 +52,12 @@ pub struct Candidate {
     pub source: Option<String>,
     pub token_est: i32,
     pub importance: f32,
-    pub content_hash: Vec<u8>,
+    pub content_hash: [u8; 32],
     /// Its content words, as projected ([`memd_projectors::dedupe`]).
     pub words: Vec<u64>,
-    /// Indexes of the query lexemes the chunk contains.
-    pub matched: Vec<i32>,
+    /// The query lexemes the chunk contains: bit `i` for lexeme `i` (there
+    /// are at most [`MAX_LEXEMES`]).
+    pub matched: u32,
     lexeme_count: i32,
     pub relevance: f64,
     pub recency: f64,
@@ -66,7 +67,7 @@ pub struct Candidate {
 impl Candidate {
     /// A row whose first columns are [`CANDIDATE_COLUMNS`], then the
     /// chunk's lexeme count. By position: a bundle decodes up to 2,000.
-    fn from_row(row: &sqlx::postgres::PgRow, matched: Vec<i32>) -> Result<Self, sqlx::Error> {
+    fn from_row(row: &sqlx::postgres::PgRow, matched: u32) -> Result<Self, sqlx::Error> {
         Ok(Self {
             chunk_id: row.try_get(0)?,
             event_id: row.try_get(1)?,
@@ -76,7 +77,10 @@ impl Candidate {
             source: row.try_get(5)?,
             token_est: row.try_get(6)?,
             importance: row.try_get(7)?,
-            content_hash: row.try_get(8)?,
+            content_hash: row
+                .try_get::<&[u8], _>(8)?
+                .try_into()
+                .map_err(|_| sqlx::Error::Decode("content_hash is not 32 bytes".into()))?,
             words: dedupe::decode(row.try_get::<&[u8], _>(9)?),
             lexeme_count: row.try_get(10)?,
             matched,
@@ -218,10 +222,10 @@ pub async fn candidates(
     let rows = query.fetch_all(pool).await?;
     let mut candidates = Vec::with_capacity(rows.len());
     for row in rows {
-        let mut matched = Vec::new();
+        let mut matched = 0_u32;
         for index in 0..lexemes.len() {
             if row.try_get::<bool, _>(11 + index)? {
-                matched.push(index as i32);
+                matched |= 1 << index;
             }
         }
         candidates.push(Candidate::from_row(&row, matched)?);
@@ -262,7 +266,7 @@ pub async fn by_refs(
     .await?;
     rows.iter()
         .map(|row| {
-            let mut candidate = Candidate::from_row(row, Vec::new())?;
+            let mut candidate = Candidate::from_row(row, 0)?;
             (candidate.relevance, candidate.recency, candidate.score) = (1.0, 1.0, 1.0);
             Ok(candidate)
         })
@@ -313,10 +317,12 @@ pub fn rank(
     newest: DateTime<Utc>,
     scoring: &Scoring,
 ) -> Vec<Candidate> {
+    let lexeme_count = lexeme_count.min(MAX_LEXEMES);
+    let holds = |matched: u32, index: usize| matched & (1 << index) != 0;
     let mut df = vec![0_usize; lexeme_count];
     for candidate in &candidates {
-        for index in &candidate.matched {
-            if let Some(count) = df.get_mut(*index as usize) {
+        for (index, count) in df.iter_mut().enumerate() {
+            if holds(candidate.matched, index) {
                 *count += 1;
             }
         }
@@ -341,11 +347,11 @@ pub fn rank(
     for candidate in &mut candidates {
         let length = f64::from(candidate.lexeme_count.max(1));
         let norm = K1 * (1.0 - B + B * length / average_length);
-        candidate.relevance = candidate
-            .matched
+        candidate.relevance = idf
             .iter()
-            .filter_map(|index| idf.get(*index as usize))
-            .map(|idf| idf * (K1 + 1.0) / (1.0 + norm))
+            .enumerate()
+            .filter(|(index, _)| holds(candidate.matched, *index))
+            .map(|(_, idf)| idf * (K1 + 1.0) / (1.0 + norm))
             .sum();
         let age_hours = (newest - candidate.ts).num_milliseconds().max(0) as f64 / 3_600_000.0;
         candidate.recency = 0.5_f64.powf(age_hours / scoring.recency_half_life_hours);
@@ -497,9 +503,9 @@ mod tests {
             source: None,
             token_est: 10,
             importance,
-            content_hash: vec![],
+            content_hash: [0; 32],
             words: vec![],
-            matched: matched.to_vec(),
+            matched: matched.iter().fold(0, |bits, index| bits | 1 << index),
             lexeme_count: lexemes,
             relevance: 0.0,
             recency: 0.0,

@@ -74,7 +74,9 @@ impl Target {
                 projecting,
             } => {
                 if let Some(running) = daemon.take() {
+                    let pool = running.pool().clone();
                     running.stop().await?;
+                    pool.close().await;
                 }
                 let pool = db::connect((**connect).clone(), 16).await?;
                 let config = ServeConfig {
@@ -129,7 +131,9 @@ impl Target {
             ..
         } = self
         {
+            let pool = daemon.pool().clone();
             daemon.stop().await?;
+            pool.close().await;
         }
         Ok(())
     }

@@ -415,3 +415,51 @@ async fn mcp_without_a_valid_token_is_refused_before_any_tool(
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["result"]["serverInfo"]["name"], "memd");
 }
+
+#[sqlx::test]
+async fn any_daemon_on_the_database_answers_any_mcp_call(
+    _: PgPoolOptions,
+    connect_options: PgConnectOptions,
+) {
+    // Two daemons share only the database: no MCP session lives in either.
+    let a = spawn_daemon(connect_options.clone()).await;
+    let b = spawn_daemon(connect_options).await;
+    let token = a.tenant("acme").await;
+    let via_a = connect(&a, &token).await.expect("connect to a");
+    let via_b = connect(&b, &token).await.expect("connect to b");
+    let recorded = ok(
+        &via_a,
+        "memory_record_event",
+        json!({"session_id": "s1", "text": "the walrus migration runs on sundays"}),
+    )
+    .await;
+    let bundle = call(
+        &via_b,
+        "memory_build_acb",
+        json!({"session_id": "s1", "query_text": "when does the walrus migration run?",
+               "consistency": "strong"}),
+    )
+    .await;
+    assert!(text(&bundle).contains("walrus migration runs on sundays"));
+    let bundle = bundle.structured_content.unwrap();
+    assert_eq!(bundle["provenance"]["head_seq"], recorded["seq"]);
+    // A bare JSON-RPC call to b, with no initialize on b at all.
+    let response = b
+        .client
+        .post(format!("{}/mcp", b.base_url))
+        .bearer_auth(&token)
+        .header("accept", "application/json, text/event-stream")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+            "name": "memory_query_decisions", "arguments": {}}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["result"]["structuredContent"]["decisions"], json!([]));
+    for client in [via_a, via_b] {
+        client.cancel().await.unwrap();
+    }
+}
