@@ -11,7 +11,7 @@
 //! (`chunks.word_hashes`, [`encode`]): a bundle compares hundreds of
 //! candidates without reading or re-splitting their texts.
 
-use std::{collections::HashSet, sync::LazyLock};
+use std::sync::LazyLock;
 
 const STOPWORDS: &[&str] = &[
     "a", "about", "above", "after", "again", "all", "am", "an", "and", "any", "are", "as", "at",
@@ -38,8 +38,13 @@ pub fn words(text: &str) -> Vec<u64> {
             continue;
         }
         lowered.clear();
-        lowered.extend(word.chars().flat_map(char::to_lowercase));
-        if STOPWORD_SET.contains(lowered.as_str()) {
+        if word.is_ascii() {
+            lowered.push_str(word);
+            lowered.make_ascii_lowercase();
+        } else {
+            lowered.extend(word.chars().flat_map(char::to_lowercase));
+        }
+        if is_stopword(&lowered) {
             continue;
         }
         words.push(fnv1a(stem(&lowered).as_bytes()));
@@ -49,8 +54,21 @@ pub fn words(text: &str) -> Vec<u64> {
     words
 }
 
-static STOPWORD_SET: LazyLock<HashSet<&'static str>> =
-    LazyLock::new(|| STOPWORDS.iter().copied().collect());
+/// Stop words, sorted for binary search (run for every word of every
+/// chunk at projection).
+static STOPWORDS_SORTED: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+    let mut sorted = STOPWORDS.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    sorted
+});
+
+/// The longest stop word: longer words skip the lookup.
+const STOPWORD_MAX_LEN: usize = 8;
+
+fn is_stopword(word: &str) -> bool {
+    word.len() <= STOPWORD_MAX_LEN && STOPWORDS_SORTED.binary_search(&word).is_ok()
+}
 
 /// FNV-1a: fast, and the same in every process (SipHash is seeded).
 fn fnv1a(bytes: &[u8]) -> u64 {
@@ -135,6 +153,17 @@ mod tests {
         assert!(!set.is_empty());
         assert_eq!(decode(&encode(&set)), set);
         assert_eq!(decode(&[]), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn every_stop_word_is_found_and_no_longer_than_the_bound() {
+        for word in STOPWORDS {
+            assert!(word.len() <= STOPWORD_MAX_LEN, "{word}");
+            assert!(is_stopword(word), "{word}");
+        }
+        assert!(!is_stopword("budget"));
+        assert_eq!(words("The BUDGET"), words("budget"));
+        assert_eq!(words("Ünïcode ÉTÉ"), words("ünïcode été"));
     }
 
     #[test]

@@ -21,9 +21,19 @@ use super::{
 };
 use crate::{
     db,
-    domain::tenant::{Scope, TenantId},
+    domain::{
+        event::Channel,
+        tenant::{Scope, TenantId},
+    },
+    read::{
+        Reader,
+        policy::Policy,
+        privacy::Visibility,
+        retrieve::{self, Scope as RetrievalScope},
+    },
     tenants,
 };
+use memd_projectors::projections::Encoding;
 
 pub struct Options {
     pub sizes: Vec<u64>,
@@ -33,6 +43,12 @@ pub struct Options {
 }
 
 const TENANT: &str = "acb-bench";
+/// The scenario that measures PostgreSQL's part alone.
+const CANDIDATES_ALONE: &str = "retrieval candidate statement alone (PostgreSQL)";
+
+/// Distinct questions the candidate statement is measured with (the
+/// retrieval path's, by index).
+const QUESTIONS: u64 = 1_000;
 
 /// Questions about the chat history (accounts, exports, jobs, page sizes).
 fn question(i: u64) -> String {
@@ -93,6 +109,22 @@ async fn measure(
         wait_projected(&pool).await?;
         eprintln!("{size} events loaded and projected");
         let session = format!("session-{}", (size - 1) / 200);
+        for clients in [1, 32] {
+            let (m, pool_size) = candidate_statements(&pool, &tenant, clients, options).await?;
+            eprintln!(
+                "{size} candidate statement x{clients}: p50 {:.1} ms, p95 {:.1} ms",
+                m.percentile_ms(50.0),
+                m.percentile_ms(95.0)
+            );
+            rows.push(Row {
+                size,
+                scenario: CANDIDATES_ALONE,
+                clients,
+                m,
+                tokens: 0.0,
+                pool: pool_size,
+            });
+        }
         for (scenario, fast) in [("fast path", true), ("retrieval path", false)] {
             for clients in [1, 32] {
                 let (m, tokens, pool_size) =
@@ -152,6 +184,71 @@ fn body(session: &str, fast: bool, i: u64, max_tokens: u32) -> Value {
         json!({"session_id": session, "agent_id": "bench", "intent": "question",
                "query_text": question(i), "max_tokens": max_tokens})
     }
+}
+
+/// The floor under the retrieval path: the one statement that fetches a
+/// bundle's candidate pool, for the same questions, run straight on a
+/// connection of this process by `clients` concurrent tasks (no HTTP, no
+/// ranking, no bundle). Also the mean pool size.
+async fn candidate_statements(
+    pool: &sqlx::PgPool,
+    tenant: &TenantId,
+    clients: usize,
+    options: &Options,
+) -> anyhow::Result<(Measurement, f64)> {
+    let reader = std::sync::Arc::new(Reader::new(pool.clone(), Encoding::default()));
+    let frequencies = reader.lexeme_frequencies().await;
+    let (head, _) = reader.positions(tenant.as_str()).await?;
+    let policy = Policy::default();
+    let pool_max = policy.candidate_pool_max as usize;
+    // The questions' lexemes and common terms, as a bundle would find them.
+    let mut questions = Vec::new();
+    for i in 0..QUESTIONS {
+        let lexemes: Vec<String> = sqlx::query_scalar(
+            "SELECT ARRAY(SELECT l FROM unnest(tsvector_to_array(
+                      to_tsvector('english', projections.searchable($1)))) AS l LIMIT $2)",
+        )
+        .bind(question(i))
+        .bind(retrieve::MAX_LEXEMES as i64)
+        .fetch_one(pool)
+        .await?;
+        let common = retrieve::common_lexemes(&lexemes, &frequencies, head, pool_max);
+        questions.push((lexemes, common));
+    }
+    let questions = std::sync::Arc::new(questions);
+    let sizes = std::sync::Arc::new(std::sync::Mutex::new((0.0, 0_usize)));
+    let m = drive(clients, Duration::from_secs_f64(options.seconds), 1, {
+        let (sizes, tenant) = (sizes.clone(), tenant.to_string());
+        move |writer, i| {
+            let (reader, questions, sizes, tenant) = (
+                reader.clone(),
+                questions.clone(),
+                sizes.clone(),
+                tenant.clone(),
+            );
+            async move {
+                let (lexemes, common) =
+                    &questions[((writer as u64 * 100_003 + i) % QUESTIONS) as usize];
+                let found = retrieve::candidates(
+                    &reader.pool,
+                    &tenant,
+                    lexemes,
+                    common,
+                    Visibility::new(Channel::Private),
+                    &RetrievalScope::default(),
+                    pool_max,
+                )
+                .await?;
+                let mut sizes = sizes.lock().expect("lock");
+                sizes.0 += found.len() as f64;
+                sizes.1 += 1;
+                Ok(())
+            }
+        }
+    })
+    .await;
+    let (total, n) = *sizes.lock().expect("lock");
+    Ok((m, total / n.max(1) as f64))
 }
 
 /// Bundles from `clients` concurrent clients for the configured time; also
@@ -263,7 +360,10 @@ fn render(rows: &[Row], options: &Options, environment: &str) -> String {
          Every bundle has `max_tokens` {} and goes over HTTP to the daemon in this process; latency is the whole \
          round trip, measured by the client. Fast path: `intent: continue` in the newest session. Retrieval path: \
          questions about accounts, exports, jobs and decisions, varied per request. Clients send back to back for \
-         {:.0} s. Cold cache: a new daemon and connection pool, then its first bundle (retrieval), {} times per size.\n",
+         {:.0} s. Cold cache: a new daemon and connection pool, then its first bundle (retrieval), {} times per size. \
+         *Candidate statement alone*: the one statement that fetches a retrieval bundle's candidate pool, for the \
+         same questions, run straight on a connection of the benchmark process (no HTTP, no ranking, no bundle): \
+         PostgreSQL's share, the floor under the retrieval path.\n",
         History::Chat.describe(),
         options.max_tokens,
         options.seconds,

@@ -60,7 +60,7 @@ struct RebuildResult {
 async fn raw_chunk_insert(pool: &PgPool, tenant: &TenantId) -> anyhow::Result<Duration> {
     const COLUMNS: &str = "tenant_id, chunk_id, event_id, seq, part, ts, session_id, channel, \
         sensitivity, actor_type, actor_id, kind, tags, source, line_start, line_end, text, \
-        token_est, importance, content_hash";
+        token_est, importance, content_hash, word_hashes";
     let mut conn = pool.acquire().await?;
     sqlx::query("CREATE TEMP TABLE raw_chunks (LIKE projections.chunks INCLUDING ALL)")
         .execute(&mut *conn)
