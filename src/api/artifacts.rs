@@ -99,3 +99,39 @@ pub(crate) async fn fetch(
         sha256: row.try_get("sha256")?,
     })
 }
+
+/// A byte range of the caller's artifact `artifact_id`, cut in the
+/// database (a page of a large output moves only that page), and the
+/// artifact's whole length. Another tenant's is a 404 exactly like a
+/// missing one.
+pub(crate) async fn fetch_range(
+    state: &ApiState,
+    caller: &Caller,
+    artifact_id: &str,
+    offset: usize,
+    len: usize,
+) -> Result<(Artifact, usize), ApiError> {
+    require_scope(caller, Scope::Read)?;
+    let row = sqlx::query(
+        "SELECT substring(bytes FROM $3 FOR $4) AS bytes, length(bytes) AS total, media_type,
+                event_id, encode(sha256, 'hex') AS sha256
+           FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2",
+    )
+    .bind(caller.tenant.as_str())
+    .bind(artifact_id)
+    .bind(i32::try_from(offset.saturating_add(1)).unwrap_or(i32::MAX))
+    .bind(i32::try_from(len).unwrap_or(i32::MAX))
+    .fetch_optional(&state.pool)
+    .await?
+    .ok_or_else(|| ApiError::not_found(format!("no artifact {artifact_id}")))?;
+    let total: i32 = row.try_get("total")?;
+    Ok((
+        Artifact {
+            bytes: row.try_get("bytes")?,
+            media_type: row.try_get("media_type")?,
+            event_id: row.try_get("event_id")?,
+            sha256: row.try_get("sha256")?,
+        },
+        total.max(0) as usize,
+    ))
+}

@@ -20,6 +20,7 @@ use super::{
     require_scope,
 };
 use crate::domain::{
+    FieldError,
     event::{ActorType, Channel, Kind, Sensitivity},
     tenant::Scope,
 };
@@ -48,7 +49,8 @@ pub struct EventQuery {
 pub struct EventPage {
     /// In log order (ascending `seq`).
     pub events: Vec<StoredEvent>,
-    /// The `after_seq` of the next page; null on the last page.
+    /// The `after_seq` of the next page; null once a page comes back short
+    /// (a full last page is followed by an empty one).
     #[schema(required = true)]
     pub next_after_seq: Option<i64>,
 }
@@ -104,7 +106,7 @@ const EVENT_COLUMNS: &str = "event_id, seq, created_at, ts, session_id, channel,
     params(EventQuery),
     responses(
         (status = 200, description = "A page of events", body = EventPage),
-        (status = 400, description = "`invalid_field`: `limit` out of range, or a malformed or unknown query parameter (`field` is `query`)", body = ErrorBody),
+        (status = 400, description = "`invalid_field`: `limit` out of range, `kind` not an event kind, or a malformed or unknown query parameter (`field` is `query`)", body = ErrorBody),
         (status = 401, response = Unauthorized),
         (status = 429, response = RateLimited),
         (status = 503, response = Unavailable),
@@ -119,6 +121,14 @@ pub async fn get_events(
 ) -> Result<Response, ApiError> {
     require_scope(&caller, Scope::Read)?;
     let limit = page_limit(query.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
+    if let Some(kind) = &query.kind
+        && Kind::parse(kind).is_none()
+    {
+        return Err(ApiError::invalid(FieldError::new(
+            "kind",
+            format!("{kind:?} is not an event kind"),
+        )));
+    }
     let events: Vec<StoredEvent> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {EVENT_COLUMNS} FROM events
           WHERE tenant_id = $1

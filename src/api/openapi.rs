@@ -128,7 +128,9 @@ pub async fn openapi_json() -> impl IntoResponse {
     )
 }
 
-/// The page: Scalar renders the document in the browser. The script comes
+/// The page: Scalar renders the document in the browser. The script (a
+/// pinned version, checked by its Subresource Integrity hash, taken from
+/// the npm package jsDelivr serves) comes
 /// from cdn.jsdelivr.net; without it (no JavaScript, or the CDN out of
 /// reach) the page links to the JSON instead.
 const DOCS_PAGE: &str = r#"<!doctype html>
@@ -144,7 +146,9 @@ const DOCS_PAGE: &str = r#"<!doctype html>
   <p id="offline" hidden>Could not load Scalar from cdn.jsdelivr.net.
     The API is described in <a href="/api/v1/openapi.json">/api/v1/openapi.json</a>.</p>
   <script id="api-reference" data-url="/api/v1/openapi.json"></script>
-  <script src="https://cdn.jsdelivr.net/npm/@scalar/api-reference"
+  <script src="https://cdn.jsdelivr.net/npm/@scalar/api-reference@1.72.1/dist/browser/standalone.js"
+    integrity="sha384-U11tb2XnKvmwt8RlTvnwUnYgrN+ur4Xyh9htLhjajWNR/Oyl5AX5DEz00qRmlrmK"
+    crossorigin="anonymous"
     onerror="document.getElementById('offline').hidden = false"></script>
 </body>
 </html>

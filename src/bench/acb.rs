@@ -26,14 +26,12 @@ use crate::{
         tenant::{Scope, TenantId},
     },
     read::{
-        Reader,
         policy::Policy,
         privacy::Visibility,
         retrieve::{self, Scope as RetrievalScope},
     },
     tenants,
 };
-use memd_projectors::projections::Encoding;
 
 pub struct Options {
     pub sizes: Vec<u64>,
@@ -44,7 +42,7 @@ pub struct Options {
 
 const TENANT: &str = "acb-bench";
 /// The scenario that measures PostgreSQL's part alone.
-const CANDIDATES_ALONE: &str = "retrieval candidate statement alone (PostgreSQL)";
+const CANDIDATES_ALONE: &str = "retrieval candidate statements alone (PostgreSQL)";
 
 /// Distinct questions the candidate statement is measured with (the
 /// retrieval path's, by index).
@@ -186,22 +184,19 @@ fn body(session: &str, fast: bool, i: u64, max_tokens: u32) -> Value {
     }
 }
 
-/// The floor under the retrieval path: the one statement that fetches a
-/// bundle's candidate pool, for the same questions, run straight on a
-/// connection of this process by `clients` concurrent tasks (no HTTP, no
-/// ranking, no bundle). Also the mean pool size.
+/// The floor under the retrieval path: the two statements that fetch a
+/// bundle's candidate pool (which terms are common, then the pool), for the
+/// same questions, run straight on connections of this process by
+/// `clients` concurrent tasks (no HTTP, no ranking, no bundle). Also the
+/// mean pool size.
 async fn candidate_statements(
     pool: &sqlx::PgPool,
     tenant: &TenantId,
     clients: usize,
     options: &Options,
 ) -> anyhow::Result<(Measurement, f64)> {
-    let reader = std::sync::Arc::new(Reader::new(pool.clone(), Encoding::default()));
-    let frequencies = reader.lexeme_frequencies().await;
-    let (head, _) = reader.positions(tenant.as_str()).await?;
-    let policy = Policy::default();
-    let pool_max = policy.candidate_pool_max as usize;
-    // The questions' lexemes and common terms, as a bundle would find them.
+    let pool_max = Policy::default().candidate_pool_max as usize;
+    // The questions' lexemes, as a bundle finds them.
     let mut questions = Vec::new();
     for i in 0..QUESTIONS {
         let lexemes: Vec<String> = sqlx::query_scalar(
@@ -212,31 +207,27 @@ async fn candidate_statements(
         .bind(retrieve::MAX_LEXEMES as i64)
         .fetch_one(pool)
         .await?;
-        let common = retrieve::common_lexemes(&lexemes, &frequencies, head, pool_max);
-        questions.push((lexemes, common));
+        questions.push(lexemes);
     }
     let questions = std::sync::Arc::new(questions);
     let sizes = std::sync::Arc::new(std::sync::Mutex::new((0.0, 0_usize)));
     let m = drive(clients, Duration::from_secs_f64(options.seconds), 1, {
-        let (sizes, tenant) = (sizes.clone(), tenant.to_string());
+        let (sizes, tenant, pool) = (sizes.clone(), tenant.to_string(), pool.clone());
         move |writer, i| {
-            let (reader, questions, sizes, tenant) = (
-                reader.clone(),
+            let (pool, questions, sizes, tenant) = (
+                pool.clone(),
                 questions.clone(),
                 sizes.clone(),
                 tenant.clone(),
             );
             async move {
-                let (lexemes, common) =
-                    &questions[((writer as u64 * 100_003 + i) % QUESTIONS) as usize];
+                let lexemes = &questions[((writer as u64 * 100_003 + i) % QUESTIONS) as usize];
+                let (visibility, scope) =
+                    (Visibility::new(Channel::Private), RetrievalScope::default());
+                let common =
+                    retrieve::common_lexemes(&pool, &tenant, lexemes, visibility, &scope).await?;
                 let found = retrieve::candidates(
-                    &reader.pool,
-                    &tenant,
-                    lexemes,
-                    common,
-                    Visibility::new(Channel::Private),
-                    &RetrievalScope::default(),
-                    pool_max,
+                    &pool, &tenant, lexemes, &common, visibility, &scope, pool_max,
                 )
                 .await?;
                 let mut sizes = sizes.lock().expect("lock");
@@ -361,9 +352,9 @@ fn render(rows: &[Row], options: &Options, environment: &str) -> String {
          round trip, measured by the client. Fast path: `intent: continue` in the newest session. Retrieval path: \
          questions about accounts, exports, jobs and decisions, varied per request. Clients send back to back for \
          {:.0} s. Cold cache: a new daemon and connection pool, then its first bundle (retrieval), {} times per size. \
-         *Candidate statement alone*: the one statement that fetches a retrieval bundle's candidate pool, for the \
-         same questions, run straight on a connection of the benchmark process (no HTTP, no ranking, no bundle): \
-         PostgreSQL's share, the floor under the retrieval path.\n",
+         *Candidate statement alone*: the two statements that fetch a retrieval bundle's candidate pool (which \
+         terms are common, then the pool), for the same questions, run straight on connections of the benchmark \
+         process (no HTTP, no ranking, no bundle): PostgreSQL's share, the floor under the retrieval path.\n",
         History::Chat.describe(),
         options.max_tokens,
         options.seconds,

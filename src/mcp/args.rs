@@ -176,7 +176,7 @@ pub struct BuildAcbArgs {
     pub channel: Option<Channel>,
     /// `continue`, `acknowledge`, `resume`, ... skip retrieval (fast path); anything else is free text.
     pub intent: Option<String>,
-    /// Token budget of the bundle (default 4000; at most the tenant's policy, 65000 by default).
+    /// Token budget of the bundle (default 4000, or the tenant's ceiling when lower; at most the tenant's policy, 65000 by default).
     pub max_tokens: Option<u32>,
     /// Also show superseded decisions with their successors. Default: when the query asks about history.
     pub include_history: Option<bool>,
@@ -188,12 +188,17 @@ pub struct BuildAcbArgs {
 
 impl BuildAcbArgs {
     /// The `POST /api/v1/acb/build` body this call stands for (rendered).
-    pub fn into_body(self) -> Value {
+    /// Without `max_tokens`, the MCP default, or the tenant's ceiling
+    /// (`policy_max`) when that is lower.
+    pub fn into_body(self, policy_max: u32) -> Value {
         let mut body = Map::new();
         body.insert("render".into(), Value::Bool(true));
         body.insert(
             "max_tokens".into(),
-            json!(self.max_tokens.unwrap_or(DEFAULT_MCP_BUNDLE_TOKENS)),
+            json!(
+                self.max_tokens
+                    .unwrap_or(DEFAULT_MCP_BUNDLE_TOKENS.min(policy_max))
+            ),
         );
         for (name, value) in [
             ("query_text", self.query_text.map(Value::from)),
@@ -341,10 +346,24 @@ mod tests {
 
     #[test]
     fn a_bundle_needs_nothing_and_is_rendered_at_the_mcp_budget() {
-        let body = BuildAcbArgs::default().into_body();
+        let body = BuildAcbArgs::default().into_body(65_000);
         assert_eq!(
             body,
             json!({"render": true, "max_tokens": DEFAULT_MCP_BUNDLE_TOKENS})
+        );
+        // A tenant whose ceiling is lower gets its ceiling, not an error.
+        assert_eq!(
+            BuildAcbArgs::default().into_body(1_000)["max_tokens"],
+            1_000
+        );
+        let asked = BuildAcbArgs {
+            max_tokens: Some(2_000),
+            ..BuildAcbArgs::default()
+        };
+        assert_eq!(
+            asked.into_body(1_000)["max_tokens"],
+            2_000,
+            "asked for: checked as asked"
         );
     }
 }

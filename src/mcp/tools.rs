@@ -105,7 +105,18 @@ impl MemoryTools {
         Parameters(args): Parameters<BuildAcbArgs>,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
-        let acb = match acb::build(&self.state, caller, args.into_body()).await {
+        let policy = match self
+            .state
+            .reader
+            .cache
+            .policy(&self.state.pool, caller.tenant.as_str())
+            .await
+        {
+            Ok(policy) => policy,
+            Err(err) => return Ok(failed(ApiError::from(err))),
+        };
+        let body = args.into_body(policy.max_tokens);
+        let acb = match acb::build(&self.state, caller, body).await {
             Ok(acb) => acb,
             Err(err) => return Ok(failed(err)),
         };
@@ -144,19 +155,21 @@ impl MemoryTools {
                 format!("must be between 1 and {MAX_ARTIFACT_BYTES}"),
             )));
         }
-        let artifact = match artifacts::fetch(&self.state, caller, &args.artifact_id).await {
-            Ok(artifact) => artifact,
+        let offset = args.offset.unwrap_or(0);
+        let fetched =
+            artifacts::fetch_range(&self.state, caller, &args.artifact_id, offset, max_bytes).await;
+        let (artifact, total) = match fetched {
+            Ok(fetched) => fetched,
             Err(err) => return Ok(failed(err)),
         };
-        let total = artifact.bytes.len();
-        let offset = args.offset.unwrap_or(0);
         if offset > total {
             return Ok(invalid(FieldError::new(
                 "offset",
                 format!("is past the artifact's end ({total} bytes)"),
             )));
         }
-        let (text, end) = page(&artifact.bytes, offset, max_bytes);
+        let (text, taken) = page(&artifact.bytes, 0, max_bytes);
+        let end = offset + taken;
         let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
         result.structured_content = Some(json!({
             "artifact_id": args.artifact_id,

@@ -47,16 +47,12 @@ const HISTORY_WORDS: &[&str] = &[
     "historical",
     "previous",
     "previously",
-    "prior",
     "earlier",
     "formerly",
     "originally",
     "supersede",
     "superseded",
-    "replaced",
     "used to",
-    "change",
-    "changes",
     "changed",
     "over time",
     "evolved",
@@ -204,9 +200,9 @@ pub struct Provenance {
     pub path: &'static str,
     /// The query's lexemes (PostgreSQL's English stems, at most 24).
     pub query_terms: Vec<String>,
-    /// Those common in the tenant's memory, going by the table's
-    /// statistics: fetched together, as the newest chunks holding any of
-    /// them, rather than each on its own.
+    /// Those common in the tenant's recent memory (held by a tenth of its
+    /// newest 200 chunks the channel may see): fetched together, as the
+    /// newest chunks holding any of them, rather than each on its own.
     pub common_terms: Vec<String>,
     pub candidate_pool_size: usize,
     pub candidate_pool_max: u32,
@@ -530,12 +526,9 @@ pub async fn build_acb(
                 Vec::new()
             },
         };
-        let common = retrieve::common_lexemes(
-            &head.lexemes,
-            &*reader.lexeme_frequencies().await,
-            head.head_seq,
-            policy.candidate_pool_max as usize,
-        );
+        let common =
+            retrieve::common_lexemes(&reader.pool, tenant, &head.lexemes, visibility, &scope)
+                .await?;
         common_terms = head
             .lexemes
             .iter()
@@ -969,12 +962,16 @@ impl Evidence {
                 .filter(|c| c.kind == "decision" || c.kind == "summary")
                 .map(|c| c.event_id.as_str())
                 .collect();
-            let mut standings = retrieve::standings(&reader.pool, tenant, &ledgered).await?;
+            let standings = retrieve::standings(&reader.pool, tenant, &ledgered).await?;
             for candidate in page {
                 if self.full() {
                     break;
                 }
-                let standing = standings.remove(&candidate.event_id).unwrap_or_default();
+                // Keyed by event: every part of a long decision or summary shares it.
+                let standing = standings
+                    .get(&candidate.event_id)
+                    .cloned()
+                    .unwrap_or_default();
                 self.take(
                     candidate,
                     standing,
@@ -1196,6 +1193,7 @@ mod tests {
         assert!(!asks_for_history("what do we use to deploy"));
         assert!(!asks_for_history("What's the policy now?"));
         assert!(!asks_for_history("beforehand notes"));
+        assert!(!asks_for_history("what changes does export.rs need?"));
     }
 
     #[test]

@@ -21,8 +21,7 @@ pub mod privacy;
 pub mod retrieve;
 
 use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -42,17 +41,7 @@ pub struct Reader {
     /// Names and versions of the projectors whose cursors say how far the
     /// projections reach.
     pub projectors: Vec<(&'static str, i32)>,
-    /// The chunks table's most common lexemes and their frequencies, read
-    /// from PostgreSQL's statistics now and then (retrieval uses them to
-    /// tell common query terms from rare ones).
-    frequencies: Mutex<Option<(Instant, Frequencies)>>,
 }
-
-/// Lexeme to the share of all chunks holding it.
-pub type Frequencies = Arc<HashMap<String, f32>>;
-
-/// How long the lexeme statistics are reused before being read again.
-const FREQUENCIES_TTL: Duration = Duration::from_secs(60);
 
 impl Reader {
     pub fn new(pool: PgPool, encoding: Encoding) -> Self {
@@ -68,38 +57,7 @@ impl Reader {
             costs: bundle::Costs::new(&counter),
             chunker: ChunkProjector::new(counter),
             counter,
-            frequencies: Mutex::new(None),
         }
-    }
-
-    /// Lexeme frequencies over all chunks, from `pg_stats` (as last
-    /// analyzed; empty before the first ANALYZE, or if they cannot be read).
-    pub async fn lexeme_frequencies(&self) -> Frequencies {
-        if let Some((read_at, frequencies)) = &*self.frequencies.lock().expect("frequencies lock")
-            && read_at.elapsed() < FREQUENCIES_TTL
-        {
-            return frequencies.clone();
-        }
-        let row = sqlx::query_as::<_, (Vec<String>, Vec<f32>)>(
-            "SELECT most_common_elems::text::text[], most_common_elem_freqs
-               FROM pg_stats
-              WHERE schemaname = 'projections' AND tablename = 'chunks' AND attname = 'tsv'
-                AND most_common_elems IS NOT NULL",
-        )
-        .fetch_optional(&self.pool)
-        .await;
-        let frequencies: HashMap<String, f32> = match row {
-            Ok(Some((lexemes, frequencies))) => lexemes.into_iter().zip(frequencies).collect(),
-            Ok(None) => HashMap::new(),
-            Err(err) => {
-                tracing::warn!(error = %err, "reading lexeme statistics");
-                HashMap::new()
-            }
-        };
-        let frequencies = Arc::new(frequencies);
-        *self.frequencies.lock().expect("frequencies lock") =
-            Some((Instant::now(), frequencies.clone()));
-        frequencies
     }
 
     /// The tenant's log head and how far every projection has applied it.

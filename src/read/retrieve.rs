@@ -128,25 +128,52 @@ pub struct Scope {
     pub excluded_kinds: Vec<&'static str>,
 }
 
-/// Whether each lexeme is common in the tenant: expected to match more
-/// chunks than its share of the pool, going by the table's statistics
-/// (`frequencies`: the share of all chunks holding each of PostgreSQL's
-/// most common lexemes; a lexeme not among them is rare) and the tenant's
-/// size. Without statistics every lexeme is rare, and every lexeme gets
-/// its own branch.
-pub fn common_lexemes(
+/// How many of the tenant's newest chunks (that the channel may see) are
+/// looked at to tell common query terms from rare ones.
+pub const COMMON_SAMPLE: i64 = 200;
+/// A term held by at least this share of the sample is common.
+const COMMON_SHARE: f64 = 0.1;
+
+/// Whether each lexeme is common in the tenant's memory: held by at least
+/// a tenth of its newest [`COMMON_SAMPLE`] chunks the channel may see. A
+/// tenant with fewer chunks than that has no common terms. Read from the
+/// tenant's own chunks only (the same log gives the same answer, and no
+/// other tenant's memory has a say), in one small statement.
+pub async fn common_lexemes(
+    pool: &PgPool,
+    tenant: &str,
     lexemes: &[String],
-    frequencies: &HashMap<String, f32>,
-    tenant_chunks: i64,
-    pool_max: usize,
-) -> Vec<bool> {
-    let share = (pool_max / lexemes.len().max(1)).max(1) as f64;
-    lexemes
-        .iter()
-        .map(|lexeme| {
-            frequencies
-                .get(lexeme)
-                .is_some_and(|f| f64::from(*f) * tenant_chunks as f64 > share)
+    visibility: Visibility,
+    scope: &Scope,
+) -> Result<Vec<bool>, sqlx::Error> {
+    if lexemes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let counts: String = (0..lexemes.len())
+        .map(|index| format!(", count(*) FILTER (WHERE s.tsv @@ ${}::tsquery)", index + 6))
+        .collect();
+    let sql = format!(
+        "SELECT count(*){counts}
+           FROM (SELECT c.tsv FROM projections.chunks c
+                  WHERE c.tenant_id = $1 AND c.channel = ANY ($2) AND c.sensitivity = ANY ($3)
+                    AND NOT (c.kind = ANY ($4))
+                  ORDER BY c.seq DESC, c.part DESC LIMIT $5) AS s"
+    );
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(tenant)
+        .bind(visibility.channel_names())
+        .bind(visibility.sensitivity_names())
+        .bind(&scope.excluded_kinds)
+        .bind(COMMON_SAMPLE);
+    for lexeme in lexemes {
+        query = query.bind(tsquery_literal(lexeme));
+    }
+    let row = query.fetch_one(pool).await?;
+    let sampled: i64 = row.try_get(0)?;
+    (0..lexemes.len())
+        .map(|index| {
+            let holding: i64 = row.try_get(index + 1)?;
+            Ok(sampled >= COMMON_SAMPLE && holding as f64 >= COMMON_SHARE * sampled as f64)
         })
         .collect()
 }
@@ -158,6 +185,7 @@ pub fn common_lexemes(
 /// newest chunks holding any of them: their matches overlap (a question's
 /// everyday words come together), so one branch of half their shares
 /// brings more distinct chunks than a branch each, for half the rows read.
+/// Every branch orders by seq, then part: the same log gives the same pool.
 pub async fn candidates(
     pool: &PgPool,
     tenant: &str,
@@ -177,7 +205,7 @@ pub async fn candidates(
                WHERE c.tenant_id = $1 AND c.tsv @@ {condition}
                  AND c.channel = ANY ($2) AND c.sensitivity = ANY ($3)
                  AND NOT (c.kind = ANY ($4))
-               ORDER BY c.seq DESC LIMIT {limit})"
+               ORDER BY c.seq DESC, c.part DESC LIMIT {limit})"
         )
     };
     let is_common = |index: usize| common.get(index).copied().unwrap_or(false);

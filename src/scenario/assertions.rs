@@ -647,7 +647,7 @@ fn run(assertion: &Assertion, facts: &Facts) -> Result<Outcome, Outcome> {
             };
             let (now, before) = (tokens(acb)?, tokens(baseline)?);
             Outcome::when(
-                now <= before + *max_growth as u64,
+                now <= before.saturating_add(*max_growth as u64),
                 format!("{acb} at most {max_growth} tokens above {baseline} ({before})"),
                 format!("{now} tokens"),
             )

@@ -113,7 +113,7 @@ pub async fn run_all(
     }
     let count = |status| scenarios.iter().filter(|s| s.status == status).count();
     RunReport {
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+        command: redacted_command(std::env::args()),
         started_at,
         target: described,
         passed: count(Status::Passed),
@@ -122,6 +122,14 @@ pub async fn run_all(
         total_ms: started.elapsed().as_secs_f64() * 1000.0,
         scenarios,
     }
+}
+
+/// The command line as reports keep it: with any credential (a password in
+/// `--database-url`, a token in `--restart-command`) redacted.
+fn redacted_command(args: impl Iterator<Item = String>) -> String {
+    let mut command = args.collect::<Vec<_>>().join(" ");
+    crate::domain::redact::Redactor::default().redact_in_place(&mut command);
+    command
 }
 
 fn print_line(report: &ScenarioReport) {
@@ -164,4 +172,29 @@ pub fn write_report(report: &RunReport, path: &Path) -> anyhow::Result<()> {
     }
     std::fs::write(path, serde_json::to_vec_pretty(report)?)
         .with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redacted_command;
+
+    #[test]
+    fn the_reported_command_keeps_no_credentials() {
+        let args = [
+            "memd",
+            "scenario",
+            "run",
+            "--database-url",
+            "postgres://memd:s3cr3t-pw@db:5432/memd",
+            "--restart-command",
+            "TOKEN=abcdef0123456789 systemctl restart memd",
+        ];
+        let command = redacted_command(args.iter().map(|a| a.to_string()));
+        assert!(!command.contains("s3cr3t-pw"), "{command}");
+        assert!(!command.contains("abcdef0123456789"), "{command}");
+        assert!(
+            command.starts_with("memd scenario run --database-url"),
+            "{command}"
+        );
+    }
 }

@@ -272,6 +272,13 @@ pub async fn run(
         report.status = Status::Failed;
         report.error = Some(format!("restarting the daemon after the scenario: {err:#}"));
     }
+    // The tenant stays (its memory is the evidence of the run); its admin
+    // token does not outlive the scenario.
+    if let Ok(tenant) = TenantId::parse(&run.tenant)
+        && let Err(err) = tenants::revoke_all_tokens(db, &tenant).await
+    {
+        tracing::warn!(error = %err, tenant = %run.tenant, "revoking the scenario's token");
+    }
     report.bundles = bundle_reports(&run.facts);
     if report.status == Status::Failed {
         for bundle in &mut report.bundles {
@@ -349,7 +356,9 @@ impl Run<'_> {
             Step::Tool(tool) => self.tool(tool).await,
             Step::Generate(generate) => self.generate(generate).await,
             Step::Policy(policy) => {
-                self.expect(Method::PUT, "/api/v1/policy", Some(policy))
+                let mut policy = policy.clone();
+                self.substitute(&mut policy)?;
+                self.expect(Method::PUT, "/api/v1/policy", Some(&policy))
                     .await?;
                 Ok(Value::Null)
             }
@@ -461,10 +470,13 @@ impl Run<'_> {
             .ok_or_else(|| anyhow!("${{{reference}}}: no step is named {name}"))?;
         match field {
             None => Ok(self.facts.id(name)),
-            Some(field) => answer
-                .get(field)
-                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
-                .ok_or_else(|| anyhow!("${{{reference}}}: {name} has no field {field}")),
+            Some(field) => match answer.get(field) {
+                Some(Value::String(text)) => Ok(text.clone()),
+                Some(value @ (Value::Number(_) | Value::Bool(_))) => Ok(value.to_string()),
+                _ => Err(anyhow!(
+                    "${{{reference}}}: the answer that recorded {name} has no text or number {field}"
+                )),
+            },
         }
     }
 
@@ -489,12 +501,16 @@ impl Run<'_> {
 
     fn at(&self, ago: &Option<String>) -> anyhow::Result<Option<String>> {
         ago.as_ref()
-            .map(|ago| {
-                spec::parse_ago(ago)
-                    .map(|d| (self.now - d).to_rfc3339())
-                    .map_err(|e| anyhow!(e))
-            })
+            .map(|ago| self.before_now(ago).map(|t| t.to_rfc3339()))
             .transpose()
+    }
+
+    /// The run's start minus `ago` (`14d`, ...).
+    fn before_now(&self, ago: &str) -> anyhow::Result<DateTime<Utc>> {
+        let duration = spec::parse_ago(ago).map_err(|e| anyhow!(e))?;
+        self.now
+            .checked_sub_signed(duration)
+            .ok_or_else(|| anyhow!("{ago:?}: too long ago"))
     }
 
     // ---- steps ----
@@ -556,6 +572,8 @@ impl Run<'_> {
             call["ts"] = json!(ts);
             result["ts"] = json!(ts);
         }
+        // The result is left as written: tool outputs hold `${...}` of their
+        // own (shell, JavaScript templates).
         self.substitute(&mut call)?;
         let answer = self
             .expect(
@@ -580,10 +598,7 @@ impl Run<'_> {
             other => bail!("history {other:?}: chat or tool-heavy"),
         };
         let times = match (&step.from_ago, &step.to_ago) {
-            (Some(from), Some(to)) => Some((
-                self.now - spec::parse_ago(from).map_err(|e| anyhow!(e))?,
-                self.now - spec::parse_ago(to).map_err(|e| anyhow!(e))?,
-            )),
+            (Some(from), Some(to)) => Some((self.before_now(from)?, self.before_now(to)?)),
             (None, None) => None,
             _ => bail!("give both from_ago and to_ago, or neither"),
         };

@@ -356,13 +356,14 @@ pub fn parse_ago(text: &str) -> Result<chrono::Duration, String> {
     let number: i64 = number
         .parse()
         .map_err(|_| format!("{text:?}: not a number of days, hours, minutes or seconds"))?;
-    match unit {
-        "d" => Ok(chrono::Duration::days(number)),
-        "h" => Ok(chrono::Duration::hours(number)),
-        "m" => Ok(chrono::Duration::minutes(number)),
-        "s" => Ok(chrono::Duration::seconds(number)),
-        _ => Err(format!("{text:?}: the unit is d, h, m or s")),
-    }
+    let duration = match unit {
+        "d" => chrono::Duration::try_days(number),
+        "h" => chrono::Duration::try_hours(number),
+        "m" => chrono::Duration::try_minutes(number),
+        "s" => chrono::Duration::try_seconds(number),
+        _ => return Err(format!("{text:?}: the unit is d, h, m or s")),
+    };
+    duration.ok_or_else(|| format!("{text:?}: too long ago"))
 }
 
 #[cfg(test)]
@@ -433,5 +434,6 @@ assertions:
         assert_eq!(parse_ago("90m").unwrap(), chrono::Duration::minutes(90));
         assert!(parse_ago("14").is_err());
         assert!(parse_ago("3w").is_err());
+        assert!(parse_ago("99999999999999d").is_err());
     }
 }

@@ -877,8 +877,9 @@ async fn common_query_terms_share_one_branch_and_a_rare_terms_old_matches_still_
     _: PgPoolOptions,
     connect: PgConnectOptions,
 ) {
-    let app = spawn_daemon(connect.clone()).await;
+    let app = spawn_daemon(connect).await;
     let token = app.tenant("acme").await;
+    let small = app.tenant("small").await;
     let put = app
         .client
         .put(format!("{}/api/v1/policy", app.base_url))
@@ -909,32 +910,130 @@ async fn common_query_terms_share_one_branch_and_a_rare_terms_old_matches_still_
             .collect();
         app.append(&token, &json!({ "events": events })).await;
     }
+    // A tenant with fewer chunks than the sample has no common terms.
+    let few: Vec<Value> = (0..50)
+        .map(|i| message("chatter", &format!("Export job {i} finished.")))
+        .collect();
+    app.append(&small, &json!({ "events": few })).await;
     wait_projected(&app.pool, "acme").await;
+    wait_projected(&app.pool, "small").await;
+
     let ask = json!({"session_id": "today", "query_text": "zeppelin export", "max_tokens": 4000});
-
-    // Before the table is analyzed there are no statistics: every term on its own.
-    let before = app.acb(&token, ask.clone()).await;
-    assert_eq!(before["provenance"]["common_terms"], json!([]));
-
-    sqlx::query("ANALYZE projections.chunks")
-        .execute(&app.pool)
-        .await
-        .unwrap();
-    // A new daemon: the statistics are read afresh (they are kept a minute).
-    let fresh = spawn_daemon_with(connect, ServeConfig::default()).await;
-    let after = fresh.acb(&token, ask).await;
-    let provenance = &after["provenance"];
+    let acb = app.acb(&token, ask.clone()).await;
+    let provenance = &acb["provenance"];
     assert_eq!(provenance["query_terms"], json!(["export", "zeppelin"]));
     assert_eq!(provenance["common_terms"], json!(["export"]));
     assert!(provenance["candidate_pool_size"].as_u64().unwrap() <= 200);
-    let evidence = texts(&after, "retrieved_evidence");
+    let evidence = texts(&acb, "retrieved_evidence");
     assert!(
         evidence.iter().any(|t| t.contains("zeppelin budget")),
         "the rare term's old match is found: {evidence:?}"
     );
     assert_eq!(
-        texts(&before, "retrieved_evidence").first(),
-        evidence.first(),
-        "the best evidence is the same either way"
+        app.acb(&token, ask.clone()).await["sections"],
+        acb["sections"]
+    );
+    let theirs = app.acb(&small, ask).await;
+    assert_eq!(theirs["provenance"]["common_terms"], json!([]));
+}
+
+#[sqlx::test]
+async fn every_part_of_a_long_superseded_decision_or_conflicting_summary_stays_out(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let said = app
+        .append(
+            &token,
+            &message("s1", "quokka hosting goes to the blue region"),
+        )
+        .await;
+    let said = said["event_id"].as_str().unwrap().to_owned();
+    // Long enough to be projected as several chunks, every one about quokkas.
+    let rationale: Vec<String> = (0..60)
+        .map(|i| format!("quokka hosting reason {i}: the green region had latency spikes"))
+        .collect();
+    let old = app
+        .append(
+            &token,
+            &event(
+                "decision",
+                json!({"decision": "Host quokka in the green region", "key": "quokka.region",
+                       "scope": "project", "rationale": rationale}),
+                &[&said],
+            ),
+        )
+        .await;
+    let old = old["event_id"].as_str().unwrap().to_owned();
+    app.append(
+        &token,
+        &event(
+            "decision",
+            json!({"decision": "Host quokka in the blue region", "key": "quokka.region",
+                   "scope": "project", "value": "blue", "supersedes": old}),
+            &[&said],
+        ),
+    )
+    .await;
+    let long_summary: String = (0..60)
+        .map(|i| format!("Summary line {i}: quokka hosting stays in the green region.\n"))
+        .collect();
+    let summary = app
+        .append(
+            &token,
+            &event(
+                "summary",
+                json!({"text": long_summary, "claims": [{"key": "quokka.region", "value": "green"}]}),
+                &[&said],
+            ),
+        )
+        .await;
+    let summary = summary["event_id"].as_str().unwrap().to_owned();
+    wait_projected(&app.pool, "acme").await;
+    let parts = |event_id: &str| {
+        let event_id = event_id.to_owned();
+        let pool = app.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM projections.chunks WHERE event_id = $1",
+            )
+            .bind(event_id)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    assert!(parts(&old).await > 1, "the old decision is several chunks");
+    assert!(parts(&summary).await > 1, "the summary is several chunks");
+
+    let acb = app
+        .acb(
+            &token,
+            json!({"session_id": "s2", "query_text": "which region hosts quokka?", "max_tokens": 16000}),
+        )
+        .await;
+    for item in section(&acb, "retrieved_evidence") {
+        let cites = item["event_id"].as_str().unwrap();
+        assert_ne!(
+            cites, old,
+            "a part of the superseded decision came back: {item}"
+        );
+        assert_ne!(
+            cites, summary,
+            "a part of the conflicting summary came back: {item}"
+        );
+    }
+    let superseded = omission(&acb, "superseded");
+    assert!(!superseded.is_empty());
+    let conflicts = omission(&acb, "conflict");
+    assert_eq!(
+        conflicts
+            .iter()
+            .map(|o| o["count"].as_u64().unwrap())
+            .sum::<u64>(),
+        parts(&summary).await as u64,
+        "every part of the summary is left out as a conflict"
     );
 }

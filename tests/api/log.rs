@@ -83,6 +83,9 @@ async fn events_read_back_in_log_order_filtered_and_paged(
     let (status, refused) = get_json(&app, "/api/v1/events?limit=0", &token).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(refused["error"]["field"], "limit");
+    let (status, refused) = get_json(&app, "/api/v1/events?kind=mesage", &token).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(refused["error"]["field"], "kind");
     let (status, refused) = get_json(&app, "/api/v1/events?sesion_id=x", &token).await;
     assert_eq!(
         status,

@@ -581,7 +581,11 @@ async fn the_docs_page_renders_the_document(_: PgPoolOptions, connect: PgConnect
         page.contains(r#"data-url="/api/v1/openapi.json""#),
         "{page}"
     );
-    assert!(page.contains("https://cdn.jsdelivr.net/npm/@scalar/api-reference"));
+    assert!(page.contains("https://cdn.jsdelivr.net/npm/@scalar/api-reference@"));
+    assert!(
+        page.contains("integrity=\"sha384-"),
+        "the script is pinned by its hash"
+    );
     assert!(
         page.contains(r#"<a href="/api/v1/openapi.json">"#),
         "a link to the JSON when the script cannot run"
