@@ -224,8 +224,10 @@ async fn candidate_statements(
                 let lexemes = &questions[((writer as u64 * 100_003 + i) % QUESTIONS) as usize];
                 let (visibility, scope) =
                     (Visibility::new(Channel::Private), RetrievalScope::default());
+                let share = retrieve::share(lexemes.len(), pool_max);
                 let common =
-                    retrieve::common_lexemes(&pool, &tenant, lexemes, visibility, &scope).await?;
+                    retrieve::common_lexemes(&pool, &tenant, lexemes, visibility, &scope, share)
+                        .await?;
                 let found = retrieve::candidates(
                     &pool, &tenant, lexemes, &common, visibility, &scope, pool_max,
                 )

@@ -200,9 +200,10 @@ pub struct Provenance {
     pub path: &'static str,
     /// The query's lexemes (PostgreSQL's English stems, at most 24).
     pub query_terms: Vec<String>,
-    /// Those common in the tenant's recent memory (held by a tenth of its
-    /// newest 200 chunks the channel may see): fetched together, as the
-    /// newest chunks holding any of them, rather than each on its own.
+    /// Those common in the tenant's memory (matching more chunks the channel
+    /// may see than their share of the pool, or held by 2% of its newest
+    /// 200): fetched together, as the newest chunks holding any of them,
+    /// rather than each on its own.
     pub common_terms: Vec<String>,
     pub candidate_pool_size: usize,
     pub candidate_pool_max: u32,
@@ -526,9 +527,16 @@ pub async fn build_acb(
                 Vec::new()
             },
         };
-        let common =
-            retrieve::common_lexemes(&reader.pool, tenant, &head.lexemes, visibility, &scope)
-                .await?;
+        let pool_max = policy.candidate_pool_max as usize;
+        let common = retrieve::common_lexemes(
+            &reader.pool,
+            tenant,
+            &head.lexemes,
+            visibility,
+            &scope,
+            retrieve::share(head.lexemes.len(), pool_max),
+        )
+        .await?;
         common_terms = head
             .lexemes
             .iter()
@@ -543,7 +551,7 @@ pub async fn build_acb(
             &common,
             visibility,
             &scope,
-            policy.candidate_pool_max as usize,
+            pool_max,
         )
         .await?;
         pool_size = candidates.len();

@@ -131,51 +131,80 @@ pub struct Scope {
 /// How many of the tenant's newest chunks (that the channel may see) are
 /// looked at to tell common query terms from rare ones.
 pub const COMMON_SAMPLE: i64 = 200;
-/// A term held by at least this share of the sample is common.
-const COMMON_SHARE: f64 = 0.1;
+/// A term held by at least this share of the sample is common without
+/// counting its matches: on its own it would walk thousands of rows of a
+/// large tenant to fill its share, while in the shared branch of the newest
+/// chunks holding any common term it costs next to nothing.
+const COMMON_SHARE: f64 = 0.02;
 
-/// Whether each lexeme is common in the tenant's memory: held by at least
-/// a tenth of its newest [`COMMON_SAMPLE`] chunks the channel may see. A
-/// tenant with fewer chunks than that has no common terms. Read from the
-/// tenant's own chunks only (the same log gives the same answer, and no
-/// other tenant's memory has a say), in one small statement.
+/// Whether each lexeme is common in the tenant's memory: it matches more
+/// chunks the channel may see than its share of the pool (`share`), so
+/// fetching its newest matches on their own would read all of them to keep
+/// a few. Held by 2% of the newest [`COMMON_SAMPLE`] chunks settles it at
+/// once; any other term's matches are counted, up to `share + 1` (a rare
+/// term's few rows, read again by [`candidates`] from the cache). Read from
+/// the tenant's own chunks only (the same log gives the same answer, and no
+/// other tenant's memory has a say), in one statement.
 pub async fn common_lexemes(
     pool: &PgPool,
     tenant: &str,
     lexemes: &[String],
     visibility: Visibility,
     scope: &Scope,
+    share: usize,
 ) -> Result<Vec<bool>, sqlx::Error> {
     if lexemes.is_empty() {
         return Ok(Vec::new());
     }
-    let counts: String = (0..lexemes.len())
-        .map(|index| format!(", count(*) FILTER (WHERE s.tsv @@ ${}::tsquery)", index + 6))
+    const VISIBLE: &str = "c.tenant_id = $1 AND c.channel = ANY ($2) \
+         AND c.sensitivity = ANY ($3) AND NOT (c.kind = ANY ($4))";
+    let held: String = (0..lexemes.len())
+        .map(|index| {
+            format!(
+                ", count(*) FILTER (WHERE s.tsv @@ ${}::tsquery) AS h{index}",
+                index + 7
+            )
+        })
+        .collect();
+    // The count runs only when the sample has not settled it: a subquery
+    // in a CASE branch is evaluated only when that branch is reached.
+    let common: String = (0..lexemes.len())
+        .map(|index| {
+            format!(
+                ", CASE WHEN s.sampled = $5 AND s.h{index} >= $5 * {COMMON_SHARE} THEN true \
+                   ELSE (SELECT count(*) FROM (SELECT FROM projections.chunks c \
+                          WHERE {VISIBLE} AND c.tsv @@ ${}::tsquery LIMIT $6 + 1) AS m) > $6 \
+                   END",
+                index + 7
+            )
+        })
         .collect();
     let sql = format!(
-        "SELECT count(*){counts}
-           FROM (SELECT c.tsv FROM projections.chunks c
-                  WHERE c.tenant_id = $1 AND c.channel = ANY ($2) AND c.sensitivity = ANY ($3)
-                    AND NOT (c.kind = ANY ($4))
-                  ORDER BY c.seq DESC, c.part DESC LIMIT $5) AS s"
+        "SELECT true{common}
+           FROM (SELECT count(*) AS sampled{held}
+                   FROM (SELECT c.tsv FROM projections.chunks c WHERE {VISIBLE}
+                          ORDER BY c.seq DESC, c.part DESC LIMIT $5) AS s) AS s"
     );
     let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .persistent(false)
         .bind(tenant)
         .bind(visibility.channel_names())
         .bind(visibility.sensitivity_names())
         .bind(&scope.excluded_kinds)
-        .bind(COMMON_SAMPLE);
+        .bind(COMMON_SAMPLE)
+        .bind(share as i64);
     for lexeme in lexemes {
         query = query.bind(tsquery_literal(lexeme));
     }
     let row = query.fetch_one(pool).await?;
-    let sampled: i64 = row.try_get(0)?;
     (0..lexemes.len())
-        .map(|index| {
-            let holding: i64 = row.try_get(index + 1)?;
-            Ok(sampled >= COMMON_SAMPLE && holding as f64 >= COMMON_SHARE * sampled as f64)
-        })
+        .map(|index| row.try_get::<bool, _>(index + 1))
         .collect()
+}
+
+/// Each lexeme's share of a pool of `pool_max` candidates.
+pub fn share(lexemes: usize, pool_max: usize) -> usize {
+    (pool_max / lexemes.max(1)).max(1)
 }
 
 /// The candidate pool for `lexemes`, at most `pool_max` chunks. A rare
@@ -198,7 +227,7 @@ pub async fn candidates(
     if lexemes.is_empty() || pool_max == 0 {
         return Ok(Vec::new());
     }
-    let per_lexeme = (pool_max / lexemes.len()).max(1);
+    let per_lexeme = share(lexemes.len(), pool_max);
     let branch = |condition: String, limit: usize| {
         format!(
             "(SELECT {CANDIDATE_COLUMNS}, c.tsv FROM projections.chunks c

@@ -895,6 +895,12 @@ async fn common_query_terms_share_one_branch_and_a_rare_terms_old_matches_still_
         &message("old", "The zeppelin budget was approved by finance."),
     )
     .await;
+    // A word common in older history only: the newest chunks never hold it,
+    // its 150 matches are counted.
+    let ledger: Vec<Value> = (0..150)
+        .map(|i| message("old", &format!("Ledger entry {i} was reconciled.")))
+        .collect();
+    app.append(&token, &json!({ "events": ledger })).await;
     for batch in 0..3 {
         let events: Vec<Value> = (0..500)
             .map(|i| {
@@ -935,6 +941,21 @@ async fn common_query_terms_share_one_branch_and_a_rare_terms_old_matches_still_
     );
     let theirs = app.acb(&small, ask).await;
     assert_eq!(theirs["provenance"]["common_terms"], json!([]));
+
+    // Three terms: a share of 66 each. 150 matches are more than that.
+    let ask = json!({"session_id": "today", "query_text": "zeppelin ledger export",
+                     "max_tokens": 4000});
+    let acb = app.acb(&token, ask).await;
+    assert_eq!(
+        acb["provenance"]["common_terms"],
+        json!(["export", "ledger"])
+    );
+    assert!(
+        texts(&acb, "retrieved_evidence")
+            .iter()
+            .any(|t| t.contains("zeppelin budget")),
+        "the rare term still has a branch of its own"
+    );
 }
 
 #[sqlx::test]
