@@ -224,14 +224,9 @@ async fn candidate_statements(
                 let lexemes = &questions[((writer as u64 * 100_003 + i) % QUESTIONS) as usize];
                 let (visibility, scope) =
                     (Visibility::new(Channel::Private), RetrievalScope::default());
-                let share = retrieve::share(lexemes.len(), pool_max);
-                let common =
-                    retrieve::common_lexemes(&pool, &tenant, lexemes, visibility, &scope, share)
+                let (_, found) =
+                    retrieve::candidate_pool(&pool, &tenant, lexemes, visibility, &scope, pool_max)
                         .await?;
-                let found = retrieve::candidates(
-                    &pool, &tenant, lexemes, &common, visibility, &scope, pool_max,
-                )
-                .await?;
                 let mut sizes = sizes.lock().expect("lock");
                 sizes.0 += found.len() as f64;
                 sizes.1 += 1;

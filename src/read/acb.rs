@@ -527,14 +527,13 @@ pub async fn build_acb(
                 Vec::new()
             },
         };
-        let pool_max = policy.candidate_pool_max as usize;
-        let common = retrieve::common_lexemes(
+        let (common, candidates) = retrieve::candidate_pool(
             &reader.pool,
             tenant,
             &head.lexemes,
             visibility,
             &scope,
-            retrieve::share(head.lexemes.len(), pool_max),
+            policy.candidate_pool_max as usize,
         )
         .await?;
         common_terms = head
@@ -544,16 +543,6 @@ pub async fn build_acb(
             .filter(|(_, common)| **common)
             .map(|(lexeme, _)| lexeme.clone())
             .collect();
-        let candidates = retrieve::candidates(
-            &reader.pool,
-            tenant,
-            &head.lexemes,
-            &common,
-            visibility,
-            &scope,
-            pool_max,
-        )
-        .await?;
         pool_size = candidates.len();
         let ranked = retrieve::rank(
             candidates,

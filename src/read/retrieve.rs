@@ -128,6 +128,11 @@ pub struct Scope {
     pub excluded_kinds: Vec<&'static str>,
 }
 
+/// The chunks of tenant `$1` that a channel may see (`$2`, `$3`) and the
+/// scope allows (`$4`), as both candidate statements bind them.
+const VISIBLE: &str = "c.tenant_id = $1 AND c.channel = ANY ($2) \
+     AND c.sensitivity = ANY ($3) AND NOT (c.kind = ANY ($4))";
+
 /// How many of the tenant's newest chunks (that the channel may see) are
 /// looked at to tell common query terms from rare ones.
 pub const COMMON_SAMPLE: i64 = 200;
@@ -137,27 +142,41 @@ pub const COMMON_SAMPLE: i64 = 200;
 /// chunks holding any common term it costs next to nothing.
 const COMMON_SHARE: f64 = 0.02;
 
-/// Whether each lexeme is common in the tenant's memory: it matches more
-/// chunks the channel may see than its share of the pool (`share`), so
-/// fetching its newest matches on their own would read all of them to keep
-/// a few. Held by 2% of the newest [`COMMON_SAMPLE`] chunks settles it at
-/// once; any other term's matches are counted, up to `share + 1` (a rare
-/// term's few rows, read again by [`candidates`] from the cache). Read from
-/// the tenant's own chunks only (the same log gives the same answer, and no
-/// other tenant's memory has a say), in one statement.
-pub async fn common_lexemes(
+/// The candidate pool for `lexemes`, at most `pool_max` chunks, and which
+/// lexemes were common (fetched together): [`common_lexemes`], then
+/// [`candidates`].
+pub async fn candidate_pool(
     pool: &PgPool,
     tenant: &str,
     lexemes: &[String],
     visibility: Visibility,
     scope: &Scope,
-    share: usize,
+    pool_max: usize,
+) -> Result<(Vec<bool>, Vec<Candidate>), sqlx::Error> {
+    let common = common_lexemes(pool, tenant, lexemes, visibility, scope, pool_max).await?;
+    let found = candidates(pool, tenant, lexemes, &common, visibility, scope, pool_max).await?;
+    Ok((common, found))
+}
+
+/// Whether each lexeme is common in the tenant's memory: it matches more
+/// chunks the channel may see than its share of a pool of `pool_max`, so
+/// fetching its newest matches on their own would read all of them to keep
+/// a few. Held by 2% of the newest [`COMMON_SAMPLE`] chunks settles it at
+/// once; any other term's matches are counted, up to the share + 1 (a rare
+/// term's few rows, read again by [`candidates`] from the cache). Read from
+/// the tenant's own chunks only (the same log gives the same answer, and no
+/// other tenant's memory has a say), in one statement.
+async fn common_lexemes(
+    pool: &PgPool,
+    tenant: &str,
+    lexemes: &[String],
+    visibility: Visibility,
+    scope: &Scope,
+    pool_max: usize,
 ) -> Result<Vec<bool>, sqlx::Error> {
     if lexemes.is_empty() {
         return Ok(Vec::new());
     }
-    const VISIBLE: &str = "c.tenant_id = $1 AND c.channel = ANY ($2) \
-         AND c.sensitivity = ANY ($3) AND NOT (c.kind = ANY ($4))";
     let held: String = (0..lexemes.len())
         .map(|index| {
             format!(
@@ -192,7 +211,7 @@ pub async fn common_lexemes(
         .bind(visibility.sensitivity_names())
         .bind(&scope.excluded_kinds)
         .bind(COMMON_SAMPLE)
-        .bind(share as i64);
+        .bind(share(lexemes.len(), pool_max) as i64);
     for lexeme in lexemes {
         query = query.bind(tsquery_literal(lexeme));
     }
@@ -203,7 +222,7 @@ pub async fn common_lexemes(
 }
 
 /// Each lexeme's share of a pool of `pool_max` candidates.
-pub fn share(lexemes: usize, pool_max: usize) -> usize {
+fn share(lexemes: usize, pool_max: usize) -> usize {
     (pool_max / lexemes.max(1)).max(1)
 }
 
@@ -215,7 +234,7 @@ pub fn share(lexemes: usize, pool_max: usize) -> usize {
 /// everyday words come together), so one branch of half their shares
 /// brings more distinct chunks than a branch each, for half the rows read.
 /// Every branch orders by seq, then part: the same log gives the same pool.
-pub async fn candidates(
+async fn candidates(
     pool: &PgPool,
     tenant: &str,
     lexemes: &[String],
@@ -231,9 +250,7 @@ pub async fn candidates(
     let branch = |condition: String, limit: usize| {
         format!(
             "(SELECT {CANDIDATE_COLUMNS}, c.tsv FROM projections.chunks c
-               WHERE c.tenant_id = $1 AND c.tsv @@ {condition}
-                 AND c.channel = ANY ($2) AND c.sensitivity = ANY ($3)
-                 AND NOT (c.kind = ANY ($4))
+               WHERE {VISIBLE} AND c.tsv @@ {condition}
                ORDER BY c.seq DESC, c.part DESC LIMIT {limit})"
         )
     };
