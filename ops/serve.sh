@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ops/ensure-postgres.sh
+# The embedding model for semantic retrieval (once; checked by SHA-256).
+ops/fetch-model.sh
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/memd}"
 cargo build --release --quiet --bin memd
 exec target/release/memd serve "$@"

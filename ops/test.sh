@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ops/ensure-postgres.sh
+# The embedding model for semantic retrieval (once; checked by SHA-256).
+ops/fetch-model.sh
 # sqlx::test creates its per-test databases through this server.
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 if cargo nextest --version >/dev/null 2>&1; then

@@ -6,6 +6,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use memd_projectors::{
     drift,
+    embed::worker::EmbeddingWork,
     projections::Encoding,
     rebuild,
     runtime::{Runtime, RuntimeConfig},
@@ -22,6 +23,7 @@ use memd::{
         redact::Redactor,
         tenant::{ApiToken, Scope, TenantId},
     },
+    read::semantic::{Semantic, SemanticConfig},
     scenario,
     startup::{Daemon, ProjectionConfig, ServeConfig, shutdown_signal},
     telemetry, tenants,
@@ -81,22 +83,30 @@ enum Command {
         rate_limit_bytes: f64,
         #[command(flatten)]
         projection: ProjectionArgs,
+        #[command(flatten)]
+        semantic: SemanticArgs,
     },
     /// Run projection workers only, without the HTTP API (to scale out).
     Project {
         #[command(flatten)]
         projection: ProjectionArgs,
+        #[command(flatten)]
+        semantic: SemanticArgs,
     },
     /// Delete projections and replay them from the log; prints progress and the rate.
     Rebuild {
         /// Only this tenant.
         #[arg(long)]
         tenant: Option<String>,
-        /// Only these projectors (chunks, decisions, tasks, views); repeatable.
+        /// Only these projectors (chunks, decisions, tasks, views,
+        /// handoffs, or an embeddings projection: embeddings_minilm,
+        /// embeddings_hashed); repeatable. Default: all but the embeddings.
         #[arg(long = "projector")]
         projectors: Vec<String>,
         #[arg(long, env = "MEMD_TOKEN_ENCODING", default_value = "o200k_base")]
         token_encoding: Encoding,
+        #[command(flatten)]
+        semantic: SemanticArgs,
     },
     /// Rebuild into a shadow schema and diff with the live projections; exit 1 on drift.
     DriftCheck {
@@ -118,6 +128,11 @@ enum Command {
     Policy {
         #[command(subcommand)]
         command: PolicyCommand,
+    },
+    /// Which embedder a tenant's bundles use for semantic retrieval.
+    Embedder {
+        #[command(subcommand)]
+        command: EmbedderCommand,
     },
     /// Apply pending migrations and exit.
     Migrate,
@@ -171,6 +186,58 @@ enum ScenarioCommand {
         #[arg(long)]
         keep_database: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum EmbedderCommand {
+    /// Switch to another embedder: build its projection from the log beside
+    /// the current one (progress on stderr), switch bundles to it once
+    /// caught up, drop the old one. Bundles keep working throughout.
+    Use {
+        /// minilm or hashed.
+        name: String,
+        /// Only this tenant (default: every tenant).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Only record the choice; running daemons build and switch.
+        #[arg(long)]
+        no_wait: bool,
+        #[command(flatten)]
+        semantic: SemanticArgs,
+    },
+    /// Each tenant's embedder and its projection's progress.
+    Status {
+        #[command(flatten)]
+        semantic: SemanticArgs,
+    },
+}
+
+#[derive(Args, Clone)]
+struct SemanticArgs {
+    /// Embedder of tenants that chose none: minilm, hashed, or none
+    /// (lexical retrieval only).
+    #[arg(long, env = "MEMD_EMBEDDER", default_value = "minilm")]
+    embedder: String,
+    /// Folder with the MiniLM model files (ops/fetch-model.sh fills it).
+    #[arg(long, env = "MEMD_MODEL_DIR", default_value = SemanticConfig::DEFAULT_MODEL_DIR)]
+    model_dir: PathBuf,
+}
+
+impl SemanticArgs {
+    fn config(&self) -> anyhow::Result<SemanticConfig> {
+        let embedder = match self.embedder.as_str() {
+            "none" | "off" => None,
+            name => Some(
+                admin::embedder::known(name)
+                    .map_err(|e| anyhow::anyhow!("--embedder: {}", e.message))?
+                    .to_owned(),
+            ),
+        };
+        Ok(SemanticConfig {
+            embedder,
+            model_dir: self.model_dir.clone(),
+        })
+    }
 }
 
 #[derive(Args)]
@@ -293,6 +360,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             rate_limit_rps,
             rate_limit_bytes,
             projection,
+            semantic,
         } => {
             anyhow::ensure!(
                 rate_limit_rps >= 0.0 && rate_limit_bytes >= 0.0,
@@ -319,6 +387,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 projection: (!no_projectors).then(|| projection.config()),
                 encoding: projection.token_encoding,
                 rate_limits: RateLimits::new(rate_limit_rps, rate_limit_bytes),
+                semantic: semantic.config()?,
             };
             let daemon = Daemon::bind(&config, pool.clone())
                 .await
@@ -466,28 +535,36 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 std::process::exit(1);
             }
         }
-        Command::Project { projection } => {
+        Command::Project {
+            projection,
+            semantic,
+        } => {
             let config = projection.config();
-            let pool = connect(options, config.runtime.workers as u32 + 2).await?;
+            let semantic = Semantic::load(&semantic.config()?);
+            let pool = connect(options, config.runtime.workers as u32 + 3).await?;
             tracing::info!(workers = config.runtime.workers, "projecting");
-            let runtime: Runtime = config.spawn(pool.clone());
+            let runtimes: Vec<Runtime> = config.spawn(pool.clone(), &semantic);
             let jobs = JobWorker::spawn(pool.clone(), Arc::new(config.engine()));
             shutdown_signal().await;
             jobs.shutdown().await;
-            runtime.shutdown().await;
+            for runtime in runtimes {
+                runtime.shutdown().await;
+            }
             pool.close().await;
         }
+        Command::Embedder { command } => embedder_command(options, command).await?,
         Command::Rebuild {
             tenant,
             projectors,
             token_encoding,
+            semantic,
         } => {
             let tenant = parse_tenant(tenant)?;
             let engine = ProjectionConfig {
                 encoding: token_encoding,
                 ..Default::default()
             }
-            .engine()
+            .engine_with_embeddings(&projectors, &semantic.model_dir)?
             .only(&projectors)?;
             let pool = connect(options, 2).await?;
             let mut printer = ProgressPrinter::new("rebuild");
@@ -617,4 +694,98 @@ async fn connect(options: PgConnectOptions, max_connections: u32) -> anyhow::Res
     db::connect(options, max_connections)
         .await
         .context("connecting to PostgreSQL")
+}
+
+/// `memd embedder use|status`.
+async fn embedder_command(
+    options: PgConnectOptions,
+    command: EmbedderCommand,
+) -> anyhow::Result<()> {
+    match command {
+        EmbedderCommand::Use {
+            name,
+            tenant,
+            no_wait,
+            semantic,
+        } => {
+            let name =
+                admin::embedder::known(&name).map_err(|e| anyhow::anyhow!("{}", e.message))?;
+            let config = semantic.config()?;
+            let pool = connect(options, 2).await?;
+            let tenants = match parse_tenant(tenant)? {
+                Some(tenant) => vec![tenant.as_str().to_owned()],
+                None => {
+                    sqlx::query_scalar("SELECT tenant_id FROM tenants ORDER BY tenant_id")
+                        .fetch_all(&pool)
+                        .await?
+                }
+            };
+            let embedder = if no_wait {
+                None
+            } else {
+                Some(memd_projectors::embed::load(name, &config.model_dir)?)
+            };
+            let work = EmbeddingWork::new(
+                config
+                    .embedder
+                    .as_deref()
+                    .and_then(|n| admin::embedder::known(n).ok()),
+                embedder.as_slice(),
+            );
+            for tenant in &tenants {
+                let choice =
+                    admin::embedder::choose(&pool, tenant, name, config.embedder.as_deref())
+                        .await?;
+                if choice.building.is_none() {
+                    println!("tenant={tenant} embedder={name} (already in use)");
+                    continue;
+                }
+                if no_wait {
+                    println!("tenant={tenant} building={name}: daemons build it and switch");
+                    continue;
+                }
+                let started = std::time::Instant::now();
+                let mut printer = ProgressPrinter::new("embed");
+                let switched = admin::embedder::build_and_switch(&pool, &work, tenant, &mut |p| {
+                    printer.update(p)
+                })
+                .await?;
+                println!(
+                    "tenant={tenant} embedder={name} {} in {:.1}s",
+                    if switched {
+                        "switched"
+                    } else {
+                        "not switched (choice changed meanwhile)"
+                    },
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            pool.close().await;
+        }
+        EmbedderCommand::Status { semantic } => {
+            let config = semantic.config()?;
+            let pool = connect(options, 2).await?;
+            let tenants: Vec<String> =
+                sqlx::query_scalar("SELECT tenant_id FROM tenants ORDER BY tenant_id")
+                    .fetch_all(&pool)
+                    .await?;
+            for tenant in tenants {
+                let status =
+                    admin::embedder::status(&pool, &tenant, config.embedder.as_deref()).await?;
+                println!(
+                    "tenant={tenant} active={} embedded={}/{}{}",
+                    status.active.as_deref().unwrap_or("none"),
+                    status.active_seq,
+                    status.head_seq,
+                    match (&status.building, status.building_seq) {
+                        (Some(building), Some(seq)) =>
+                            format!(" building={building} {seq}/{}", status.head_seq),
+                        _ => String::new(),
+                    }
+                );
+            }
+            pool.close().await;
+        }
+    }
+    Ok(())
 }

@@ -5,7 +5,11 @@ use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use memd_projectors::{
     Engine,
-    projections::{self, Encoding},
+    embed::worker::EmbeddingWork,
+    projections::{
+        self, Encoding,
+        embeddings::{self, EmbeddingProjector},
+    },
     runtime::{Runtime, RuntimeConfig},
 };
 use sqlx::PgPool;
@@ -21,7 +25,10 @@ use crate::{
         rate_limit::{RateLimiter, RateLimits},
     },
     domain::{limits, redact::Redactor},
-    read::Reader,
+    read::{
+        Reader,
+        semantic::{Semantic, SemanticConfig},
+    },
     tenants::TokenCache,
     write::Appender,
 };
@@ -44,6 +51,8 @@ pub struct ServeConfig {
     pub encoding: Encoding,
     /// Per-tenant request and byte rates of this daemon.
     pub rate_limits: RateLimits,
+    /// The tenants' default embedder and where model files are.
+    pub semantic: SemanticConfig,
 }
 
 /// How the projector runtime runs.
@@ -58,9 +67,44 @@ impl ProjectionConfig {
         Engine::new(projections::all(self.encoding))
     }
 
-    /// Starts the workers on `pool`.
-    pub fn spawn(&self, pool: PgPool) -> Runtime {
-        Runtime::spawn(pool, Arc::new(self.engine()), self.runtime.clone())
+    /// [`Self::engine`] plus the embeddings projections `names` asks for
+    /// (`embeddings_<embedder>`), their embedders loaded from `model_dir`:
+    /// what `memd rebuild --projector embeddings_minilm` replays.
+    pub fn engine_with_embeddings(
+        &self,
+        names: &[String],
+        model_dir: &std::path::Path,
+    ) -> anyhow::Result<Engine> {
+        let mut projectors = projections::all(self.encoding);
+        for name in memd_projectors::embed::NAMES {
+            let projector = embeddings::projector_name(name).expect("every embedder has a table");
+            if names.iter().any(|n| n == projector) {
+                let embedder = memd_projectors::embed::load(name, model_dir)?;
+                projectors.push(Arc::new(
+                    EmbeddingProjector::new(embedder).expect("every embedder has a table"),
+                ));
+            }
+        }
+        Ok(Engine::new(projectors))
+    }
+
+    /// Starts the workers on `pool`: the projections, and apart from them
+    /// the embeddings of the embedders `semantic` runs.
+    pub fn spawn(&self, pool: PgPool, semantic: &Semantic) -> Vec<Runtime> {
+        let embedders: Vec<_> = semantic.embedders().values().cloned().collect();
+        let embeddings = EmbeddingWork::new(semantic.default_embedder(), &embedders);
+        vec![
+            Runtime::spawn(pool.clone(), Arc::new(self.engine()), self.runtime.clone()),
+            Runtime::spawn(
+                pool,
+                Arc::new(embeddings),
+                RuntimeConfig {
+                    // One worker: embedding already uses every core.
+                    workers: 1,
+                    ..self.runtime.clone()
+                },
+            ),
+        ]
     }
 }
 
@@ -74,6 +118,7 @@ impl Default for ServeConfig {
             projection: Some(ProjectionConfig::default()),
             encoding: Encoding::default(),
             rate_limits: RateLimits::default(),
+            semantic: SemanticConfig::default(),
         }
     }
 }
@@ -90,7 +135,8 @@ pub struct Daemon {
 impl Daemon {
     pub async fn bind(config: &ServeConfig, pool: PgPool) -> std::io::Result<Self> {
         let listener = TcpListener::bind(&config.listen).await?;
-        let reader = Arc::new(Reader::new(pool.clone(), config.encoding));
+        let semantic = Arc::new(Semantic::load(&config.semantic));
+        let reader = Arc::new(Reader::new(pool.clone(), config.encoding, semantic));
         let state = ApiState {
             reader: reader.clone(),
             appender: Arc::new(Appender::new(pool.clone())),
@@ -122,7 +168,7 @@ impl Daemon {
         tracing::info!(addr = %self.local_addr(), "memd listening");
         let workers = self.projection.map(|p| {
             (
-                p.spawn(self.pool.clone()),
+                p.spawn(self.pool.clone(), &self.reader.semantic),
                 JobWorker::spawn(self.pool.clone(), Arc::new(p.engine())),
             )
         });
@@ -140,7 +186,9 @@ impl Daemon {
         let _ = cache_listener.await;
         if let Some((projectors, jobs)) = workers {
             jobs.shutdown().await;
-            projectors.shutdown().await;
+            for runtime in projectors {
+                runtime.shutdown().await;
+            }
         }
         served
     }

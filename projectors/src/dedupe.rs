@@ -66,19 +66,19 @@ static STOPWORDS_SORTED: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
 /// The longest stop word: longer words skip the lookup.
 const STOPWORD_MAX_LEN: usize = 8;
 
-fn is_stopword(word: &str) -> bool {
+pub(crate) fn is_stopword(word: &str) -> bool {
     word.len() <= STOPWORD_MAX_LEN && STOPWORDS_SORTED.binary_search(&word).is_ok()
 }
 
 /// FNV-1a: fast, and the same in every process (SipHash is seeded).
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
         (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
     })
 }
 
 /// Strips one common English suffix from words long enough to keep a stem.
-fn stem(word: &str) -> &str {
+pub(crate) fn stem(word: &str) -> &str {
     for suffix in ["ing", "ed", "es", "s"] {
         if let Some(stem) = word.strip_suffix(suffix)
             && stem.chars().count() >= 3

@@ -19,6 +19,7 @@
 
 pub mod dedupe;
 pub mod drift;
+pub mod embed;
 pub mod engine;
 pub mod event;
 pub mod projections;

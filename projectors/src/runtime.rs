@@ -25,6 +25,7 @@ use tokio::{
 use crate::{
     EVENTS_CHANNEL,
     engine::{Engine, ProjectError, Step},
+    projector::BoxFuture,
 };
 
 #[derive(Debug, Clone)]
@@ -47,6 +48,39 @@ impl Default for RuntimeConfig {
     }
 }
 
+/// What a runtime keeps current: which tenants lag, and how to bring one
+/// up to date. An [`Engine`] is one (its projectors, for every tenant);
+/// the embeddings projections are another (each tenant's own embedders,
+/// [`crate::embed::worker`]).
+pub trait Work: Send + Sync + 'static {
+    /// Tenants with something to apply.
+    fn lagging<'a>(&'a self, pool: &'a PgPool) -> BoxFuture<'a, Result<Vec<String>, sqlx::Error>>;
+
+    /// Applies batches until `tenant` is caught up, another worker has it,
+    /// the log has a hole, or `stopped` is set.
+    fn catch_up<'a>(
+        &'a self,
+        pool: &'a PgPool,
+        tenant: &'a str,
+        stopped: &'a watch::Receiver<bool>,
+    ) -> BoxFuture<'a, Result<(), ProjectError>>;
+}
+
+impl Work for Engine {
+    fn lagging<'a>(&'a self, pool: &'a PgPool) -> BoxFuture<'a, Result<Vec<String>, sqlx::Error>> {
+        Box::pin(lagging_tenants(pool, self))
+    }
+
+    fn catch_up<'a>(
+        &'a self,
+        pool: &'a PgPool,
+        tenant: &'a str,
+        stopped: &'a watch::Receiver<bool>,
+    ) -> BoxFuture<'a, Result<(), ProjectError>> {
+        Box::pin(catch_up(pool, self, tenant, stopped))
+    }
+}
+
 /// A running set of projection workers.
 pub struct Runtime {
     stop: watch::Sender<bool>,
@@ -54,9 +88,9 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    pub fn spawn(pool: PgPool, engine: Arc<Engine>, config: RuntimeConfig) -> Self {
+    pub fn spawn(pool: PgPool, work: Arc<dyn Work>, config: RuntimeConfig) -> Self {
         let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(run(pool, engine, config, stopped));
+        let task = tokio::spawn(run(pool, work, config, stopped));
         Self { stop, task }
     }
 
@@ -113,7 +147,7 @@ pub fn backoff() -> impl Iterator<Item = Duration> {
 
 async fn run(
     pool: PgPool,
-    engine: Arc<Engine>,
+    engine: Arc<dyn Work>,
     config: RuntimeConfig,
     mut stopped: watch::Receiver<bool>,
 ) {
@@ -168,7 +202,7 @@ async fn run(
         };
         tokio::select! {
             _ = stopped.changed() => break,
-            _ = poll.tick() => match lagging_tenants(&pool, &engine).await {
+            _ = poll.tick() => match engine.lagging(&pool).await {
                 Ok(tenants) => tenants.into_iter().for_each(dispatch),
                 Err(err) => tracing::warn!(error = %err, "looking for lagging tenants failed"),
             },
@@ -223,7 +257,7 @@ pub async fn lagging_tenants(pool: &PgPool, engine: &Engine) -> Result<Vec<Strin
 
 async fn work(
     pool: PgPool,
-    engine: Arc<Engine>,
+    engine: Arc<dyn Work>,
     queue: Arc<Queue>,
     mut stopped: watch::Receiver<bool>,
 ) {
@@ -237,7 +271,7 @@ async fn work(
             if *stopped.borrow() {
                 return;
             }
-            match catch_up(&pool, &engine, &tenant, &stopped).await {
+            match engine.catch_up(&pool, &tenant, &stopped).await {
                 Ok(()) => retry = backoff(),
                 Err(err) => {
                     let delay = retry.next().unwrap_or(Duration::from_secs(5));

@@ -1,6 +1,7 @@
 //! Operator commands over the derived side: rebuild, drift check, and the
 //! human-editable views and bundle policy (export and import).
 
+pub mod embedder;
 pub mod jobs;
 pub mod policy_file;
 pub mod progress;

@@ -13,11 +13,14 @@ use serde::{Deserialize, Serialize};
 use super::{
     ApiState,
     error::{ApiError, BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
-    extract::{Authenticated, OptionalJsonBody},
+    extract::{Authenticated, JsonBody, OptionalJsonBody},
     require_scope,
 };
 use crate::{
-    admin::jobs::{self, AdminJob, JobKind, JobState, JobStatus},
+    admin::{
+        embedder::{self, EmbedderStatus},
+        jobs::{self, AdminJob, JobKind, JobState, JobStatus},
+    },
     domain::{FieldError, parse_json, tenant::Scope},
 };
 
@@ -190,4 +193,86 @@ pub async fn get_job(
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no job {job_id}")))?;
     Ok(Json(status).into_response())
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct EmbedderRequest {
+    /// `minilm` or `hashed`.
+    embedder: String,
+}
+
+/// The tenant's embedder
+///
+/// Which embedder the tenant's bundles use for semantic retrieval, the one
+/// being built to replace it (after a `PUT`), and how far each one's
+/// embeddings projection has applied the log. Scope: admin.
+#[utoipa::path(
+    get,
+    path = "/api/v1/admin/embedder",
+    tag = "admin",
+    responses(
+        (status = 200, description = "The tenant's embedders", body = EmbedderStatus),
+        (status = 401, response = Unauthorized),
+        (status = 403, description = "`insufficient_scope`: the token is not admin", body = ErrorBody),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = [])),
+)]
+#[tracing::instrument(skip_all, fields(tenant = %caller.tenant))]
+pub async fn get_embedder(
+    State(state): State<ApiState>,
+    Authenticated(caller): Authenticated,
+) -> Result<Response, ApiError> {
+    require_scope(&caller, Scope::Admin)?;
+    let status = embedder::status(
+        &state.pool,
+        caller.tenant.as_str(),
+        state.reader.semantic.default_embedder(),
+    )
+    .await?;
+    Ok(Json(status).into_response())
+}
+
+/// Switch the tenant's embedder
+///
+/// Starts building the named embedder's projection from the log beside the
+/// one bundles use; the daemon's embedding workers build it, bundles switch
+/// to it once it has caught up, and the old projection is dropped. Nothing
+/// is re-ingested. Naming the embedder in use cancels a switch in progress.
+/// Follow progress with `GET /api/v1/admin/embedder`. Scope: admin.
+#[utoipa::path(
+    put,
+    path = "/api/v1/admin/embedder",
+    tag = "admin",
+    request_body = EmbedderRequest,
+    responses(
+        (status = 202, description = "Building (or already in use: `building` is null)", body = EmbedderStatus),
+        (status = 400, description = "`invalid_field`: an unknown `embedder`, or one this daemon cannot run (model files missing)", body = ErrorBody),
+        (status = 401, response = Unauthorized),
+        (status = 403, description = "`insufficient_scope`: the token is not admin", body = ErrorBody),
+        (status = 413, response = BodyTooLarge),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = [])),
+)]
+#[tracing::instrument(skip_all, fields(tenant = %caller.tenant))]
+pub async fn put_embedder(
+    State(state): State<ApiState>,
+    Authenticated(caller): Authenticated,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    require_scope(&caller, Scope::Admin)?;
+    let request: EmbedderRequest = parse_json("", body).map_err(ApiError::invalid)?;
+    let name = embedder::known(&request.embedder).map_err(ApiError::invalid)?;
+    let semantic = &state.reader.semantic;
+    if let Some(reason) = semantic.unavailable(Some(name)) {
+        return Err(ApiError::invalid(FieldError::new("embedder", reason)));
+    }
+    let default = semantic.default_embedder();
+    embedder::choose(&state.pool, caller.tenant.as_str(), name, default).await?;
+    let status = embedder::status(&state.pool, caller.tenant.as_str(), default).await?;
+    Ok((StatusCode::ACCEPTED, Json(status)).into_response())
 }

@@ -4,6 +4,7 @@ use axum::{Json, extract::State, http::StatusCode};
 use serde::Serialize;
 
 use super::ApiState;
+use crate::read::semantic::SemanticStatus;
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct Health {
@@ -12,6 +13,11 @@ pub struct Health {
     /// Why the daemon is not ready.
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<&'static str>,
+    /// readyz: whether bundles retrieve by meaning, and if not, why and
+    /// what command turns it on. Off is still ready: bundles then use
+    /// lexical retrieval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    semantic: Option<SemanticStatus>,
 }
 
 /// Liveness
@@ -28,19 +34,20 @@ pub async fn healthz() -> Json<Health> {
     Json(Health {
         status: "ok",
         reason: None,
+        semantic: None,
     })
 }
 
 /// Readiness
 ///
-/// The daemon can reach its database, so requests can succeed. No token
-/// needed.
+/// The daemon can reach its database, so requests can succeed. Also says
+/// whether semantic retrieval is on (`semantic`). No token needed.
 #[utoipa::path(
     get,
     path = "/readyz",
     tag = "health",
     responses(
-        (status = 200, description = "Ready", body = Health, example = json!({"status": "ready"})),
+        (status = 200, description = "Ready", body = Health, example = json!({"status": "ready", "semantic": {"enabled": true, "default_embedder": "minilm", "loaded": ["hashed", "minilm"]}})),
         (status = 503, description = "The database cannot be reached", body = Health,
             example = json!({"status": "unavailable", "reason": "database unreachable"})),
     ),
@@ -52,6 +59,7 @@ pub async fn readyz(State(state): State<ApiState>) -> (StatusCode, Json<Health>)
             Json(Health {
                 status: "ready",
                 reason: None,
+                semantic: Some(state.reader.semantic.status()),
             }),
         ),
         Err(err) => {
@@ -61,6 +69,7 @@ pub async fn readyz(State(state): State<ApiState>) -> (StatusCode, Json<Health>)
                 Json(Health {
                     status: "unavailable",
                     reason: Some("database unreachable"),
+                    semantic: Some(state.reader.semantic.status()),
                 }),
             )
         }

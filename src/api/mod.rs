@@ -138,6 +138,18 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         method: Method::GET,
+        path: "/api/v1/admin/embedder",
+        bearer: true,
+        handler: |m| on(m, admin::get_embedder),
+    },
+    Route {
+        method: Method::PUT,
+        path: "/api/v1/admin/embedder",
+        bearer: true,
+        handler: |m| on(m, admin::put_embedder),
+    },
+    Route {
+        method: Method::GET,
         path: "/api/v1/openapi.json",
         bearer: false,
         handler: |m| on(m, openapi::openapi_json),

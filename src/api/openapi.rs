@@ -58,6 +58,8 @@ bursts of twice that; over them the answer is 429 with `Retry-After`.";
         admin::post_rebuild,
         admin::post_drift_check,
         admin::get_job,
+        admin::get_embedder,
+        admin::put_embedder,
         health::healthz,
         health::readyz,
         openapi_json,

@@ -19,6 +19,7 @@ use super::{
     },
     histories::{History, load},
 };
+use crate::read::semantic::SemanticConfig;
 use crate::{
     db,
     domain::{
@@ -98,7 +99,7 @@ async fn measure(
     let mut loaded = 0;
     for &size in &options.sizes {
         // The daemon projects while the history loads.
-        let daemon = start_daemon(pool.clone()).await?;
+        let daemon = start_daemon(pool.clone(), SemanticConfig::off()).await?;
         if loaded == 0 {
             views(&daemon.base_url, &token).await?;
         }
@@ -301,7 +302,7 @@ async fn cold(
     let started = std::time::Instant::now();
     for restart in 0..options.restarts {
         let pool = db::connect(scratch.options.clone(), 16).await?;
-        let daemon = start_daemon(pool.clone()).await?;
+        let daemon = start_daemon(pool.clone(), SemanticConfig::off()).await?;
         let at = std::time::Instant::now();
         let acb: Value = client
             .post(format!("{}/api/v1/acb/build", daemon.base_url))

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use super::harness::{
     Measurement, ScratchDatabase, drive, environment, report_header, start_daemon, write_report,
 };
+use crate::read::semantic::SemanticConfig;
 use crate::{
     db,
     domain::tenant::{Scope, TenantId},
@@ -62,7 +63,7 @@ async fn measure(
         .execute(&pool)
         .await?;
 
-    let daemon = start_daemon(pool.clone()).await?;
+    let daemon = start_daemon(pool.clone(), SemanticConfig::off()).await?;
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(64)
         .build()

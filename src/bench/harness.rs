@@ -9,21 +9,47 @@ use std::{
 use anyhow::Context;
 use sqlx::PgPool;
 
-use crate::{api::rate_limit::RateLimits, startup::ServeConfig};
+use crate::{api::rate_limit::RateLimits, read::semantic::SemanticConfig, startup::ServeConfig};
 
 pub use crate::{db::ScratchDatabase, startup::RunningDaemon};
 
 /// A daemon for a benchmark: on a free local port, without admission
-/// control (benchmarks measure memd, not its rate limits).
-pub async fn start_daemon(pool: PgPool) -> anyhow::Result<RunningDaemon> {
+/// control (benchmarks measure memd, not its rate limits), with the
+/// embedder of `semantic`.
+pub async fn start_daemon(pool: PgPool, semantic: SemanticConfig) -> anyhow::Result<RunningDaemon> {
     RunningDaemon::start(
         pool,
         ServeConfig {
             rate_limits: RateLimits::UNLIMITED,
+            semantic,
             ..ServeConfig::default()
         },
     )
     .await
+}
+
+/// Waits until every tenant's embeddings projection (of its chosen
+/// embedder, or `default`) has applied its log up to its head.
+pub async fn wait_embedded(pool: &PgPool, default: Option<&str>) -> anyhow::Result<()> {
+    if default.is_none() {
+        return Ok(());
+    }
+    loop {
+        let behind: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM public.tenant_heads h
+               LEFT JOIN public.embedder_choice ch ON ch.tenant_id = h.tenant_id
+               LEFT JOIN projections.cursors c ON c.tenant_id = h.tenant_id
+                    AND c.projector = 'embeddings_' || coalesce(ch.active, $1)
+              WHERE h.seq > 0 AND coalesce(c.seq, 0) < h.seq",
+        )
+        .bind(default)
+        .fetch_one(pool)
+        .await?;
+        if behind == 0 {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Latencies of one scenario's operations, and how many events they carried.

@@ -27,12 +27,13 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use serde_json::{Value, json};
 
 use super::harness::{
-    ScratchDatabase, environment, percentile, report_header, start_daemon, wait_projected,
-    write_report,
+    ScratchDatabase, environment, percentile, report_header, start_daemon, wait_embedded,
+    wait_projected, write_report,
 };
 use crate::{
     db,
     domain::tenant::{Scope, TenantId},
+    read::semantic::SemanticConfig,
     tenants,
 };
 
@@ -44,6 +45,8 @@ const BM25_DEPTH: usize = 50;
 pub struct Options {
     pub dir: PathBuf,
     pub kit: PathBuf,
+    /// The embedder of the hybrid and semantic systems, and its model.
+    pub semantic: SemanticConfig,
 }
 
 /// One memory item of the corpus.
@@ -203,7 +206,7 @@ struct Ranking {
 pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Result<()> {
     let conversations = conversations(&options.dir)?;
     let scratch = ScratchDatabase::create(database_url, "memd_bench").await?;
-    let result = measure(&scratch, &conversations).await;
+    let result = measure(&scratch, &conversations, &options.semantic).await;
     scratch.drop_now().await?;
     let (systems, environment) = result?;
 
@@ -254,11 +257,13 @@ fn slug(system: &str) -> String {
 async fn measure(
     scratch: &ScratchDatabase,
     conversations: &[Conversation],
+    semantic: &SemanticConfig,
 ) -> anyhow::Result<(Vec<(String, Vec<Ranking>)>, String)> {
     let pool = db::connect(scratch.options.clone(), 8).await?;
     db::migrate(&pool).await?;
     let environment = environment(&pool).await?;
-    let daemon = start_daemon(pool.clone()).await?;
+    let daemon = start_daemon(pool.clone(), semantic.clone()).await?;
+    let embedder = semantic.embedder.as_deref().unwrap_or("none");
     let client = reqwest::Client::new();
     let base = daemon.base_url.clone();
 
@@ -300,27 +305,44 @@ async fn measure(
         tokens.insert(conversation.name.clone(), token);
     }
     wait_projected(&pool).await?;
+    let embedding_started = Instant::now();
+    wait_embedded(&pool, semantic.embedder.as_deref()).await?;
+    eprintln!(
+        "embedded in {:.1}s (after projection)",
+        embedding_started.elapsed().as_secs_f64()
+    );
 
+    // The same questions under three policies: the default (hybrid), and
+    // each side of it alone.
     let mut systems = Vec::new();
-    systems.push((
-        "memd (default policy)".to_owned(),
-        ask_all(&client, &base, conversations, &tokens, &dia_of_event).await?,
-    ));
-    // The same questions with recency out of the score: LoCoMo asks about
-    // any point of months of conversation, so "recent" is not "relevant".
-    for token in tokens.values() {
-        client
-            .put(format!("{base}/api/v1/policy"))
-            .bearer_auth(token)
-            .json(&json!({"scoring": {"alpha": 0.9, "beta": 0.0, "gamma": 0.1}}))
-            .send()
-            .await?
-            .error_for_status()?;
+    for (system, scoring) in [
+        (
+            format!("memd hybrid ({embedder}, default policy)"),
+            json!({}),
+        ),
+        (
+            "memd lexical only (semantic_weight 0)".to_owned(),
+            json!({"semantic_weight": 0.0}),
+        ),
+        (
+            format!("memd semantic only ({embedder}, lexical_weight 0)"),
+            json!({"lexical_weight": 0.0, "semantic_weight": 1.0}),
+        ),
+    ] {
+        for token in tokens.values() {
+            client
+                .put(format!("{base}/api/v1/policy"))
+                .bearer_auth(token)
+                .json(&json!({ "scoring": scoring }))
+                .send()
+                .await?
+                .error_for_status()?;
+        }
+        systems.push((
+            system,
+            ask_all(&client, &base, conversations, &tokens, &dia_of_event).await?,
+        ));
     }
-    systems.push((
-        "memd (alpha 0.9, beta 0, gamma 0.1)".to_owned(),
-        ask_all(&client, &base, conversations, &tokens, &dia_of_event).await?,
-    ));
     systems.push(("BM25".to_owned(), bm25_all(conversations)));
     daemon.stop().await?;
     pool.close().await;

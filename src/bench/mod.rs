@@ -74,6 +74,12 @@ pub enum BenchCommand {
         /// Where to write the results (rankings go to `<out>.results/`).
         #[arg(long, default_value = "bench/locomo.md")]
         out: PathBuf,
+        /// The embedder of the hybrid and semantic-only systems.
+        #[arg(long, env = "MEMD_EMBEDDER", default_value = "minilm")]
+        embedder: String,
+        /// Folder with the MiniLM model files (ops/fetch-model.sh).
+        #[arg(long, env = "MEMD_MODEL_DIR", default_value = crate::read::semantic::SemanticConfig::DEFAULT_MODEL_DIR)]
+        model_dir: PathBuf,
     },
 }
 
@@ -128,8 +134,20 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
             )
             .await
         }
-        BenchCommand::Locomo { dir, kit, out } => {
-            locomo::run(database_url, locomo::Options { dir, kit }, &out).await
+        BenchCommand::Locomo {
+            dir,
+            kit,
+            out,
+            embedder,
+            model_dir,
+        } => {
+            let embedder = crate::admin::embedder::known(&embedder)
+                .map_err(|e| anyhow::anyhow!("--embedder: {}", e.message))?;
+            let semantic = crate::read::semantic::SemanticConfig {
+                embedder: Some(embedder.to_owned()),
+                model_dir,
+            };
+            locomo::run(database_url, locomo::Options { dir, kit, semantic }, &out).await
         }
     }
 }

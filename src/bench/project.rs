@@ -19,6 +19,7 @@ use super::{
     },
     histories::{History, load},
 };
+use crate::read::semantic::SemanticConfig;
 use crate::{
     db,
     domain::tenant::{Scope, TenantId},
@@ -174,7 +175,7 @@ async fn measure_lag(pool: &PgPool, options: &Options) -> anyhow::Result<LagResu
         }
     });
 
-    let daemon = start_daemon(pool.clone()).await?;
+    let daemon = start_daemon(pool.clone(), SemanticConfig::off()).await?;
     let client = reqwest::Client::new();
     let url = format!("{}/api/v1/events", daemon.base_url);
     let interval = Duration::from_secs_f64(LAG_TENANTS as f64 / f64::from(options.rate.max(1)));

@@ -28,6 +28,7 @@ use super::{
     bundle::{self, Candidates, Item, Section},
     cache::{DecisionRow, Visible},
     handoff,
+    hybrid::{self, EmbeddingHead, SemanticReport},
     policy::{MAX_CANDIDATE_POOL, Policy, Scoring, SectionName},
     privacy::{Filters, Visibility},
     retrieve::{self, Candidate, Scope},
@@ -205,6 +206,9 @@ pub struct Provenance {
     /// 200): fetched together, as the newest chunks holding any of them,
     /// rather than each on its own.
     pub common_terms: Vec<String>,
+    /// The semantic side of retrieval: embedder, its projection's lag,
+    /// vector candidates, or why it was not used.
+    pub semantic: SemanticReport,
     pub candidate_pool_size: usize,
     pub candidate_pool_max: u32,
     /// Evidence chunks that survived filtering and dedupe, before packing.
@@ -318,6 +322,7 @@ struct Head {
     newest: DateTime<Utc>,
     projected_seq: i64,
     lexemes: Vec<String>,
+    embedding: EmbeddingHead,
 }
 
 async fn head(reader: &Reader, tenant: &str, query: &str) -> Result<Head, sqlx::Error> {
@@ -330,17 +335,29 @@ async fn head(reader: &Reader, tenant: &str, query: &str) -> Result<Head, sqlx::
                 ({PROJECTED_SEQ}) AS projected_seq,
                 ARRAY(SELECT l FROM unnest(tsvector_to_array(
                           to_tsvector('english', projections.searchable($4)))) AS l
-                       LIMIT $5) AS lexemes
-           FROM public.tenant_heads h WHERE h.tenant_id = $1"
+                       LIMIT $5) AS lexemes,
+                e.embedder, ec.seq AS embedded_seq, ec.version AS embedded_version
+           FROM public.tenant_heads h
+           LEFT JOIN public.embedder_choice ch ON ch.tenant_id = h.tenant_id
+           CROSS JOIN LATERAL (SELECT coalesce(ch.active, $6) AS embedder) AS e
+           LEFT JOIN projections.cursors ec
+             ON ec.tenant_id = h.tenant_id AND ec.projector = 'embeddings_' || e.embedder
+          WHERE h.tenant_id = $1"
     )))
     .bind(tenant)
     .bind(&names)
     .bind(&versions)
     .bind(query)
     .bind(retrieve::MAX_LEXEMES as i64)
+    .bind(reader.semantic.default_embedder())
     .fetch_one(&reader.pool)
     .await?;
     Ok(Head {
+        embedding: EmbeddingHead {
+            embedder: row.try_get("embedder")?,
+            seq: row.try_get::<Option<i64>, _>("embedded_seq")?.unwrap_or(0),
+            version: row.try_get("embedded_version")?,
+        },
         head_seq: row.try_get("head_seq")?,
         newest: row
             .try_get::<Option<DateTime<Utc>>, _>("newest")?
@@ -495,7 +512,18 @@ pub async fn build_acb(
     let history = request
         .include_history
         .unwrap_or_else(|| asks_for_history(query));
-    let fast = policy.is_fast_path(request.intent.as_deref()) || head.lexemes.is_empty();
+    // A question of stop words alone still has a meaning to search for.
+    let fast = policy.is_fast_path(request.intent.as_deref())
+        || retrieval_query.is_empty()
+        || (head.lexemes.is_empty()
+            && reader
+                .semantic
+                .unavailable(head.embedding.embedder.as_deref())
+                .is_some());
+    let mut semantic = SemanticReport {
+        reason: fast.then(|| "fast path: no retrieval".to_owned()),
+        ..SemanticReport::default()
+    };
     let mut evidence = Evidence::default();
     let mut pool_size = 0;
     let mut common_terms = Vec::new();
@@ -527,15 +555,23 @@ pub async fn build_acb(
                 Vec::new()
             },
         };
-        let (common, candidates) = retrieve::candidate_pool(
-            &reader.pool,
+        let hybrid::Pool {
+            candidates,
+            common,
+            semantic: report,
+        } = hybrid::candidates(
+            reader,
             tenant,
+            retrieval_query,
             &head.lexemes,
+            head.head_seq,
+            &head.embedding,
             visibility,
             &scope,
-            policy.candidate_pool_max as usize,
+            &policy,
         )
         .await?;
+        semantic = report;
         common_terms = head
             .lexemes
             .iter()
@@ -674,6 +710,7 @@ pub async fn build_acb(
             path: if fast { "fast" } else { "retrieval" },
             query_terms: head.lexemes,
             common_terms,
+            semantic,
             candidate_pool_size: pool_size,
             candidate_pool_max: policy.candidate_pool_max,
             retrieved,
@@ -1161,6 +1198,8 @@ impl Evidence {
                     ("ts", json!(candidate.ts)),
                     ("score", json!(round(candidate.score))),
                     ("relevance", json!(round(candidate.relevance))),
+                    ("lexical", json!(round(candidate.lexical))),
+                    ("semantic", json!(candidate.semantic.map(round))),
                     ("recency", json!(round(candidate.recency))),
                     ("importance", json!(round(f64::from(candidate.importance)))),
                     ("artifact_id", json!(shown.artifact_id)),

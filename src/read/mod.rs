@@ -6,7 +6,9 @@
 //!
 //! - [`policy`]: caps, weights, bounds per tenant.
 //! - [`privacy`]: what each channel may hold; applied before scoring.
-//! - [`retrieve`]: candidates and ranking; [`dedupe`]: near-duplicates.
+//! - [`retrieve`]: lexical candidates and ranking; [`dedupe`]: near-duplicates.
+//! - [`semantic`], [`vectors`]: embedders, question vectors, the in-memory
+//!   vector index; [`hybrid`]: the union of lexical and semantic candidates.
 //! - [`cache`]: the per-tenant fast-path state and its invalidation.
 //! - [`handoff`]: packets between agents.
 //! - [`bundle`]: packing under the budget, rendering.
@@ -16,9 +18,12 @@ pub mod acb;
 pub mod bundle;
 pub mod cache;
 pub mod handoff;
+pub mod hybrid;
 pub mod policy;
 pub mod privacy;
 pub mod retrieve;
+pub mod semantic;
+pub mod vectors;
 
 use std::{
     sync::Arc,
@@ -41,10 +46,12 @@ pub struct Reader {
     /// Names and versions of the projectors whose cursors say how far the
     /// projections reach.
     pub projectors: Vec<(&'static str, i32)>,
+    /// Embedders, question vectors and the vector index.
+    pub semantic: Arc<semantic::Semantic>,
 }
 
 impl Reader {
-    pub fn new(pool: PgPool, encoding: Encoding) -> Self {
+    pub fn new(pool: PgPool, encoding: Encoding, semantic: Arc<semantic::Semantic>) -> Self {
         let counter = TokenCounter::new(encoding);
         let projectors = memd_projectors::projections::all(encoding)
             .iter()
@@ -52,6 +59,7 @@ impl Reader {
             .collect();
         Self {
             projectors,
+            semantic,
             pool,
             cache: Arc::new(cache::ReadCache::default()),
             costs: bundle::Costs::new(&counter),

@@ -148,6 +148,30 @@ pub struct Scoring {
     /// retrieved: recency and importance reorder relevant memory, they do
     /// not bring in memory that merely shares a common word.
     pub min_relevance: f64,
+    /// How relevance fuses the lexical (BM25) and semantic (embedding)
+    /// scores: `weighted` adds each score normalised over the pool,
+    /// `rrf` adds reciprocal ranks (k = 60).
+    pub fusion: Fusion,
+    /// The lexical score's weight in relevance; 0 ranks by meaning alone.
+    pub lexical_weight: f64,
+    /// The semantic score's weight in relevance; 0 is lexical retrieval
+    /// alone (no vector candidates either).
+    pub semantic_weight: f64,
+    /// Nearest chunks by meaning added to the candidate pool, at most half
+    /// of `candidate_pool_max` (the lexical candidates get the rest).
+    pub semantic_candidates: u32,
+}
+
+/// How the lexical and semantic scores become one relevance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Fusion {
+    /// `(lexical_weight·bm25/best + semantic_weight·cos_norm) / (sum of
+    /// weights)`, with the cosine min-max normalised over the pool.
+    #[default]
+    Weighted,
+    /// `sum of weight/(60 + rank)`, over each score's ranking of the pool.
+    Rrf,
 }
 
 impl Default for Scoring {
@@ -158,6 +182,10 @@ impl Default for Scoring {
             gamma: 0.1,
             recency_half_life_hours: 24.0 * 7.0,
             min_relevance: 0.2,
+            fusion: Fusion::default(),
+            lexical_weight: 0.5,
+            semantic_weight: 0.5,
+            semantic_candidates: 200,
         }
     }
 }
@@ -255,7 +283,25 @@ impl Policy {
             gamma,
             recency_half_life_hours,
             min_relevance,
+            fusion: _,
+            lexical_weight,
+            semantic_weight,
+            semantic_candidates,
         } = self.scoring;
+        within("scoring.lexical_weight", lexical_weight, 0.0, 1.0)?;
+        within("scoring.semantic_weight", semantic_weight, 0.0, 1.0)?;
+        if lexical_weight + semantic_weight <= 0.0 {
+            return Err(FieldError::new(
+                "scoring",
+                "lexical_weight and semantic_weight cannot both be 0",
+            ));
+        }
+        within(
+            "scoring.semantic_candidates",
+            semantic_candidates.into(),
+            0.0,
+            (MAX_CANDIDATE_POOL / 2).into(),
+        )?;
         within("scoring.min_relevance", min_relevance, 0.0, 1.0)?;
         within("scoring.alpha", alpha, 0.0, 1.0)?;
         within("scoring.beta", beta, 0.0, 1.0)?;

@@ -30,7 +30,10 @@ use sqlx::{PgPool, Row};
 
 use memd_projectors::dedupe;
 
-use super::{policy::Scoring, privacy::Visibility};
+use super::{
+    policy::{Fusion, Scoring},
+    privacy::Visibility,
+};
 
 /// Lexemes of one question beyond this many are ignored (in the order
 /// PostgreSQL returns them).
@@ -47,6 +50,7 @@ pub struct Candidate {
     pub chunk_id: String,
     pub event_id: String,
     pub seq: i64,
+    pub part: i32,
     pub ts: DateTime<Utc>,
     pub kind: &'static str,
     pub source: Option<String>,
@@ -59,6 +63,12 @@ pub struct Candidate {
     /// are at most [`MAX_LEXEMES`]).
     pub matched: u32,
     lexeme_count: i32,
+    /// BM25 over the query's lexemes, divided by the pool's best.
+    pub lexical: f64,
+    /// Cosine similarity of the chunk's vector to the question's, when the
+    /// chunk is embedded and semantic retrieval is on.
+    pub semantic: Option<f64>,
+    /// The lexical and semantic scores fused ([`Fusion`]), in [0, 1].
     pub relevance: f64,
     pub recency: f64,
     pub score: f64,
@@ -66,7 +76,7 @@ pub struct Candidate {
 
 impl Candidate {
     /// A row whose first columns are [`CANDIDATE_COLUMNS`], then the
-    /// chunk's lexeme count. By position: a bundle decodes up to 2,000.
+    /// chunk's lexeme count, then one boolean per query lexeme. By position: a bundle decodes up to 2,000.
     fn from_row(row: &sqlx::postgres::PgRow, matched: u32) -> Result<Self, sqlx::Error> {
         Ok(Self {
             chunk_id: row.try_get(0)?,
@@ -82,8 +92,11 @@ impl Candidate {
                 .try_into()
                 .map_err(|_| sqlx::Error::Decode("content_hash is not 32 bytes".into()))?,
             words: dedupe::decode(row.try_get::<&[u8], _>(9)?),
-            lexeme_count: row.try_get(10)?,
+            part: row.try_get(10)?,
+            lexeme_count: row.try_get(11)?,
             matched,
+            lexical: 0.0,
+            semantic: None,
             relevance: 0.0,
             recency: 0.0,
             score: 0.0,
@@ -105,7 +118,7 @@ fn known_kind(kind: &str) -> &'static str {
 
 /// The columns of a candidate, for the statements that read them.
 const CANDIDATE_COLUMNS: &str = "c.chunk_id, c.event_id, c.seq, c.ts, c.kind, c.source, \
-     c.token_est, c.importance, c.content_hash, c.word_hashes";
+     c.token_est, c.importance, c.content_hash, c.word_hashes, c.part";
 
 /// The ranked pool.
 #[derive(Debug, Default)]
@@ -298,7 +311,7 @@ async fn candidates(
     for row in rows {
         let mut matched = 0_u32;
         for index in 0..lexemes.len() {
-            if row.try_get::<bool, _>(11 + index)? {
+            if row.try_get::<bool, _>(12 + index)? {
                 matched |= 1 << index;
             }
         }
@@ -309,6 +322,56 @@ async fn candidates(
     candidates.sort_by(|a, b| a.chunk_id.cmp(&b.chunk_id));
     candidates.dedup_by(|a, b| a.chunk_id == b.chunk_id);
     Ok(candidates)
+}
+
+/// The chunks at `positions` (`(seq, part)`, from the vector index) that
+/// the channel may see and the scope allows, as candidates holding the
+/// query's `lexemes` like [`candidates`] reports them. The visibility
+/// filter is applied again here, as on the lexical path.
+pub async fn at_positions(
+    pool: &PgPool,
+    tenant: &str,
+    lexemes: &[String],
+    positions: &[(i64, i32)],
+    visibility: Visibility,
+    scope: &Scope,
+) -> Result<Vec<Candidate>, sqlx::Error> {
+    if positions.is_empty() {
+        return Ok(Vec::new());
+    }
+    let matched: String = (0..lexemes.len())
+        .map(|index| format!(", c.tsv @@ ${}::tsquery", index + 7))
+        .collect();
+    let sql = format!(
+        "SELECT {CANDIDATE_COLUMNS}, length(c.tsv) AS lexeme_count{matched}
+           FROM unnest($5::bigint[], $6::int[]) AS u (seq, part)
+           JOIN projections.chunks c ON c.tenant_id = $1 AND c.seq = u.seq AND c.part = u.part
+          WHERE {VISIBLE}"
+    );
+    let (seqs, parts): (Vec<i64>, Vec<i32>) = positions.iter().copied().unzip();
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .persistent(false)
+        .bind(tenant)
+        .bind(visibility.channel_names())
+        .bind(visibility.sensitivity_names())
+        .bind(&scope.excluded_kinds)
+        .bind(&seqs)
+        .bind(&parts);
+    for lexeme in lexemes {
+        query = query.bind(tsquery_literal(lexeme));
+    }
+    let rows = query.fetch_all(pool).await?;
+    rows.iter()
+        .map(|row| {
+            let mut matched = 0_u32;
+            for index in 0..lexemes.len() {
+                if row.try_get::<bool, _>(12 + index)? {
+                    matched |= 1 << index;
+                }
+            }
+            Candidate::from_row(row, matched)
+        })
+        .collect()
 }
 
 /// The chunks `refs` name (chunk ids, or event ids for all their chunks)
@@ -383,7 +446,9 @@ pub async fn withheld(
 /// Scores and sorts the candidates. `documents` is the size of the
 /// tenant's collection for IDF. A lexeme's document frequency is its
 /// matches in the pool: exact when it did not fill its share, and a lower
-/// bound that already marks it as common when it did.
+/// bound that already marks it as common when it did. Candidates with a
+/// semantic score have it fused with the lexical one ([`fuse`]); without
+/// any, relevance is the lexical score alone.
 pub fn rank(
     mut candidates: Vec<Candidate>,
     lexeme_count: usize,
@@ -391,10 +456,27 @@ pub fn rank(
     newest: DateTime<Utc>,
     scoring: &Scoring,
 ) -> Vec<Candidate> {
+    bm25(&mut candidates, lexeme_count, documents);
+    fuse(&mut candidates, scoring);
+    for candidate in &mut candidates {
+        let age_hours = (newest - candidate.ts).num_milliseconds().max(0) as f64 / 3_600_000.0;
+        candidate.recency = 0.5_f64.powf(age_hours / scoring.recency_half_life_hours);
+        candidate.score = scoring.alpha * candidate.relevance
+            + scoring.beta * candidate.recency
+            + scoring.gamma * f64::from(candidate.importance);
+    }
+    candidates.retain(|c| c.relevance >= scoring.min_relevance);
+    candidates.sort_by(better);
+    candidates
+}
+
+/// Each candidate's `lexical`: BM25 over the query's lexemes, divided by
+/// the pool's best, in [0, 1].
+fn bm25(candidates: &mut [Candidate], lexeme_count: usize, documents: i64) {
     let lexeme_count = lexeme_count.min(MAX_LEXEMES);
     let holds = |matched: u32, index: usize| matched & (1 << index) != 0;
     let mut df = vec![0_usize; lexeme_count];
-    for candidate in &candidates {
+    for candidate in candidates.iter() {
         for (index, count) in df.iter_mut().enumerate() {
             if holds(candidate.matched, index) {
                 *count += 1;
@@ -418,33 +500,98 @@ pub fn rank(
             .sum::<f64>()
             / candidates.len() as f64
     };
-    for candidate in &mut candidates {
+    for candidate in candidates.iter_mut() {
         let length = f64::from(candidate.lexeme_count.max(1));
         let norm = K1 * (1.0 - B + B * length / average_length);
-        candidate.relevance = idf
+        candidate.lexical = idf
             .iter()
             .enumerate()
             .filter(|(index, _)| holds(candidate.matched, *index))
             .map(|(_, idf)| idf * (K1 + 1.0) / (1.0 + norm))
             .sum();
-        let age_hours = (newest - candidate.ts).num_milliseconds().max(0) as f64 / 3_600_000.0;
-        candidate.recency = 0.5_f64.powf(age_hours / scoring.recency_half_life_hours);
     }
-    let best = candidates
-        .iter()
-        .map(|c| c.relevance)
-        .fold(0.0_f64, f64::max);
-    for candidate in &mut candidates {
-        if best > 0.0 {
+    let best = candidates.iter().map(|c| c.lexical).fold(0.0_f64, f64::max);
+    if best > 0.0 {
+        for candidate in candidates.iter_mut() {
+            candidate.lexical /= best;
+        }
+    }
+}
+
+/// Reciprocal rank fusion's constant: a rank's weight is 1/(60 + rank).
+const RRF_K: f64 = 60.0;
+
+/// Each candidate's `relevance` from its lexical and semantic scores,
+/// divided by the pool's best so it lies in [0, 1]. With no semantic score
+/// in the pool (semantic retrieval off, or nothing embedded yet) it is the
+/// lexical score alone, as it would be without embeddings.
+pub fn fuse(candidates: &mut [Candidate], scoring: &Scoring) {
+    let semantic_on =
+        scoring.semantic_weight > 0.0 && candidates.iter().any(|c| c.semantic.is_some());
+    if !semantic_on {
+        for candidate in candidates.iter_mut() {
+            candidate.relevance = candidate.lexical;
+        }
+        return;
+    }
+    let (lexical_weight, semantic_weight) = (scoring.lexical_weight, scoring.semantic_weight);
+    match scoring.fusion {
+        Fusion::Weighted => {
+            let similarities = candidates.iter().filter_map(|c| c.semantic);
+            let lowest = similarities.clone().fold(f64::INFINITY, f64::min);
+            let highest = similarities.fold(f64::NEG_INFINITY, f64::max);
+            let spread = highest - lowest;
+            for candidate in candidates.iter_mut() {
+                let semantic = candidate.semantic.map_or(0.0, |s| {
+                    if spread > 0.0 {
+                        (s - lowest) / spread
+                    } else {
+                        1.0
+                    }
+                });
+                candidate.relevance = (lexical_weight * candidate.lexical
+                    + semantic_weight * semantic)
+                    / (lexical_weight + semantic_weight);
+            }
+        }
+        Fusion::Rrf => {
+            let lexical_ranks = ranks(candidates, |c| (c.lexical > 0.0).then_some(c.lexical));
+            let semantic_ranks = ranks(candidates, |c| c.semantic);
+            for (index, candidate) in candidates.iter_mut().enumerate() {
+                let part = |weight: f64, rank: Option<usize>| {
+                    rank.map_or(0.0, |rank| weight / (RRF_K + rank as f64 + 1.0))
+                };
+                candidate.relevance = part(lexical_weight, lexical_ranks[index])
+                    + part(semantic_weight, semantic_ranks[index]);
+            }
+        }
+    }
+    let best = candidates.iter().map(|c| c.relevance).fold(0.0, f64::max);
+    if best > 0.0 {
+        for candidate in candidates.iter_mut() {
             candidate.relevance /= best;
         }
-        candidate.score = scoring.alpha * candidate.relevance
-            + scoring.beta * candidate.recency
-            + scoring.gamma * f64::from(candidate.importance);
     }
-    candidates.retain(|c| best == 0.0 || c.relevance >= scoring.min_relevance);
-    candidates.sort_by(better);
-    candidates
+}
+
+/// Each candidate's rank (0 = best) by `score`, `None` without one. Ties
+/// share the better rank's order by position in `candidates`, which is
+/// deterministic (the pool is sorted by chunk id).
+fn ranks(
+    candidates: &[Candidate],
+    score: impl Fn(&Candidate) -> Option<f64>,
+) -> Vec<Option<usize>> {
+    let mut scored: Vec<(usize, f64)> = candidates
+        .iter()
+        .enumerate()
+        .filter_map(|(index, c)| score(c).map(|s| (index, s)))
+        .collect();
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut ranks = vec![None; candidates.len()];
+    for (rank, (index, _)) in scored.into_iter().enumerate() {
+        ranks[index] = Some(rank);
+    }
+    ranks
 }
 
 /// Best first: score, then importance, then the newer, then the shorter,
@@ -572,6 +719,7 @@ mod tests {
             chunk_id: id.to_owned(),
             event_id: format!("evt_{id}"),
             seq: 1_000 - hours_old,
+            part: 0,
             ts: newest - chrono::Duration::hours(hours_old),
             kind: "message",
             source: None,
@@ -581,6 +729,8 @@ mod tests {
             words: vec![],
             matched: matched.iter().fold(0, |bits, index| bits | 1 << index),
             lexeme_count: lexemes,
+            lexical: 0.0,
+            semantic: None,
             relevance: 0.0,
             recency: 0.0,
             score: 0.0,
@@ -601,6 +751,7 @@ mod tests {
             gamma: 0.0,
             recency_half_life_hours: 24.0,
             min_relevance: 0.0,
+            ..Scoring::default()
         };
         let ranked = rank(pool, 2, 10_000, newest, &scoring);
         assert_eq!(ranked[0].chunk_id, "rare");
@@ -620,6 +771,7 @@ mod tests {
             gamma: 0.0,
             recency_half_life_hours: 24.0,
             min_relevance: 0.0,
+            ..Scoring::default()
         };
         let ranked = rank(pool.clone(), 2, 100, newest, &relevance_only);
         assert_eq!(ranked[0].chunk_id, "old-relevant");
@@ -629,6 +781,7 @@ mod tests {
             gamma: 0.0,
             recency_half_life_hours: 24.0,
             min_relevance: 0.0,
+            ..Scoring::default()
         };
         let ranked = rank(pool.clone(), 2, 100, newest, &recency_heavy);
         assert_eq!(ranked[0].chunk_id, "new-partial");
@@ -646,6 +799,7 @@ mod tests {
             gamma: 0.0,
             recency_half_life_hours: 24.0,
             min_relevance: 0.0,
+            ..Scoring::default()
         };
         let order: Vec<_> = rank(tied, 1, 100, newest, &flat)
             .into_iter()

@@ -18,6 +18,7 @@ mod projector_runtime;
 mod rebuild;
 mod scenarios;
 mod secrets;
+mod semantic;
 mod shutdown;
 mod tenants;
 mod tool_results;

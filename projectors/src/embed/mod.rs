@@ -1,0 +1,96 @@
+//! Text embedders: what turns a chunk or a question into a vector for
+//! semantic retrieval.
+//!
+//! An [`Embedder`] is named (its name keys its projection, its cursor and
+//! its vectors), has a fixed dimension, and embeds a batch of texts into
+//! L2-normalised vectors, so a dot product is the cosine similarity. It is
+//! a pure function of its weights and the text: the same text gives the
+//! same vector whatever batch it came in, which is what makes the
+//! embeddings projection rebuildable byte for byte.
+//!
+//! - [`minilm`]: sentence-transformers all-MiniLM-L6-v2 on the CPU (candle),
+//!   from model files on disk.
+//! - [`hashed`]: no weights; hashed words and character trigrams. Cheap,
+//!   lexical rather than semantic, and always available.
+
+pub mod hashed;
+pub mod minilm;
+pub mod worker;
+
+use std::{path::Path, sync::Arc};
+
+pub use hashed::HashedEmbedder;
+pub use minilm::MiniLm;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedError {
+    #[error("model files missing: {0}")]
+    Missing(String),
+    #[error("loading the model: {0}")]
+    Load(String),
+    #[error("embedding: {0}")]
+    Run(String),
+}
+
+/// Turns texts into L2-normalised vectors of [`Embedder::dimensions`].
+pub trait Embedder: Send + Sync {
+    /// Stable name: keys the embeddings projection of this embedder.
+    fn name(&self) -> &'static str;
+
+    fn dimensions(&self) -> usize;
+
+    /// Bump when the vectors for the same text change (weights, pooling,
+    /// tokenisation): the projection is then rebuilt.
+    fn version(&self) -> i32;
+
+    /// One vector per text, in order. CPU-bound: call it off the async
+    /// executor (`spawn_blocking`).
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
+}
+
+/// The embedders memd knows, by name.
+pub const NAMES: &[&str] = &[MiniLm::NAME, HashedEmbedder::NAME];
+
+/// The default embedder when the model files are there.
+pub const DEFAULT: &str = MiniLm::NAME;
+
+/// Loads the embedder called `name`; `model_dir` is where model files are
+/// (only `minilm` needs any).
+pub fn load(name: &str, model_dir: &Path) -> Result<Arc<dyn Embedder>, EmbedError> {
+    match name {
+        MiniLm::NAME => Ok(Arc::new(MiniLm::load(model_dir)?)),
+        HashedEmbedder::NAME => Ok(Arc::new(HashedEmbedder)),
+        other => Err(EmbedError::Load(format!(
+            "unknown embedder {other:?} (known: {})",
+            NAMES.join(", ")
+        ))),
+    }
+}
+
+/// Scales `vector` to unit length (a zero vector stays zero).
+pub fn normalise(vector: &mut [f32]) {
+    let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        for x in vector {
+            *x /= norm;
+        }
+    }
+}
+
+/// A vector as stored: little-endian f32s.
+pub fn encode(vector: &[f32]) -> Vec<u8> {
+    vector.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// A stored vector back.
+pub fn decode(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+        .collect()
+}
+
+/// The dot product of two vectors (the cosine, for unit vectors).
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}

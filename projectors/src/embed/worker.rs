@@ -1,0 +1,224 @@
+//! Keeps each tenant's embeddings projections current: the embedder its
+//! bundles use (`embedder_choice.active`, or the daemon's default) and,
+//! during a swap, the one being built to replace it (`building`). Runs
+//! apart from the other projections ([`crate::runtime::Runtime`] over
+//! [`EmbeddingWork`]), so embedding never holds up chunks, decisions or the
+//! write path.
+//!
+//! **Swap.** `memd embedder use NAME` (or the admin route) sets `building`.
+//! Its projection is built beside the active one while bundles keep using
+//! the active one; once it has caught up with the log, one transaction
+//! makes it active and drops the old projection's rows and cursor.
+
+use std::{collections::HashMap, sync::Arc};
+
+use sqlx::PgPool;
+use tokio::sync::watch;
+
+use super::Embedder;
+use crate::{
+    engine::{Engine, ProjectError, Step},
+    projections::embeddings::{self, EmbeddingProjector},
+    projector::BoxFuture,
+    runtime::Work,
+};
+
+/// A tenant's embedders as chosen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    /// What bundles use (`None`: no embedder, lexical only).
+    pub active: Option<String>,
+    /// What is being built to replace it.
+    pub building: Option<String>,
+}
+
+/// The embeddings projections of every tenant, for the embedders this
+/// process can run.
+pub struct EmbeddingWork {
+    default: Option<&'static str>,
+    engines: HashMap<&'static str, Engine>,
+}
+
+impl EmbeddingWork {
+    /// `default` is the embedder of tenants that chose none.
+    pub fn new(default: Option<&'static str>, embedders: &[Arc<dyn Embedder>]) -> Self {
+        let engines = embedders
+            .iter()
+            .filter_map(|embedder| {
+                let projector = EmbeddingProjector::new(embedder.clone())?;
+                Some((
+                    embedder.name(),
+                    Engine::new(vec![Arc::new(projector)])
+                        .with_batch_size(embeddings::BATCH_EVENTS),
+                ))
+            })
+            .collect();
+        Self { default, engines }
+    }
+
+    /// The engine of one embedder's projection, if it runs here.
+    pub fn engine(&self, embedder: &str) -> Option<&Engine> {
+        self.engines.get(embedder)
+    }
+
+    /// The tenant's choice, with the default filled in.
+    pub async fn choice(&self, pool: &PgPool, tenant: &str) -> Result<Choice, sqlx::Error> {
+        let row: Option<(String, Option<String>)> = sqlx::query_as(
+            "SELECT active, building FROM public.embedder_choice WHERE tenant_id = $1",
+        )
+        .bind(tenant)
+        .fetch_optional(pool)
+        .await?;
+        Ok(match row {
+            Some((active, building)) => Choice {
+                active: Some(active),
+                building,
+            },
+            None => Choice {
+                active: self.default.map(str::to_owned),
+                building: None,
+            },
+        })
+    }
+}
+
+impl Work for EmbeddingWork {
+    fn lagging<'a>(&'a self, pool: &'a PgPool) -> BoxFuture<'a, Result<Vec<String>, sqlx::Error>> {
+        Box::pin(async move {
+            let (names, versions): (Vec<&str>, Vec<i32>) = self
+                .engines
+                .values()
+                .flat_map(|engine| engine.projectors())
+                .map(|p| (p.name(), p.version()))
+                .unzip();
+            sqlx::query_scalar(
+                "SELECT DISTINCT h.tenant_id
+                   FROM public.tenant_heads h
+                   LEFT JOIN public.embedder_choice ch ON ch.tenant_id = h.tenant_id
+                  CROSS JOIN LATERAL unnest(ARRAY[coalesce(ch.active, $1), ch.building]) AS e (name)
+                   JOIN unnest($2::text[], $3::int[]) AS p (projector, version)
+                     ON p.projector = 'embeddings_' || e.name
+                   LEFT JOIN projections.cursors c
+                     ON c.tenant_id = h.tenant_id AND c.projector = p.projector
+                  WHERE h.seq > 0 AND (c.seq IS NULL OR c.seq < h.seq OR c.version <> p.version)
+                  ORDER BY h.tenant_id",
+            )
+            .bind(self.default)
+            .bind(&names)
+            .bind(&versions)
+            .fetch_all(pool)
+            .await
+        })
+    }
+
+    fn catch_up<'a>(
+        &'a self,
+        pool: &'a PgPool,
+        tenant: &'a str,
+        stopped: &'a watch::Receiver<bool>,
+    ) -> BoxFuture<'a, Result<(), ProjectError>> {
+        Box::pin(async move {
+            let choice = self.choice(pool, tenant).await?;
+            for name in [&choice.active, &choice.building].into_iter().flatten() {
+                let Some(engine) = self.engines.get(name.as_str()) else {
+                    continue;
+                };
+                while let Step::Advanced { .. } = engine.step(pool, tenant).await? {
+                    if *stopped.borrow() {
+                        return Ok(());
+                    }
+                }
+            }
+            if let Some(building) = &choice.building
+                && self.engines.contains_key(building.as_str())
+            {
+                switch_if_built(pool, tenant, building).await?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Starts building `embedder`'s projection for `tenant` beside the active
+/// one (the worker, or the caller, builds it; [`switch_if_built`] swaps).
+/// Choosing the active embedder again cancels a swap in progress. Returns
+/// the choice now in force.
+pub async fn choose(
+    pool: &PgPool,
+    tenant: &str,
+    embedder: &str,
+    default: Option<&str>,
+) -> Result<Choice, sqlx::Error> {
+    let (active, building): (String, Option<String>) = sqlx::query_as(
+        "INSERT INTO public.embedder_choice AS ch (tenant_id, active, building)
+         VALUES ($1, coalesce($3, $2), CASE WHEN coalesce($3, $2) = $2 THEN NULL ELSE $2 END)
+         ON CONFLICT (tenant_id) DO UPDATE
+            SET building = CASE WHEN ch.active = $2 THEN NULL ELSE $2 END,
+                updated_at = now()
+         RETURNING active, building",
+    )
+    .bind(tenant)
+    .bind(embedder)
+    .bind(default)
+    .fetch_one(pool)
+    .await?;
+    Ok(Choice {
+        active: Some(active),
+        building,
+    })
+}
+
+/// When `building`'s projection of `tenant` has caught up with the log,
+/// makes it the active one and drops the old one's rows and cursor, in one
+/// transaction. True when it switched.
+pub async fn switch_if_built(
+    pool: &PgPool,
+    tenant: &str,
+    building: &str,
+) -> Result<bool, sqlx::Error> {
+    let Some(projector) = embeddings::projector_name(building) else {
+        return Ok(false);
+    };
+    let mut tx = pool.begin().await?;
+    // Locks the choice: a concurrent `choose` waits, then sees the switch.
+    let old: Option<String> = sqlx::query_scalar(
+        "SELECT ch.active FROM public.embedder_choice ch
+           JOIN public.tenant_heads h ON h.tenant_id = ch.tenant_id
+           JOIN projections.cursors c ON c.tenant_id = ch.tenant_id AND c.projector = $3
+          WHERE ch.tenant_id = $1 AND ch.building = $2 AND c.seq >= h.seq
+            FOR UPDATE OF ch",
+    )
+    .bind(tenant)
+    .bind(building)
+    .bind(projector)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(old) = old else {
+        return Ok(false);
+    };
+    sqlx::query(
+        "UPDATE public.embedder_choice SET active = building, building = NULL, updated_at = now()
+          WHERE tenant_id = $1",
+    )
+    .bind(tenant)
+    .execute(&mut *tx)
+    .await?;
+    if old != building
+        && let Some(old_projector) = embeddings::projector_name(&old)
+    {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DELETE FROM projections.{old_projector} WHERE tenant_id = $1"
+        )))
+        .bind(tenant)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM projections.cursors WHERE tenant_id = $1 AND projector = $2")
+            .bind(tenant)
+            .bind(old_projector)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    tracing::info!(tenant, from = old, to = building, "embedder switched");
+    Ok(true)
+}

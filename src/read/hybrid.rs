@@ -1,0 +1,188 @@
+//! The candidates stage of a bundle: the union of lexical candidates
+//! (full-text, [`retrieve::candidate_pool`]) and semantic ones (nearest
+//! vectors, [`super::vectors`]), every one carrying both scores where it
+//! has them, bounded by the policy's `candidate_pool_max`.
+//!
+//! Chunks not embedded yet (the embeddings projection lags the log) come
+//! from the lexical side alone; when semantic retrieval is off for the
+//! tenant (no model, or `semantic_weight` 0) the pool is the lexical one,
+//! and `provenance.semantic` says why.
+
+use std::collections::HashMap;
+
+use memd_projectors::projections::embeddings;
+use serde::Serialize;
+
+use super::{
+    Reader,
+    policy::{Fusion, Policy},
+    privacy::Visibility,
+    retrieve::{self, Candidate, Scope},
+};
+
+/// `provenance.semantic`: what the semantic side did for this bundle.
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
+pub struct SemanticReport {
+    /// Whether vector candidates and semantic scores were used.
+    pub used: bool,
+    /// The tenant's embedder.
+    pub embedder: Option<&'static str>,
+    /// Why not used, when not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// How the two scores were fused, when both were used.
+    pub fusion: Option<Fusion>,
+    /// How far the embeddings projection has applied the log; chunks past
+    /// it are found by their words only.
+    pub embedded_seq: i64,
+    /// Events of the log past `embedded_seq`.
+    pub lag_events: i64,
+    /// Vectors searched (the tenant's chunks embedded so far).
+    pub vectors: usize,
+    /// Nearest chunks found by meaning, and how many of them the lexical
+    /// side had not found.
+    pub semantic_candidates: usize,
+    pub semantic_only: usize,
+}
+
+/// Where the tenant's embeddings stand, read with the log's head.
+#[derive(Debug, Clone, Default)]
+pub struct EmbeddingHead {
+    /// The tenant's embedder: its choice, or the daemon's default.
+    pub embedder: Option<String>,
+    /// Its projection's cursor, when it has one.
+    pub seq: i64,
+    pub version: Option<i32>,
+}
+
+/// The candidate pool of one question, and the lexemes that were common.
+pub struct Pool {
+    pub candidates: Vec<Candidate>,
+    pub common: Vec<bool>,
+    pub semantic: SemanticReport,
+}
+
+#[allow(clippy::too_many_arguments)]
+pub async fn candidates(
+    reader: &Reader,
+    tenant: &str,
+    query: &str,
+    lexemes: &[String],
+    head_seq: i64,
+    embedding: &EmbeddingHead,
+    visibility: Visibility,
+    scope: &Scope,
+    policy: &Policy,
+) -> Result<Pool, sqlx::Error> {
+    let pool_max = policy.candidate_pool_max as usize;
+    let mut report = SemanticReport {
+        embedder: embedding
+            .embedder
+            .as_deref()
+            .and_then(|name| reader.semantic.embedder(name).map(|e| e.name())),
+        embedded_seq: embedding.seq.min(head_seq),
+        lag_events: (head_seq - embedding.seq).max(0),
+        ..SemanticReport::default()
+    };
+    let wanted = (policy.scoring.semantic_candidates as usize).min(pool_max / 2);
+    let plan = if policy.scoring.semantic_weight <= 0.0 || wanted == 0 {
+        Err("semantic_weight or semantic_candidates is 0 in the tenant's policy".to_owned())
+    } else {
+        match (
+            report.embedder,
+            reader.semantic.unavailable(embedding.embedder.as_deref()),
+        ) {
+            (Some(name), None) => Ok(name),
+            (_, Some(reason)) => Err(reason),
+            (None, None) => Err("no embedder".to_owned()),
+        }
+    };
+    let lexical_max = if plan.is_ok() {
+        pool_max - wanted
+    } else {
+        pool_max
+    };
+    let (common, mut candidates) = retrieve::candidate_pool(
+        &reader.pool,
+        tenant,
+        lexemes,
+        visibility,
+        scope,
+        lexical_max,
+    )
+    .await?;
+    let name = match plan {
+        Ok(name) => name,
+        Err(reason) => {
+            report.reason = Some(reason);
+            return Ok(Pool {
+                candidates,
+                common,
+                semantic: report,
+            });
+        }
+    };
+    let query_vector = match reader.semantic.query_vector(name, query).await {
+        Ok(vector) => vector,
+        Err(err) => {
+            tracing::warn!(tenant, error = %err, "embedding the question failed; lexical only");
+            report.reason = Some(format!("embedding the question failed: {err}"));
+            return Ok(Pool {
+                candidates,
+                common,
+                semantic: report,
+            });
+        }
+    };
+    let table = embeddings::projector_name(name).expect("a loaded embedder has a table");
+    let index = reader
+        .semantic
+        .index
+        .current(
+            &reader.pool,
+            tenant,
+            table,
+            embedding.seq,
+            embedding.version.unwrap_or(0),
+        )
+        .await?;
+    let vectors = index.read().await;
+    report.used = true;
+    report.fusion = Some(policy.scoring.fusion);
+    report.vectors = vectors.len();
+    let neighbours = vectors.search(&query_vector, wanted, visibility, scope);
+    report.semantic_candidates = neighbours.len();
+    for candidate in &mut candidates {
+        candidate.semantic = vectors
+            .similarity((candidate.seq, candidate.part), &query_vector)
+            .map(f64::from);
+    }
+    let found: HashMap<(i64, i32), f32> = neighbours
+        .iter()
+        .map(|n| (n.position, n.similarity))
+        .collect();
+    let known: std::collections::HashSet<(i64, i32)> =
+        candidates.iter().map(|c| (c.seq, c.part)).collect();
+    let missing: Vec<(i64, i32)> = neighbours
+        .iter()
+        .map(|n| n.position)
+        .filter(|position| !known.contains(position))
+        .collect();
+    drop(vectors);
+    let mut added =
+        retrieve::at_positions(&reader.pool, tenant, lexemes, &missing, visibility, scope).await?;
+    for candidate in &mut added {
+        candidate.semantic = found
+            .get(&(candidate.seq, candidate.part))
+            .map(|s| f64::from(*s));
+    }
+    report.semantic_only = added.len();
+    candidates.extend(added);
+    // The same order whatever order the two sides came back in.
+    candidates.sort_by(|a, b| a.chunk_id.cmp(&b.chunk_id));
+    Ok(Pool {
+        candidates,
+        common,
+        semantic: report,
+    })
+}

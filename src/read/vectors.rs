@@ -1,0 +1,430 @@
+//! The in-process vector index: every embedded chunk of a tenant, held in
+//! memory for nearest-neighbour search, built from the embeddings
+//! projection and refreshed from it before each search. Disposable: it is
+//! never written anywhere, and a restarted daemon builds it again from the
+//! table on a tenant's first bundle.
+//!
+//! **Why in process.** pgvector is not packaged for this machine's
+//! PostgreSQL, and an exact scan of compact codes is fast enough at the
+//! sizes one tenant reaches: 1M chunks of 384 dimensions are 48 MB of sign
+//! bits (scanned in a few milliseconds) plus 384 MB of int8 vectors (read
+//! only for the few hundred closest).
+//!
+//! **Search.** Each vector is kept twice: its sign bits (binary
+//! quantisation), and int8 with a per-vector scale. A search counts the
+//! Hamming distance of every visible vector's sign bits to the query's,
+//! keeps the closest `RESCORE_FACTOR × k` (all of them for a small tenant),
+//! rescoring those by the dot product of the int8 vector with the float
+//! query, and returns the best `k`. Ties go to the newer chunk, so the same
+//! vectors and the same question give the same answer.
+//!
+//! **Privacy.** The channel may only see what [`Visibility`] allows, and
+//! the scope's excluded kinds are skipped, in the scan itself: what the
+//! channel may not see is never a candidate, exactly as on the lexical
+//! path. Indexes are per tenant: a search never reads another tenant's.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use sqlx::{PgPool, Row};
+use tokio::sync::RwLock;
+
+use memd_projectors::embed;
+
+use super::{privacy::Visibility, retrieve::Scope};
+
+/// Candidates rescored per result wanted, after the sign-bit scan.
+const RESCORE_FACTOR: usize = 4;
+/// Rows read per round trip when loading a tenant.
+const LOAD_PAGE: i64 = 20_000;
+
+/// A chunk's position in the log: `(seq, part)`.
+pub type Position = (i64, i32);
+
+/// One nearest neighbour.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Neighbour {
+    pub position: Position,
+    pub similarity: f32,
+}
+
+/// The vectors of one tenant for one embedder.
+#[derive(Default)]
+pub struct TenantVectors {
+    /// The projection's cursor (seq, version) when last refreshed.
+    pub loaded_seq: i64,
+    loaded_version: i32,
+    dimensions: usize,
+    /// Sorted by position (rows arrive in seq order).
+    positions: Vec<Position>,
+    /// Index into `classes` per row.
+    class: Vec<u16>,
+    /// (channel, sensitivity, kind) of each class.
+    classes: Vec<(String, String, String)>,
+    /// `words()` u64 sign words per row.
+    signs: Vec<u64>,
+    /// `dimensions` int8 per row.
+    quantised: Vec<i8>,
+    scales: Vec<f32>,
+}
+
+impl TenantVectors {
+    fn words(&self) -> usize {
+        self.dimensions.div_ceil(64)
+    }
+
+    pub fn len(&self) -> usize {
+        self.positions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.positions.is_empty()
+    }
+
+    /// Bytes held, roughly (what `bench` reports at 1M chunks).
+    pub fn heap_bytes(&self) -> usize {
+        self.positions.capacity() * std::mem::size_of::<Position>()
+            + self.class.capacity() * 2
+            + self.signs.capacity() * 8
+            + self.quantised.capacity()
+            + self.scales.capacity() * 4
+    }
+
+    fn push(&mut self, position: Position, class: (String, String, String), vector: &[f32]) {
+        if self.dimensions == 0 {
+            self.dimensions = vector.len();
+        }
+        if vector.len() != self.dimensions {
+            tracing::warn!(?position, "vector of another dimension; skipped");
+            return;
+        }
+        let class = match self.classes.iter().position(|c| *c == class) {
+            Some(index) => index,
+            None => {
+                self.classes.push(class);
+                self.classes.len() - 1
+            }
+        };
+        self.positions.push(position);
+        self.class.push(class as u16);
+        self.signs.extend(sign_words(vector));
+        let largest = vector.iter().fold(0.0_f32, |m, x| m.max(x.abs()));
+        let scale = if largest > 0.0 { largest / 127.0 } else { 1.0 };
+        self.quantised
+            .extend(vector.iter().map(|x| (x / scale).round() as i8));
+        self.scales.push(scale);
+    }
+
+    /// The similarity of the chunk at `position` to `query`, if it is
+    /// embedded.
+    pub fn similarity(&self, position: Position, query: &[f32]) -> Option<f32> {
+        let row = self.positions.binary_search(&position).ok()?;
+        Some(self.rescore(row, query))
+    }
+
+    fn rescore(&self, row: usize, query: &[f32]) -> f32 {
+        let vector = &self.quantised[row * self.dimensions..(row + 1) * self.dimensions];
+        let dot: f32 = vector
+            .iter()
+            .zip(query)
+            .map(|(q, x)| f32::from(*q) * x)
+            .sum();
+        dot * self.scales[row]
+    }
+
+    /// The `k` visible chunks closest to `query` (a unit vector), best
+    /// first.
+    pub fn search(
+        &self,
+        query: &[f32],
+        k: usize,
+        visibility: Visibility,
+        scope: &Scope,
+    ) -> Vec<Neighbour> {
+        if k == 0 || self.is_empty() || query.len() != self.dimensions {
+            return Vec::new();
+        }
+        let allowed: Vec<bool> = self
+            .classes
+            .iter()
+            .map(|(channel, sensitivity, kind)| {
+                visibility.allows(channel, sensitivity)
+                    && !scope.excluded_kinds.contains(&kind.as_str())
+            })
+            .collect();
+        let words = self.words();
+        let query_signs: Vec<u64> = sign_words(query).collect();
+        // Hamming distance of every visible row; u32::MAX hides a row.
+        let distances: Vec<u32> = (0..self.len())
+            .map(|row| {
+                if !allowed[usize::from(self.class[row])] {
+                    return u32::MAX;
+                }
+                self.signs[row * words..(row + 1) * words]
+                    .iter()
+                    .zip(&query_signs)
+                    .map(|(a, b)| (a ^ b).count_ones())
+                    .sum()
+            })
+            .collect();
+        let wanted = k.saturating_mul(RESCORE_FACTOR);
+        // The distance under which `wanted` rows fall, from a histogram:
+        // no sort of a million rows.
+        let mut histogram = vec![0_usize; self.dimensions + 2];
+        for distance in &distances {
+            if *distance != u32::MAX {
+                histogram[*distance as usize] += 1;
+            }
+        }
+        let mut threshold = 0;
+        let mut seen = 0;
+        for (distance, count) in histogram.iter().enumerate() {
+            seen += count;
+            threshold = distance as u32;
+            if seen >= wanted {
+                break;
+            }
+        }
+        let mut scored: Vec<Neighbour> = distances
+            .iter()
+            .enumerate()
+            .filter(|(_, distance)| **distance <= threshold)
+            .map(|(row, _)| Neighbour {
+                position: self.positions[row],
+                similarity: self.rescore(row, query),
+            })
+            .collect();
+        scored.sort_by(|a, b| {
+            b.similarity
+                .total_cmp(&a.similarity)
+                .then_with(|| b.position.cmp(&a.position))
+        });
+        scored.truncate(k);
+        scored
+    }
+}
+
+/// A vector's sign bits, 64 per word.
+fn sign_words(vector: &[f32]) -> impl Iterator<Item = u64> + '_ {
+    vector.chunks(64).map(|chunk| {
+        chunk
+            .iter()
+            .enumerate()
+            .fold(0_u64, |word, (bit, x)| word | (u64::from(*x > 0.0) << bit))
+    })
+}
+
+/// One tenant's vectors of one embeddings table, shared by the bundles
+/// that search them.
+pub type SharedVectors = Arc<RwLock<TenantVectors>>;
+
+/// Every tenant's vectors, per embeddings table, in this process.
+#[derive(Default)]
+pub struct VectorIndex {
+    tenants: Mutex<HashMap<(String, &'static str), SharedVectors>>,
+}
+
+impl VectorIndex {
+    /// The tenant's vectors of `table` (an embeddings projection), brought
+    /// up to the projection's cursor (`cursor_seq`, `cursor_version`, read
+    /// by the caller with the log's head). A cursor of another version, or
+    /// behind what was loaded (a rebuild or a reset), reloads from zero.
+    pub async fn current(
+        &self,
+        pool: &PgPool,
+        tenant: &str,
+        table: &'static str,
+        cursor_seq: i64,
+        cursor_version: i32,
+    ) -> Result<SharedVectors, sqlx::Error> {
+        let entry = self
+            .tenants
+            .lock()
+            .expect("vector index lock")
+            .entry((tenant.to_owned(), table))
+            .or_default()
+            .clone();
+        {
+            let vectors = entry.read().await;
+            if vectors.loaded_seq == cursor_seq && vectors.loaded_version == cursor_version {
+                return Ok(entry.clone());
+            }
+        }
+        let mut vectors = entry.write().await;
+        if vectors.loaded_version != cursor_version || vectors.loaded_seq > cursor_seq {
+            *vectors = TenantVectors {
+                loaded_version: cursor_version,
+                ..TenantVectors::default()
+            };
+        }
+        while vectors.loaded_seq < cursor_seq {
+            // Rows past the last position loaded, and past the last cursor
+            // (everything up to it is in).
+            let after = match vectors.positions.last() {
+                Some(last) if last.0 > vectors.loaded_seq => *last,
+                _ => (vectors.loaded_seq, i32::MAX),
+            };
+            let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT seq, part, channel, sensitivity, kind, vector FROM projections.{table}
+                  WHERE tenant_id = $1 AND (seq, part) > ($2, $3) AND seq <= $4
+                  ORDER BY seq, part LIMIT $5"
+            )))
+            .bind(tenant)
+            .bind(after.0)
+            .bind(after.1)
+            .bind(cursor_seq)
+            .bind(LOAD_PAGE)
+            .fetch_all(pool)
+            .await?;
+            let full = rows.len() as i64 == LOAD_PAGE;
+            for row in rows {
+                let vector = embed::decode(row.try_get::<&[u8], _>(5)?);
+                vectors.push(
+                    (row.try_get(0)?, row.try_get(1)?),
+                    (row.try_get(2)?, row.try_get(3)?, row.try_get(4)?),
+                    &vector,
+                );
+            }
+            if !full {
+                vectors.loaded_seq = cursor_seq;
+            }
+        }
+        Ok(entry.clone())
+    }
+
+    /// Vectors held for every tenant, and their bytes.
+    pub async fn footprint(&self) -> (usize, usize) {
+        let entries: Vec<_> = self
+            .tenants
+            .lock()
+            .expect("vector index lock")
+            .values()
+            .cloned()
+            .collect();
+        let mut total = (0, 0);
+        for entry in entries {
+            let vectors = entry.read().await;
+            total.0 += vectors.len();
+            total.1 += vectors.heap_bytes();
+        }
+        total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::event::Channel;
+
+    fn unit(values: &[f32]) -> Vec<f32> {
+        let mut v = values.to_vec();
+        embed::normalise(&mut v);
+        v
+    }
+
+    fn index(rows: &[(i64, &str, &str, &[f32])]) -> TenantVectors {
+        let mut vectors = TenantVectors::default();
+        for (seq, channel, sensitivity, vector) in rows {
+            vectors.push(
+                (*seq, 0),
+                ((*channel).into(), (*sensitivity).into(), "message".into()),
+                &unit(vector),
+            );
+        }
+        vectors
+    }
+
+    #[test]
+    fn nearest_first_and_ties_to_the_newer() {
+        let vectors = index(&[
+            (1, "private", "none", &[1.0, 0.0, 0.0]),
+            (2, "private", "none", &[0.0, 1.0, 0.0]),
+            (3, "private", "none", &[0.9, 0.1, 0.0]),
+            (4, "private", "none", &[1.0, 0.0, 0.0]),
+        ]);
+        let found = vectors.search(
+            &unit(&[1.0, 0.0, 0.0]),
+            3,
+            Visibility::new(Channel::Private),
+            &Scope::default(),
+        );
+        let order: Vec<i64> = found.iter().map(|n| n.position.0).collect();
+        assert_eq!(order, [4, 1, 3]);
+        assert!((found[0].similarity - 1.0).abs() < 0.01);
+        assert_eq!(
+            vectors
+                .similarity((2, 0), &unit(&[0.0, 1.0, 0.0]))
+                .map(|s| s.round()),
+            Some(1.0)
+        );
+        assert_eq!(vectors.similarity((9, 0), &unit(&[0.0, 1.0, 0.0])), None);
+    }
+
+    #[test]
+    fn a_public_channel_never_finds_private_or_sensitive_vectors() {
+        let vectors = index(&[
+            (1, "private", "none", &[1.0, 0.0]),
+            (2, "public", "high", &[1.0, 0.0]),
+            (3, "public", "none", &[0.0, 1.0]),
+        ]);
+        let found = vectors.search(
+            &unit(&[1.0, 0.0]),
+            10,
+            Visibility::new(Channel::Public),
+            &Scope::default(),
+        );
+        let seqs: Vec<i64> = found.iter().map(|n| n.position.0).collect();
+        assert_eq!(seqs, [3], "only the public, non-sensitive chunk");
+        let excluded = Scope {
+            excluded_kinds: vec!["message"],
+        };
+        assert!(
+            vectors
+                .search(
+                    &unit(&[1.0, 0.0]),
+                    10,
+                    Visibility::new(Channel::Private),
+                    &excluded
+                )
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_large_index_rescores_only_the_closest_and_finds_the_best() {
+        // 5,000 pseudo-random 64-dimension vectors and one planted copy of
+        // the query: the sign-bit scan must keep it for rescoring.
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % 2001) as f32 / 1000.0 - 1.0
+        };
+        let mut vectors = TenantVectors::default();
+        let query = unit(&(0..64).map(|_| next()).collect::<Vec<_>>());
+        for seq in 1..=5_000 {
+            let vector = if seq == 2_345 {
+                query.clone()
+            } else {
+                unit(&(0..64).map(|_| next()).collect::<Vec<_>>())
+            };
+            vectors.push(
+                (seq, 0),
+                ("private".into(), "none".into(), "message".into()),
+                &vector,
+            );
+        }
+        let found = vectors.search(
+            &query,
+            5,
+            Visibility::new(Channel::Private),
+            &Scope::default(),
+        );
+        assert_eq!(found.len(), 5);
+        assert_eq!(found[0].position, (2_345, 0));
+        assert!(found.windows(2).all(|w| w[0].similarity >= w[1].similarity));
+    }
+}

@@ -1,0 +1,495 @@
+//! Hybrid retrieval on the real daemon: vector candidates under the same
+//! privacy and tenant rules as lexical ones, the embeddings projection
+//! rebuilt byte for byte, the missing-model fallback, and the swap of
+//! embedders without re-ingesting anything.
+
+use std::{path::PathBuf, time::Duration};
+
+use memd::{
+    read::semantic::SemanticConfig,
+    startup::{ProjectionConfig, ServeConfig},
+};
+use memd_projectors::{Schema, embed, rebuild};
+use serde_json::{Value, json};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::{
+    acb::section,
+    helpers::{TestApp, memd_cli, spawn_daemon_with, wait_projected},
+};
+
+/// The model folder `ops/fetch-model.sh` fills (MEMD_MODEL_DIR overrides).
+fn model_dir() -> PathBuf {
+    std::env::var_os("MEMD_MODEL_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(SemanticConfig::DEFAULT_MODEL_DIR),
+        Into::into,
+    )
+}
+
+fn semantic(embedder: &str) -> ServeConfig {
+    ServeConfig {
+        semantic: SemanticConfig {
+            embedder: Some(embedder.to_owned()),
+            model_dir: model_dir(),
+        },
+        ..ServeConfig::default()
+    }
+}
+
+fn said(session: &str, channel: &str, sensitivity: &str, text: &str) -> Value {
+    json!({
+        "session_id": session,
+        "channel": channel,
+        "sensitivity": sensitivity,
+        "actor": {"type": "human", "id": "alice"},
+        "kind": "message",
+        "content": {"text": text},
+    })
+}
+
+/// Waits until `tenant`'s embeddings (of `embedder`) reach its log's head.
+async fn wait_embedded(app: &TestApp, tenant: &str, embedder: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let behind: bool = sqlx::query_scalar(
+            "SELECT coalesce(c.seq, 0) < h.seq FROM tenant_heads h
+               LEFT JOIN projections.cursors c
+                 ON c.tenant_id = h.tenant_id AND c.projector = 'embeddings_' || $2
+              WHERE h.tenant_id = $1",
+        )
+        .bind(tenant)
+        .bind(embedder)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+        if !behind {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{tenant}'s {embedder} embeddings did not catch up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn evidence_texts(acb: &Value) -> Vec<String> {
+    section(acb, "retrieved_evidence")
+        .iter()
+        .map(|item| item["text"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Filler: Alice's everyday messages, sharing her name with everything.
+const CHATTER: &[&str] = &[
+    "Alice finished the quarterly budget spreadsheet this morning.",
+    "Alice is flying to Lisbon for the conference next Tuesday.",
+    "Alice asked the team to review the onboarding document.",
+    "Alice will present the roadmap at the all-hands meeting.",
+    "Alice prefers short status updates over long email threads.",
+    "Alice fixed the flaky integration test in the billing service.",
+];
+
+#[sqlx::test]
+async fn the_question_finds_memory_by_meaning_not_only_by_words(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let mut app = spawn_daemon_with(connect, semantic("minilm")).await;
+    let token = app.tenant("acme").await;
+    let mut events: Vec<Value> = CHATTER
+        .iter()
+        .map(|t| said("s1", "private", "none", t))
+        .collect();
+    events.insert(
+        3,
+        said(
+            "s1",
+            "private",
+            "none",
+            "Alice adopted a golden retriever puppy named Max last weekend.",
+        ),
+    );
+    app.append(&token, &json!({ "events": events })).await;
+    wait_projected(&app.pool, "acme").await;
+    wait_embedded(&app, "acme", "minilm").await;
+
+    // Only "Alice" is shared with the answer, and with every other message.
+    let question = "Which pet dog does Alice own?";
+    let acb = app
+        .acb(
+            &token,
+            json!({"session_id": "other", "query_text": question, "max_tokens": 2000}),
+        )
+        .await;
+    let semantic = &acb["provenance"]["semantic"];
+    assert_eq!(semantic["used"], true, "{semantic}");
+    assert_eq!(semantic["embedder"], "minilm");
+    assert_eq!(semantic["lag_events"], 0);
+    let evidence = section(&acb, "retrieved_evidence");
+    assert!(
+        evidence[0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("golden retriever"),
+        "{:#?}",
+        evidence_texts(&acb)
+    );
+    assert!(evidence[0]["semantic"].as_f64().unwrap() > 0.3);
+    assert!(evidence[0]["lexical"].as_f64().is_some());
+
+    // The same question with semantic retrieval off in the policy: only
+    // the words count, and the answer is no better than the chatter.
+    app.client
+        .put(format!("{}/api/v1/policy", app.base_url))
+        .bearer_auth(&token)
+        .json(&json!({"scoring": {"semantic_weight": 0.0}}))
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap();
+    let lexical = app
+        .acb(
+            &token,
+            json!({"session_id": "other", "query_text": question, "max_tokens": 2000}),
+        )
+        .await;
+    assert_eq!(lexical["provenance"]["semantic"]["used"], false);
+    assert!(
+        lexical["provenance"]["semantic"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("semantic_weight"),
+    );
+    app.stop().await;
+}
+
+#[sqlx::test]
+async fn vector_candidates_obey_channel_sensitivity_and_tenant(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let mut app = spawn_daemon_with(connect, semantic("minilm")).await;
+    let acme = app.tenant("acme").await;
+    let other = app.tenant("other").await;
+    let secret = "The patient's diagnosis is early-stage melanoma; treatment starts in May.";
+    let private = "My sister was admitted to the oncology ward for skin cancer surgery.";
+    let public = "The clinic's opening hours are 9 to 5 on weekdays.";
+    app.append(
+        &acme,
+        &json!({"events": [
+            said("s1", "private", "high", secret),
+            said("s1", "private", "none", private),
+            said("s1", "public", "none", public),
+        ]}),
+    )
+    .await;
+    // Another tenant's memory matches the question best of all.
+    app.append(
+        &other,
+        &json!({"events": [said("s9", "public", "none",
+            "Which illness does the patient have? Melanoma, a skin cancer.")]}),
+    )
+    .await;
+    for tenant in ["acme", "other"] {
+        wait_projected(&app.pool, tenant).await;
+        wait_embedded(&app, tenant, "minilm").await;
+    }
+    // Shares no word with the sensitive memory: only meaning finds it.
+    let question = "What illness does the patient have?";
+    let private_acb = app
+        .acb(
+            &acme,
+            json!({"session_id": "q", "query_text": question, "channel": "private"}),
+        )
+        .await;
+    let texts = evidence_texts(&private_acb);
+    assert!(texts.iter().any(|t| t.contains("melanoma")), "{texts:#?}");
+    assert!(
+        private_acb["provenance"]["semantic"]["semantic_candidates"]
+            .as_u64()
+            .unwrap()
+            >= 3
+    );
+
+    let public_acb = app
+        .acb(
+            &acme,
+            json!({"session_id": "q", "query_text": question, "channel": "public"}),
+        )
+        .await;
+    assert_eq!(public_acb["provenance"]["semantic"]["used"], true);
+    let texts = evidence_texts(&public_acb);
+    assert!(
+        texts
+            .iter()
+            .all(|t| !t.contains("melanoma") && !t.contains("oncology")),
+        "a public bundle got private or sensitive memory: {texts:#?}"
+    );
+    for acb in [&private_acb, &public_acb] {
+        assert!(
+            evidence_texts(acb)
+                .iter()
+                .all(|t| !t.contains("Which illness")),
+            "another tenant's memory in a bundle"
+        );
+    }
+    app.stop().await;
+}
+
+#[sqlx::test]
+async fn the_embeddings_projection_rebuilds_to_the_same_bytes(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let mut app = spawn_daemon_with(connect, semantic("minilm")).await;
+    let token = app.tenant("acme").await;
+    // Arriving one by one: the workers embed small, uneven batches.
+    for (index, text) in CHATTER.iter().chain(CHATTER).enumerate() {
+        let text = format!("{text} (note {index}: {})", "and more ".repeat(index));
+        app.append(&token, &said("s1", "private", "none", &text))
+            .await;
+    }
+    wait_projected(&app.pool, "acme").await;
+    wait_embedded(&app, "acme", "minilm").await;
+    app.stop().await;
+
+    let engine = ProjectionConfig::default()
+        .engine_with_embeddings(&["embeddings_minilm".to_owned()], &model_dir())
+        .unwrap()
+        .only(&["embeddings_minilm".to_owned()])
+        .unwrap();
+    let live = rebuild::digests(&app.pool, &engine, &Schema::live(), "acme")
+        .await
+        .unwrap();
+    let rows = app
+        .count("SELECT count(*) FROM projections.embeddings_minilm")
+        .await;
+    assert_eq!(rows, 12);
+    rebuild::rebuild(&app.pool, &engine, Some("acme"), &mut |_| {})
+        .await
+        .unwrap();
+    let rebuilt = rebuild::digests(&app.pool, &engine, &Schema::live(), "acme")
+        .await
+        .unwrap();
+    assert_eq!(live, rebuilt, "rebuild from zero differs from incremental");
+}
+
+#[sqlx::test]
+async fn without_model_files_the_daemon_serves_lexical_bundles_and_says_why(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let config = ServeConfig {
+        semantic: SemanticConfig {
+            embedder: Some("minilm".into()),
+            model_dir: PathBuf::from("/nonexistent/memd-model"),
+        },
+        ..ServeConfig::default()
+    };
+    let mut app = spawn_daemon_with(connect, config).await;
+    let ready: Value = app
+        .client
+        .get(format!("{}/readyz", app.base_url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ready["status"], "ready");
+    assert_eq!(ready["semantic"]["enabled"], false);
+    let reason = ready["semantic"]["reason"].as_str().unwrap();
+    assert!(reason.contains("ops/fetch-model.sh"), "{reason}");
+
+    let token = app.tenant("acme").await;
+    app.append(
+        &token,
+        &said(
+            "s1",
+            "private",
+            "none",
+            "The deploy key rotates every Friday.",
+        ),
+    )
+    .await;
+    wait_projected(&app.pool, "acme").await;
+    let acb = app
+        .acb(
+            &token,
+            json!({"session_id": "q", "query_text": "when does the deploy key rotate?"}),
+        )
+        .await;
+    assert_eq!(acb["provenance"]["path"], "retrieval");
+    assert_eq!(acb["provenance"]["semantic"]["used"], false);
+    assert!(
+        acb["provenance"]["semantic"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("ops/fetch-model.sh")
+    );
+    assert!(evidence_texts(&acb)[0].contains("deploy key"));
+    app.stop().await;
+}
+
+#[sqlx::test]
+async fn switching_embedders_rebuilds_only_the_embeddings_and_bundles_keep_working(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let mut app = spawn_daemon_with(connect, semantic("hashed")).await;
+    let token = app.tenant("acme").await;
+    let events: Vec<Value> = CHATTER
+        .iter()
+        .map(|t| said("s1", "private", "none", t))
+        .collect();
+    app.append(&token, &json!({ "events": events })).await;
+    wait_projected(&app.pool, "acme").await;
+    wait_embedded(&app, "acme", "hashed").await;
+    let status: Value = app
+        .get("/api/v1/admin/embedder", &token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["active"], "hashed");
+    let before = other_projections(&app).await;
+    let events_before = app.count("SELECT count(*) FROM events").await;
+
+    let response = app
+        .client
+        .put(format!("{}/api/v1/admin/embedder", app.base_url))
+        .bearer_auth(&token)
+        .json(&json!({"embedder": "minilm"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    let status: Value = response.json().await.unwrap();
+    assert_eq!(status["building"], "minilm");
+    // Bundles keep working while the new projection is built.
+    let during = app
+        .acb(
+            &token,
+            json!({"session_id": "q", "query_text": "Lisbon conference"}),
+        )
+        .await;
+    assert!(evidence_texts(&during)[0].contains("Lisbon"));
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let status: Value = app
+            .get("/api/v1/admin/embedder", &token)
+            .await
+            .json()
+            .await
+            .unwrap();
+        if status["active"] == "minilm" && status["building"].is_null() {
+            assert_eq!(status["active_seq"], status["head_seq"]);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no switch: {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after = app
+        .acb(
+            &token,
+            json!({"session_id": "q", "query_text": "Lisbon conference"}),
+        )
+        .await;
+    assert_eq!(after["provenance"]["semantic"]["embedder"], "minilm");
+    assert_eq!(after["provenance"]["semantic"]["used"], true);
+    assert_eq!(
+        app.count("SELECT count(*) FROM projections.embeddings_hashed")
+            .await,
+        0,
+        "the old projection is dropped"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM projections.embeddings_minilm")
+            .await,
+        6
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM events").await,
+        events_before
+    );
+    assert_eq!(
+        other_projections(&app).await,
+        before,
+        "no other projection was touched"
+    );
+
+    // An unknown embedder is refused, naming the field.
+    let refused = app
+        .client
+        .put(format!("{}/api/v1/admin/embedder", app.base_url))
+        .bearer_auth(&token)
+        .json(&json!({"embedder": "word2vec"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 400);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["field"], "embedder");
+    app.stop().await;
+
+    // The CLI switches back, building in its own process.
+    let url = app.database_url().await;
+    let (code, stdout, stderr) = memd_cli(
+        &url,
+        &[
+            "embedder",
+            "use",
+            "hashed",
+            "--tenant",
+            "acme",
+            "--embedder",
+            "minilm",
+            "--model-dir",
+            model_dir().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("tenant=acme embedder=hashed switched"),
+        "{stdout}"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM projections.embeddings_hashed")
+            .await,
+        6
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM projections.embeddings_minilm")
+            .await,
+        0
+    );
+}
+
+/// Digests of every other projection, and their cursors.
+async fn other_projections(app: &TestApp) -> (Value, Vec<(String, i64)>) {
+    let engine = ProjectionConfig::default().engine();
+    let digests = rebuild::digests(&app.pool, &engine, &Schema::live(), "acme")
+        .await
+        .unwrap();
+    let cursors = sqlx::query_as(
+        "SELECT projector, seq FROM projections.cursors
+          WHERE tenant_id = 'acme' AND projector NOT LIKE 'embeddings_%' ORDER BY projector",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    (json!(digests), cursors)
+}
+
+#[test]
+fn every_embedder_has_a_projection() {
+    for name in embed::NAMES {
+        assert!(
+            memd_projectors::projections::embeddings::projector_name(name).is_some(),
+            "{name}"
+        );
+    }
+}
