@@ -67,6 +67,8 @@ pub struct Engine {
     projectors: Vec<Arc<dyn Projector>>,
     batch_size: i64,
     failpoint: Option<Failpoint>,
+    /// Where each batch's commit is announced.
+    channel: &'static str,
 }
 
 impl Engine {
@@ -77,7 +79,20 @@ impl Engine {
             projectors,
             batch_size: Self::DEFAULT_BATCH_SIZE,
             failpoint: None,
+            channel: PROJECTED_CHANNEL,
         }
+    }
+
+    /// Announces batches on `channel` instead of [`PROJECTED_CHANNEL`]
+    /// (the embeddings projections: readers waiting for the projections
+    /// must not be woken by them).
+    pub fn with_channel(mut self, channel: &'static str) -> Self {
+        self.channel = channel;
+        self
+    }
+
+    pub fn channel(&self) -> &'static str {
+        self.channel
     }
 
     pub fn with_batch_size(mut self, batch_size: i64) -> Self {
@@ -154,7 +169,7 @@ impl Engine {
                 seq: to,
             });
         }
-        save_cursors(&mut tx, tenant, &cursors).await?;
+        save_cursors(&mut tx, tenant, &cursors, self.channel).await?;
         tx.commit().await?;
         Ok(step)
     }
@@ -264,12 +279,13 @@ pub(crate) async fn apply(
 }
 
 /// Writes the cursors and, in the same statement, the notification (sent at
-/// commit) on [`PROJECTED_CHANNEL`] of how far the tenant's projections now
-/// reach.
+/// commit) on `channel` (the engine's, [`PROJECTED_CHANNEL`] by default) of
+/// how far the tenant's projections now reach.
 pub(crate) async fn save_cursors(
     tx: &mut PgConnection,
     tenant: &str,
     cursors: &[Cursor],
+    channel: &str,
 ) -> Result<(), sqlx::Error> {
     let names: Vec<&str> = cursors.iter().map(|c| c.projector.name()).collect();
     let seqs: Vec<i64> = cursors.iter().map(|c| c.seq).collect();
@@ -287,7 +303,7 @@ pub(crate) async fn save_cursors(
     .bind(&names)
     .bind(&seqs)
     .bind(&versions)
-    .bind(PROJECTED_CHANNEL)
+    .bind(channel)
     .bind(projected)
     .execute(tx)
     .await?;

@@ -41,3 +41,8 @@ pub const EVENTS_CHANNEL: &str = "memd_events";
 /// `<tenant>:<seq>`: every projector of the set has applied the tenant's log
 /// up to `seq`.
 pub const PROJECTED_CHANNEL: &str = "memd_projected";
+
+/// Channel on which each embeddings batch's commit announces
+/// `<tenant>:<seq>` (apart from [`PROJECTED_CHANNEL`]: readers waiting for
+/// the projections are not woken by embeddings).
+pub const EMBEDDED_CHANNEL: &str = "memd_embedded";

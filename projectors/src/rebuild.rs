@@ -55,7 +55,7 @@ pub async fn rebuild(
             cursor.seq = 0;
         }
         let events = replay(&mut tx, engine, &tenant, &mut cursors, progress).await?;
-        save_cursors(&mut tx, &tenant, &cursors).await?;
+        save_cursors(&mut tx, &tenant, &cursors, engine.channel()).await?;
         tx.commit().await?;
         done.push(TenantRebuild {
             tenant,

@@ -19,13 +19,13 @@ use super::{
     },
     histories::{History, load},
 };
-use crate::read::semantic::SemanticConfig;
 use crate::{
     db,
     domain::{
         event::Channel,
         tenant::{Scope, TenantId},
     },
+    read::semantic::SemanticConfig,
     read::{
         policy::Policy,
         privacy::Visibility,

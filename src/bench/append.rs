@@ -9,10 +9,10 @@ use serde_json::{Value, json};
 use super::harness::{
     Measurement, ScratchDatabase, drive, environment, report_header, start_daemon, write_report,
 };
-use crate::read::semantic::SemanticConfig;
 use crate::{
     db,
     domain::tenant::{Scope, TenantId},
+    read::semantic::SemanticConfig,
     tenants,
 };
 

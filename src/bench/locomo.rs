@@ -328,6 +328,16 @@ async fn measure(
             format!("memd semantic only ({embedder}, lexical_weight 0)"),
             json!({"lexical_weight": 0.0, "semantic_weight": 1.0}),
         ),
+        // LoCoMo asks about any point of months of conversation, so
+        // "recent" is not "relevant": the hybrid without recency.
+        (
+            format!("memd hybrid ({embedder}, alpha 0.9, beta 0, gamma 0.1)"),
+            json!({"alpha": 0.9, "beta": 0.0, "gamma": 0.1}),
+        ),
+        (
+            format!("memd hybrid ({embedder}, rrf fusion)"),
+            json!({"fusion": "rrf"}),
+        ),
     ] {
         for token in tokens.values() {
             client

@@ -12,6 +12,8 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 
+use crate::read::semantic::SemanticConfig;
+
 #[derive(Subcommand)]
 pub enum BenchCommand {
     /// Append throughput and latency: single and batched, 1 to 32 writers,
@@ -39,9 +41,15 @@ pub enum BenchCommand {
         /// History sizes to rebuild, comma-separated (each loads on top of the previous).
         #[arg(long, value_delimiter = ',', default_value = "100000,1000000")]
         sizes: Vec<u64>,
+        /// Chat-history sizes at which the embeddings projection is also
+        /// rebuilt from zero (embedding throughput); empty for none.
+        #[arg(long, value_delimiter = ',', default_value = "100000")]
+        embed_sizes: Vec<u64>,
         /// Where to write the results.
         #[arg(long, default_value = "bench/project.md")]
         out: PathBuf,
+        #[command(flatten)]
+        embedder: EmbedderArgs,
     },
     /// Bundle latency: fast path, retrieval path and cold cache, with 1 and
     /// 32 clients, as one tenant's history grows.
@@ -74,13 +82,37 @@ pub enum BenchCommand {
         /// Where to write the results (rankings go to `<out>.results/`).
         #[arg(long, default_value = "bench/locomo.md")]
         out: PathBuf,
-        /// The embedder of the hybrid and semantic-only systems.
-        #[arg(long, env = "MEMD_EMBEDDER", default_value = "minilm")]
-        embedder: String,
-        /// Folder with the MiniLM model files (ops/fetch-model.sh).
-        #[arg(long, env = "MEMD_MODEL_DIR", default_value = crate::read::semantic::SemanticConfig::DEFAULT_MODEL_DIR)]
-        model_dir: PathBuf,
+        #[command(flatten)]
+        embedder: EmbedderArgs,
     },
+}
+
+/// The embedder a benchmark's daemon runs.
+#[derive(clap::Args, Clone)]
+pub struct EmbedderArgs {
+    /// minilm, hashed, or none (lexical retrieval only).
+    #[arg(long, env = "MEMD_EMBEDDER", default_value = "minilm")]
+    embedder: String,
+    /// Folder with the MiniLM model files (ops/fetch-model.sh).
+    #[arg(long, env = "MEMD_MODEL_DIR", default_value = SemanticConfig::DEFAULT_MODEL_DIR)]
+    model_dir: PathBuf,
+}
+
+impl EmbedderArgs {
+    fn config(&self) -> anyhow::Result<SemanticConfig> {
+        let embedder = match self.embedder.as_str() {
+            "none" => None,
+            name => Some(
+                crate::admin::embedder::known(name)
+                    .map_err(|e| anyhow::anyhow!("--embedder: {}", e.message))?
+                    .to_owned(),
+            ),
+        };
+        Ok(SemanticConfig {
+            embedder,
+            model_dir: self.model_dir.clone(),
+        })
+    }
 }
 
 pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()> {
@@ -102,7 +134,9 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
             rate,
             seconds,
             sizes,
+            embed_sizes,
             out,
+            embedder,
         } => {
             project::run(
                 database_url,
@@ -110,6 +144,8 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
                     rate,
                     seconds,
                     sizes,
+                    embed_sizes,
+                    semantic: embedder.config()?,
                 },
                 &out,
             )
@@ -139,14 +175,8 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
             kit,
             out,
             embedder,
-            model_dir,
         } => {
-            let embedder = crate::admin::embedder::known(&embedder)
-                .map_err(|e| anyhow::anyhow!("--embedder: {}", e.message))?;
-            let semantic = crate::read::semantic::SemanticConfig {
-                embedder: Some(embedder.to_owned()),
-                model_dir,
-            };
+            let semantic = embedder.config()?;
             locomo::run(database_url, locomo::Options { dir, kit, semantic }, &out).await
         }
     }

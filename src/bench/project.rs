@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use memd_projectors::{PROJECTED_CHANNEL, rebuild};
+use memd_projectors::{EMBEDDED_CHANNEL, PROJECTED_CHANNEL, projections::embeddings, rebuild};
 use serde_json::{Value, json};
 use sqlx::{PgPool, postgres::PgListener};
 
@@ -19,10 +19,11 @@ use super::{
     },
     histories::{History, load},
 };
-use crate::read::semantic::SemanticConfig;
 use crate::{
+    admin::progress::ProgressPrinter,
     db,
     domain::tenant::{Scope, TenantId},
+    read::semantic::SemanticConfig,
     startup::ProjectionConfig,
     tenants,
 };
@@ -34,6 +35,11 @@ pub struct Options {
     pub rate: u32,
     pub seconds: f64,
     pub sizes: Vec<u64>,
+    /// Chat sizes at which the embeddings projection is rebuilt too.
+    pub embed_sizes: Vec<u64>,
+    /// The daemon's embedder (its embeddings lag is measured beside the
+    /// projections').
+    pub semantic: SemanticConfig,
 }
 
 struct LagResult {
@@ -42,6 +48,17 @@ struct LagResult {
     achieved_rate: f64,
     lags: Vec<Duration>,
     unobserved: usize,
+    /// The same for the embeddings projection (`memd_embedded`).
+    embedding_lags: Vec<Duration>,
+    embedding_unobserved: usize,
+}
+
+/// Rebuilding the embeddings projection of the chat history from zero.
+struct EmbeddingRebuild {
+    embedder: String,
+    events: u64,
+    chunks: i64,
+    elapsed: Duration,
 }
 
 struct RebuildResult {
@@ -84,26 +101,29 @@ pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Re
     let scratch = ScratchDatabase::create(database_url, "memd_bench").await?;
     let result = measure(&scratch, &options).await;
     scratch.drop_now().await?;
-    let (lag, rebuilds, environment) = result?;
-    let report = render(&options, &lag, &rebuilds, &environment);
+    let (lag, rebuilds, embedding_rebuilds, environment) = result?;
+    let report = render(&options, &lag, &rebuilds, &embedding_rebuilds, &environment);
     write_report(out, &report)
 }
 
 async fn measure(
     scratch: &ScratchDatabase,
     options: &Options,
-) -> anyhow::Result<(LagResult, Vec<RebuildResult>, String)> {
+) -> anyhow::Result<(LagResult, Vec<RebuildResult>, Vec<EmbeddingRebuild>, String)> {
     let pool = db::connect(scratch.options.clone(), 24).await?;
     db::migrate(&pool).await?;
     let environment = environment(&pool).await?;
     let lag = measure_lag(&pool, options).await?;
     eprintln!(
-        "lag at {:.0} events/s: p50 {:.1} ms, p95 {:.1} ms",
+        "lag at {:.0} events/s: p50 {:.1} ms, p95 {:.1} ms; embeddings p50 {:.1} ms, p95 {:.1} ms",
         lag.achieved_rate,
         percentile(&lag.lags, 50.0).as_secs_f64() * 1e3,
-        percentile(&lag.lags, 95.0).as_secs_f64() * 1e3
+        percentile(&lag.lags, 95.0).as_secs_f64() * 1e3,
+        percentile(&lag.embedding_lags, 50.0).as_secs_f64() * 1e3,
+        percentile(&lag.embedding_lags, 95.0).as_secs_f64() * 1e3,
     );
     let mut rebuilds = Vec::new();
+    let mut embedding_rebuilds = Vec::new();
     for history in [History::Chat, History::ToolHeavy] {
         let tenant = TenantId::parse(history.name()).expect("valid tenant id");
         tenants::create_tenant(&pool, &tenant, Scope::Write).await?;
@@ -139,10 +159,56 @@ async fn measure(
                 raw_chunks,
                 load_elapsed,
             });
+            if matches!(history, History::Chat)
+                && options.embed_sizes.contains(&size)
+                && let Some(embedder) = &options.semantic.embedder
+            {
+                embedding_rebuilds
+                    .push(rebuild_embeddings(&pool, &tenant, embedder, &options.semantic).await?);
+            }
         }
     }
     pool.close().await;
-    Ok((lag, rebuilds, environment))
+    Ok((lag, rebuilds, embedding_rebuilds, environment))
+}
+
+/// Rebuilds `tenant`'s embeddings projection of `embedder` from zero, with
+/// a progress bar on stderr.
+async fn rebuild_embeddings(
+    pool: &PgPool,
+    tenant: &TenantId,
+    embedder: &str,
+    semantic: &SemanticConfig,
+) -> anyhow::Result<EmbeddingRebuild> {
+    let projector = embeddings::projector_name(embedder).expect("a known embedder");
+    let names = [projector.to_owned()];
+    let engine = ProjectionConfig::default()
+        .engine_with_embeddings(&names, &semantic.model_dir)?
+        .only(&names)?;
+    let mut printer = ProgressPrinter::new("embed");
+    let started = Instant::now();
+    let done = rebuild::rebuild(pool, &engine, Some(tenant.as_str()), &mut |p| {
+        printer.update(p)
+    })
+    .await?;
+    let elapsed = started.elapsed();
+    let chunks: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM projections.{projector} WHERE tenant_id = $1"
+    )))
+    .bind(tenant.as_str())
+    .fetch_one(pool)
+    .await?;
+    eprintln!(
+        "{embedder} embeddings rebuild: {chunks} chunks in {:.1} s ({:.0} chunks/s)",
+        elapsed.as_secs_f64(),
+        chunks as f64 / elapsed.as_secs_f64()
+    );
+    Ok(EmbeddingRebuild {
+        embedder: embedder.to_owned(),
+        events: done.iter().map(|t| t.events as u64).sum(),
+        chunks,
+        elapsed,
+    })
 }
 
 /// Appends at `rate` events/s over HTTP for `seconds`, and times each event
@@ -159,23 +225,28 @@ async fn measure_lag(pool: &PgPool, options: &Options) -> anyhow::Result<LagResu
                 .to_string(),
         );
     }
-    let projected: Arc<Mutex<Vec<(String, i64, Instant)>>> = Arc::default();
+    // (channel, tenant, seq, when)
+    type Seen = Vec<(bool, String, i64, Instant)>;
+    let projected: Arc<Mutex<Seen>> = Arc::default();
     let mut listener = PgListener::connect_with(pool).await?;
-    listener.listen(PROJECTED_CHANNEL).await?;
+    listener
+        .listen_all([PROJECTED_CHANNEL, EMBEDDED_CHANNEL])
+        .await?;
     let seen = projected.clone();
     let listening = tokio::spawn(async move {
         while let Ok(notification) = listener.recv().await {
+            let embedded = notification.channel() == EMBEDDED_CHANNEL;
             if let Some((tenant, seq)) = notification.payload().rsplit_once(':')
                 && let Ok(seq) = seq.parse()
             {
                 seen.lock()
                     .expect("lock")
-                    .push((tenant.to_owned(), seq, Instant::now()));
+                    .push((embedded, tenant.to_owned(), seq, Instant::now()));
             }
         }
     });
 
-    let daemon = start_daemon(pool.clone(), SemanticConfig::off()).await?;
+    let daemon = start_daemon(pool.clone(), options.semantic.clone()).await?;
     let client = reqwest::Client::new();
     let url = format!("{}/api/v1/events", daemon.base_url);
     let interval = Duration::from_secs_f64(LAG_TENANTS as f64 / f64::from(options.rate.max(1)));
@@ -228,35 +299,47 @@ async fn measure_lag(pool: &PgPool, options: &Options) -> anyhow::Result<LagResu
     }
     let sending = started.elapsed();
     // Let the last batches land.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
     daemon.stop().await?;
     listening.abort();
 
     let projected = projected.lock().expect("lock");
-    let mut by_tenant: HashMap<&str, Vec<(i64, Instant)>> = HashMap::new();
-    for (tenant, seq, at) in projected.iter() {
-        by_tenant.entry(tenant).or_default().push((*seq, *at));
-    }
-    let mut lags = Vec::new();
-    let mut unobserved = 0;
-    let mut sent = 0;
-    for (tenant, acked) in &acks {
-        let notes = by_tenant.get(tenant.as_str()).cloned().unwrap_or_default();
-        sent += acked.len();
-        for (seq, acked_at) in acked {
-            // The first projection commit covering this seq.
-            match notes.iter().find(|(covered, _)| covered >= seq) {
-                Some((_, at)) => lags.push(at.saturating_duration_since(*acked_at)),
-                None => unobserved += 1,
+    let lags_on = |embedded: bool| {
+        let mut by_tenant: HashMap<&str, Vec<(i64, Instant)>> = HashMap::new();
+        for (channel, tenant, seq, at) in projected.iter() {
+            if *channel == embedded {
+                by_tenant.entry(tenant).or_default().push((*seq, *at));
             }
         }
-    }
+        let mut lags = Vec::new();
+        let mut unobserved = 0;
+        for (tenant, acked) in &acks {
+            let notes = by_tenant.get(tenant.as_str()).cloned().unwrap_or_default();
+            for (seq, acked_at) in acked {
+                // The first commit covering this seq.
+                match notes.iter().find(|(covered, _)| covered >= seq) {
+                    Some((_, at)) => lags.push(at.saturating_duration_since(*acked_at)),
+                    None => unobserved += 1,
+                }
+            }
+        }
+        (lags, unobserved)
+    };
+    let (lags, unobserved) = lags_on(false);
+    let (embedding_lags, embedding_unobserved) = if options.semantic.embedder.is_some() {
+        lags_on(true)
+    } else {
+        (Vec::new(), 0)
+    };
+    let sent = acks.iter().map(|(_, acked)| acked.len()).sum::<usize>();
     Ok(LagResult {
         sent,
         errors,
         achieved_rate: sent as f64 / sending.as_secs_f64(),
         lags,
         unobserved,
+        embedding_lags,
+        embedding_unobserved,
     })
 }
 
@@ -277,6 +360,7 @@ fn render(
     options: &Options,
     lag: &LagResult,
     rebuilds: &[RebuildResult],
+    embedding_rebuilds: &[EmbeddingRebuild],
     environment: &str,
 ) -> String {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -286,9 +370,12 @@ fn render(
     let _ = writeln!(
         out,
         "{LAG_TENANTS} tenants, one paced HTTP writer each, single-event appends for {:.0} s at a target of {} events/s; \
-         the daemon runs its default projection workers. Lag = from the append's acknowledged commit to the \
-         projection commit that covers the event (its `memd_projected` notification).\n",
-        options.seconds, options.rate
+         the daemon runs its default projection workers and its embedding worker (embedder: {}). Lag = from the \
+         append's acknowledged commit to the commit that covers the event: the projections' (`memd_projected`) and, \
+         on its own worker, the embeddings projection's (`memd_embedded`).\n",
+        options.seconds,
+        options.rate,
+        options.semantic.embedder.as_deref().unwrap_or("none")
     );
     let _ = writeln!(
         out,
@@ -307,6 +394,17 @@ fn render(
         ms(percentile(&lag.lags, 100.0)),
         lag.unobserved
     );
+    if options.semantic.embedder.is_some() {
+        let _ = writeln!(
+            out,
+            "\nEmbeddings projection, same run:\n\n| lag p50 ms | lag p95 ms | lag p99 ms | lag max ms | never observed |\n|---:|---:|---:|---:|---:|\n| {:.1} | {:.1} | {:.1} | {:.1} | {} |",
+            ms(percentile(&lag.embedding_lags, 50.0)),
+            ms(percentile(&lag.embedding_lags, 95.0)),
+            ms(percentile(&lag.embedding_lags, 99.0)),
+            ms(percentile(&lag.embedding_lags, 100.0)),
+            lag.embedding_unobserved
+        );
+    }
     let _ = writeln!(out, "\n## Rebuild from zero\n");
     let _ = writeln!(
         out,
@@ -336,6 +434,26 @@ fn render(
             r.elapsed.as_secs_f64() / r.raw_chunks.as_secs_f64().max(1e-9),
             r.load_elapsed.as_secs_f64()
         );
+    }
+    if !embedding_rebuilds.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n## Embeddings projection rebuilt from zero\n\n\
+             The chat history's embeddings projection alone (`memd rebuild --projector embeddings_<name>`): \
+             every chunk embedded again, on this machine's CPU.\n\n\
+             | embedder | events | chunks | rebuild s | chunks/s |\n|---|---:|---:|---:|---:|"
+        );
+        for r in embedding_rebuilds {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {:.1} | {:.0} |",
+                r.embedder,
+                r.events,
+                r.chunks,
+                r.elapsed.as_secs_f64(),
+                r.chunks as f64 / r.elapsed.as_secs_f64()
+            );
+        }
     }
     out
 }

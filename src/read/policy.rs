@@ -157,9 +157,28 @@ pub struct Scoring {
     /// The semantic score's weight in relevance; 0 is lexical retrieval
     /// alone (no vector candidates either).
     pub semantic_weight: f64,
+    /// How relevance, recency and importance make the score: `gated`
+    /// (default) scales relevance by them, `sum` adds them (PRD §8.2 as
+    /// written).
+    pub combine: Combine,
     /// Nearest chunks by meaning added to the candidate pool, at most half
     /// of `candidate_pool_max` (the lexical candidates get the rest).
     pub semantic_candidates: u32,
+}
+
+/// How relevance, recency and importance become one score.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Combine {
+    /// `relevance · (α + β·recency + γ·importance) / (α + β + γ)`: recency
+    /// and importance reorder relevant memory (a recent, important chunk
+    /// counts up to (α+β+γ)/α times as much as an old, unimportant one of
+    /// the same relevance) and never lift irrelevant memory.
+    #[default]
+    Gated,
+    /// `α·relevance + β·recency + γ·importance`: a recent chunk of little
+    /// relevance can outrank an older one of much more.
+    Sum,
 }
 
 /// How the lexical and semantic scores become one relevance.
@@ -183,6 +202,7 @@ impl Default for Scoring {
             recency_half_life_hours: 24.0 * 7.0,
             min_relevance: 0.2,
             fusion: Fusion::default(),
+            combine: Combine::default(),
             lexical_weight: 0.5,
             semantic_weight: 0.5,
             semantic_candidates: 200,
@@ -284,6 +304,7 @@ impl Policy {
             recency_half_life_hours,
             min_relevance,
             fusion: _,
+            combine: _,
             lexical_weight,
             semantic_weight,
             semantic_candidates,

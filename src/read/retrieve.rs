@@ -31,7 +31,7 @@ use sqlx::{PgPool, Row};
 use memd_projectors::dedupe;
 
 use super::{
-    policy::{Fusion, Scoring},
+    policy::{Combine, Fusion, Scoring},
     privacy::Visibility,
 };
 
@@ -461,13 +461,24 @@ pub fn rank(
     for candidate in &mut candidates {
         let age_hours = (newest - candidate.ts).num_milliseconds().max(0) as f64 / 3_600_000.0;
         candidate.recency = 0.5_f64.powf(age_hours / scoring.recency_half_life_hours);
-        candidate.score = scoring.alpha * candidate.relevance
-            + scoring.beta * candidate.recency
-            + scoring.gamma * f64::from(candidate.importance);
+        candidate.score = score(scoring, candidate);
     }
     candidates.retain(|c| c.relevance >= scoring.min_relevance);
     candidates.sort_by(better);
     candidates
+}
+
+/// A ranked candidate's score from its relevance, recency and importance.
+fn score(scoring: &Scoring, candidate: &Candidate) -> f64 {
+    let (alpha, beta, gamma) = (scoring.alpha, scoring.beta, scoring.gamma);
+    let importance = f64::from(candidate.importance);
+    match scoring.combine {
+        Combine::Sum => alpha * candidate.relevance + beta * candidate.recency + gamma * importance,
+        Combine::Gated => {
+            candidate.relevance * (alpha + beta * candidate.recency + gamma * importance)
+                / (alpha + beta + gamma)
+        }
+    }
 }
 
 /// Each candidate's `lexical`: BM25 over the query's lexemes, divided by
@@ -537,14 +548,24 @@ pub fn fuse(candidates: &mut [Candidate], scoring: &Scoring) {
     let (lexical_weight, semantic_weight) = (scoring.lexical_weight, scoring.semantic_weight);
     match scoring.fusion {
         Fusion::Weighted => {
-            let similarities = candidates.iter().filter_map(|c| c.semantic);
-            let lowest = similarities.clone().fold(f64::INFINITY, f64::min);
-            let highest = similarities.fold(f64::NEG_INFINITY, f64::max);
-            let spread = highest - lowest;
+            // Similarity above what the pool's typical chunk scores, as a
+            // share of the best's: everything in a conversation is
+            // somewhat similar to a question about it (cosines bunch
+            // together), and a min-max scale would leave that bunch at half
+            // the best's relevance, where recency outweighs it. Centred on
+            // the mean, a typical chunk is 0, as a chunk sharing only a
+            // common word is nearly 0 on the lexical side.
+            let similarities: Vec<f64> = candidates.iter().filter_map(|c| c.semantic).collect();
+            let mean = similarities.iter().sum::<f64>() / similarities.len().max(1) as f64;
+            let highest = similarities
+                .iter()
+                .copied()
+                .fold(f64::NEG_INFINITY, f64::max);
+            let spread = highest - mean;
             for candidate in candidates.iter_mut() {
                 let semantic = candidate.semantic.map_or(0.0, |s| {
                     if spread > 0.0 {
-                        (s - lowest) / spread
+                        ((s - mean) / spread).max(0.0)
                     } else {
                         1.0
                     }

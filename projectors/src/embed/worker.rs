@@ -17,6 +17,7 @@ use tokio::sync::watch;
 
 use super::Embedder;
 use crate::{
+    EMBEDDED_CHANNEL,
     engine::{Engine, ProjectError, Step},
     projections::embeddings::{self, EmbeddingProjector},
     projector::BoxFuture,
@@ -49,7 +50,8 @@ impl EmbeddingWork {
                 Some((
                     embedder.name(),
                     Engine::new(vec![Arc::new(projector)])
-                        .with_batch_size(embeddings::BATCH_EVENTS),
+                        .with_batch_size(embeddings::BATCH_EVENTS)
+                        .with_channel(EMBEDDED_CHANNEL),
                 ))
             })
             .collect();

@@ -13,7 +13,7 @@
 //! little-endian f32s; an embedder gives the same vector for the same text
 //! in any batch, so a rebuild reproduces every byte.
 
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
 
 use sqlx::PgConnection;
 
@@ -57,8 +57,9 @@ pub struct EmbeddingProjector {
 }
 
 impl EmbeddingProjector {
-    /// 1: first version; the embedder's own version is added below it.
-    const BASE_VERSION: i32 = 1;
+    /// 1: the chunk alone. 3: a message: the mean of its vector alone and
+    /// read after the message before it.
+    const BASE_VERSION: i32 = 3;
 
     /// `None` for an embedder without a table.
     pub fn new(embedder: Arc<dyn Embedder>) -> Option<Self> {
@@ -93,11 +94,22 @@ impl Projector for EmbeddingProjector {
         events: &'a [StoredEvent],
     ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
         Box::pin(async move {
+            let previous = previous_messages(tx, tenant, events).await?;
             let mut rows = Rows::default();
             let mut inputs = Vec::new();
+            // (row, index of its in-context input) for messages with one.
+            let mut in_context = Vec::new();
             for event in events {
                 for text in chunks::texts_of(event) {
-                    inputs.push(text.embedding_input());
+                    let own = text.embedding_input();
+                    // A message also read after the one it answers.
+                    if let Some(before) = previous.get(&event.seq)
+                        && event.kind == "message"
+                        && text.part == 0
+                    {
+                        in_context.push((rows.chunk_id.len(), format!("{before}\n{own}")));
+                    }
+                    inputs.push(own);
                     rows.chunk_id.push(text.chunk_id);
                     rows.seq.push(event.seq);
                     rows.part.push(text.part);
@@ -109,14 +121,25 @@ impl Projector for EmbeddingProjector {
             if inputs.is_empty() {
                 return Ok(());
             }
+            let rows_count = inputs.len();
+            inputs.extend(in_context.iter().map(|(_, input)| input.clone()));
             let embedder = self.embedder.clone();
-            let vectors = tokio::task::spawn_blocking(move || {
+            let mut vectors = tokio::task::spawn_blocking(move || {
                 let texts: Vec<&str> = inputs.iter().map(String::as_str).collect();
                 embedder.embed(&texts)
             })
             .await
             .map_err(|e| sqlx::Error::Protocol(format!("embedding task: {e}")))?
             .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+            // A message's vector: the mean of it alone and in context.
+            let contextual = vectors.split_off(rows_count);
+            for ((row, _), context) in in_context.iter().zip(contextual) {
+                let vector = &mut vectors[*row];
+                for (x, c) in vector.iter_mut().zip(context) {
+                    *x += c;
+                }
+                embed::normalise(vector);
+            }
             let vectors: Vec<Vec<u8>> = vectors.iter().map(|v| embed::encode(v)).collect();
             sqlx::query(sqlx::AssertSqlSafe(format!(
                 "INSERT INTO {} (tenant_id, chunk_id, seq, part, channel, sensitivity, kind, vector)
@@ -138,6 +161,48 @@ impl Projector for EmbeddingProjector {
         })
     }
 }
+
+/// The message before each message of `events` in its session, by the
+/// later message's seq, read from the log: in a conversation a reply
+/// ("a sunset, with my kids!") means little without what it answers
+/// ("what did you paint?"), so a message is embedded after the one before
+/// it. Only the log is read, so a rebuild sees the same.
+async fn previous_messages(
+    tx: &mut PgConnection,
+    tenant: &str,
+    events: &[StoredEvent],
+) -> Result<HashMap<i64, String>, sqlx::Error> {
+    let (sessions, seqs): (Vec<&str>, Vec<i64>) = events
+        .iter()
+        .filter(|e| e.kind == "message")
+        .map(|e| (e.session_id.as_str(), e.seq))
+        .unzip();
+    if seqs.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let rows: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT u.seq, p.text
+           FROM unnest($2::text[], $3::bigint[]) AS u (session_id, seq)
+          CROSS JOIN LATERAL (
+                SELECT e.content ->> 'text' AS text FROM public.events e
+                 WHERE e.tenant_id = $1 AND e.session_id = u.session_id AND e.seq < u.seq
+                   AND e.kind = 'message'
+                 ORDER BY e.seq DESC LIMIT 1) AS p
+          WHERE p.text IS NOT NULL",
+    )
+    .bind(tenant)
+    .bind(&sessions)
+    .bind(&seqs)
+    .fetch_all(&mut *tx)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(seq, text)| (seq, text.chars().take(PREVIOUS_CHARS).collect()))
+        .collect())
+}
+
+/// At most this much of the previous message is read before a message.
+const PREVIOUS_CHARS: usize = 400;
 
 #[derive(Default)]
 struct Rows {
