@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::{
     harness::{
         Measurement, ScratchDatabase, drive, environment, percentile, report_header, start_daemon,
-        wait_projected, write_report,
+        wait_embedded, wait_projected, write_report,
     },
     histories::{History, load},
 };
@@ -39,6 +39,8 @@ pub struct Options {
     pub seconds: f64,
     pub restarts: usize,
     pub max_tokens: u32,
+    /// The daemon's embedder (retrieval is hybrid unless none).
+    pub semantic: SemanticConfig,
 }
 
 const TENANT: &str = "acb-bench";
@@ -99,14 +101,19 @@ async fn measure(
     let mut loaded = 0;
     for &size in &options.sizes {
         // The daemon projects while the history loads.
-        let daemon = start_daemon(pool.clone(), SemanticConfig::off()).await?;
+        let daemon = start_daemon(pool.clone(), options.semantic.clone()).await?;
         if loaded == 0 {
             views(&daemon.base_url, &token).await?;
         }
         load(&pool, &tenant, History::Chat, loaded, size).await?;
         loaded = size;
         wait_projected(&pool).await?;
-        eprintln!("{size} events loaded and projected");
+        let embedding = std::time::Instant::now();
+        wait_embedded(&pool, options.semantic.embedder.as_deref()).await?;
+        eprintln!(
+            "{size} events loaded and projected; embedded {:.0} s later",
+            embedding.elapsed().as_secs_f64()
+        );
         let session = format!("session-{}", (size - 1) / 200);
         for clients in [1, 32] {
             let (m, pool_size) = candidate_statements(&pool, &tenant, clients, options).await?;
@@ -302,7 +309,7 @@ async fn cold(
     let started = std::time::Instant::now();
     for restart in 0..options.restarts {
         let pool = db::connect(scratch.options.clone(), 16).await?;
-        let daemon = start_daemon(pool.clone(), SemanticConfig::off()).await?;
+        let daemon = start_daemon(pool.clone(), options.semantic.clone()).await?;
         let at = std::time::Instant::now();
         let acb: Value = client
             .post(format!("{}/api/v1/acb/build", daemon.base_url))
@@ -345,7 +352,9 @@ fn render(rows: &[Row], options: &Options, environment: &str) -> String {
     out.push('\n');
     let _ = writeln!(
         out,
-        "One tenant's chat history ({}), loaded up to each size and fully projected; views identity and rules. \
+        "Embedder: {} (retrieval is {}; the first bundle after a restart uses lexical candidates while the vector \
+         index loads in the background). \
+         One tenant's chat history ({}), loaded up to each size and fully projected and embedded; views identity and rules. \
          Every bundle has `max_tokens` {} and goes over HTTP to the daemon in this process; latency is the whole \
          round trip, measured by the client. Fast path: `intent: continue` in the newest session. Retrieval path: \
          questions about accounts, exports, jobs and decisions, varied per request. Clients send back to back for \
@@ -353,6 +362,12 @@ fn render(rows: &[Row], options: &Options, environment: &str) -> String {
          *Candidate statement alone*: the two statements that fetch a retrieval bundle's candidate pool (which \
          terms are common, then the pool), for the same questions, run straight on connections of the benchmark \
          process (no HTTP, no ranking, no bundle): PostgreSQL's share, the floor under the retrieval path.\n",
+        options.semantic.embedder.as_deref().unwrap_or("none"),
+        if options.semantic.embedder.is_some() {
+            "hybrid"
+        } else {
+            "lexical"
+        },
         History::Chat.describe(),
         options.max_tokens,
         options.seconds,

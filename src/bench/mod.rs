@@ -7,6 +7,7 @@ mod harness;
 pub mod histories;
 mod locomo;
 mod project;
+mod vectors;
 
 use std::path::PathBuf;
 
@@ -68,6 +69,19 @@ pub enum BenchCommand {
         max_tokens: u32,
         /// Where to write the results.
         #[arg(long, default_value = "bench/acb.md")]
+        out: PathBuf,
+        #[command(flatten)]
+        embedder: EmbedderArgs,
+    },
+    /// The in-process vector index alone: memory and search time at
+    /// `--count` vectors of 384 dimensions (pseudo-random unit vectors).
+    Vectors {
+        #[arg(long, default_value_t = 1_000_000)]
+        count: usize,
+        /// Searches timed.
+        #[arg(long, default_value_t = 200)]
+        searches: usize,
+        #[arg(long, default_value = "bench/vectors.md")]
         out: PathBuf,
     },
     /// Retrieval quality on LoCoMo conversations (recall of evidence turns
@@ -157,6 +171,7 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
             restarts,
             max_tokens,
             out,
+            embedder,
         } => {
             acb::run(
                 database_url,
@@ -165,11 +180,17 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
                     seconds,
                     restarts,
                     max_tokens,
+                    semantic: embedder.config()?,
                 },
                 &out,
             )
             .await
         }
+        BenchCommand::Vectors {
+            count,
+            searches,
+            out,
+        } => vectors::run(count, searches, &out),
         BenchCommand::Locomo {
             dir,
             kit,

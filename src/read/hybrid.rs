@@ -18,6 +18,7 @@ use super::{
     policy::{Fusion, Policy},
     privacy::Visibility,
     retrieve::{self, Candidate, Scope},
+    vectors::Current,
 };
 
 /// `provenance.semantic`: what the semantic side did for this bundle.
@@ -135,7 +136,7 @@ pub async fn candidates(
         }
     };
     let table = embeddings::projector_name(name).expect("a loaded embedder has a table");
-    let index = reader
+    let index = match reader
         .semantic
         .index
         .current(
@@ -145,7 +146,20 @@ pub async fn candidates(
             embedding.seq,
             embedding.version.unwrap_or(0),
         )
-        .await?;
+        .await?
+    {
+        Current::Ready(index) => index,
+        Current::Loading { behind } => {
+            report.reason = Some(format!(
+                "vector index loading in the background ({behind} events of projection behind)"
+            ));
+            return Ok(Pool {
+                candidates,
+                common,
+                semantic: report,
+            });
+        }
+    };
     let vectors = index.read().await;
     report.used = true;
     report.fusion = Some(policy.scoring.fusion);

@@ -25,7 +25,10 @@
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
 };
 
 use sqlx::{PgPool, Row};
@@ -92,7 +95,8 @@ impl TenantVectors {
             + self.scales.capacity() * 4
     }
 
-    fn push(&mut self, position: Position, class: (String, String, String), vector: &[f32]) {
+    /// Adds one chunk's vector; rows come in position order.
+    pub fn push(&mut self, position: Position, class: (String, String, String), vector: &[f32]) {
         if self.dimensions == 0 {
             self.dimensions = vector.len();
         }
@@ -218,7 +222,36 @@ fn sign_words(vector: &[f32]) -> impl Iterator<Item = u64> + '_ {
 
 /// One tenant's vectors of one embeddings table, shared by the bundles
 /// that search them.
-pub type SharedVectors = Arc<RwLock<TenantVectors>>;
+#[derive(Default)]
+pub struct Entry {
+    vectors: RwLock<TenantVectors>,
+    /// A load in the background holds `vectors`: bundles go lexical
+    /// rather than wait for it.
+    loading: AtomicBool,
+}
+
+pub type SharedVectors = Arc<Entry>;
+
+/// What a search may use now.
+pub enum Current {
+    Ready(SharedVectors),
+    /// Too far behind the projection to catch up within a bundle (the
+    /// first bundle after a restart, or after a rebuild): a load runs in
+    /// the background, and this bundle uses lexical candidates alone.
+    Loading {
+        behind: i64,
+    },
+}
+
+impl Entry {
+    pub async fn read(&self) -> tokio::sync::RwLockReadGuard<'_, TenantVectors> {
+        self.vectors.read().await
+    }
+}
+
+/// Events of projection a bundle catches up with itself; more is loaded in
+/// the background (100k vectors take a second or so to read).
+const INLINE_CATCH_UP_EVENTS: i64 = 5_000;
 
 /// Every tenant's vectors, per embeddings table, in this process.
 #[derive(Default)]
@@ -231,6 +264,7 @@ impl VectorIndex {
     /// up to the projection's cursor (`cursor_seq`, `cursor_version`, read
     /// by the caller with the log's head). A cursor of another version, or
     /// behind what was loaded (a rebuild or a reset), reloads from zero.
+    /// A large gap is loaded in the background ([`Current::Loading`]).
     pub async fn current(
         &self,
         pool: &PgPool,
@@ -238,7 +272,7 @@ impl VectorIndex {
         table: &'static str,
         cursor_seq: i64,
         cursor_version: i32,
-    ) -> Result<SharedVectors, sqlx::Error> {
+    ) -> Result<Current, sqlx::Error> {
         let entry = self
             .tenants
             .lock()
@@ -246,52 +280,52 @@ impl VectorIndex {
             .entry((tenant.to_owned(), table))
             .or_default()
             .clone();
-        {
-            let vectors = entry.read().await;
-            if vectors.loaded_seq == cursor_seq && vectors.loaded_version == cursor_version {
-                return Ok(entry.clone());
-            }
+        if entry.loading.load(Ordering::Acquire) {
+            return Ok(Current::Loading { behind: cursor_seq });
         }
-        let mut vectors = entry.write().await;
-        if vectors.loaded_version != cursor_version || vectors.loaded_seq > cursor_seq {
-            *vectors = TenantVectors {
-                loaded_version: cursor_version,
-                ..TenantVectors::default()
-            };
-        }
-        while vectors.loaded_seq < cursor_seq {
-            // Rows past the last position loaded, and past the last cursor
-            // (everything up to it is in).
-            let after = match vectors.positions.last() {
-                Some(last) if last.0 > vectors.loaded_seq => *last,
-                _ => (vectors.loaded_seq, i32::MAX),
-            };
-            let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-                "SELECT seq, part, channel, sensitivity, kind, vector FROM projections.{table}
-                  WHERE tenant_id = $1 AND (seq, part) > ($2, $3) AND seq <= $4
-                  ORDER BY seq, part LIMIT $5"
-            )))
-            .bind(tenant)
-            .bind(after.0)
-            .bind(after.1)
-            .bind(cursor_seq)
-            .bind(LOAD_PAGE)
-            .fetch_all(pool)
-            .await?;
-            let full = rows.len() as i64 == LOAD_PAGE;
-            for row in rows {
-                let vector = embed::decode(row.try_get::<&[u8], _>(5)?);
-                vectors.push(
-                    (row.try_get(0)?, row.try_get(1)?),
-                    (row.try_get(2)?, row.try_get(3)?, row.try_get(4)?),
-                    &vector,
-                );
+        let behind = {
+            let vectors = entry.vectors.read().await;
+            if vectors.loaded_version == cursor_version && vectors.loaded_seq <= cursor_seq {
+                cursor_seq - vectors.loaded_seq
+            } else {
+                cursor_seq
             }
-            if !full {
-                vectors.loaded_seq = cursor_seq;
-            }
+        };
+        if behind == 0 {
+            return Ok(Current::Ready(entry));
         }
-        Ok(entry.clone())
+        if behind > INLINE_CATCH_UP_EVENTS {
+            if !entry.loading.swap(true, Ordering::AcqRel) {
+                let (pool, tenant, loading) = (pool.clone(), tenant.to_owned(), entry.clone());
+                tokio::spawn(async move {
+                    let started = std::time::Instant::now();
+                    let loaded =
+                        catch_up(&loading, &pool, &tenant, table, cursor_seq, cursor_version)
+                            .await
+                            .map_err(|err| err.to_string());
+                    let count = loading.vectors.read().await.len();
+                    let ms = started.elapsed().as_millis() as u64;
+                    match loaded {
+                        Ok(()) => {
+                            tracing::info!(
+                                tenant,
+                                table,
+                                vectors = count,
+                                ms,
+                                "vector index loaded"
+                            )
+                        }
+                        Err(err) => {
+                            tracing::warn!(tenant, table, error = err, "vector index load failed")
+                        }
+                    }
+                    loading.loading.store(false, Ordering::Release);
+                });
+            }
+            return Ok(Current::Loading { behind });
+        }
+        catch_up(&entry, pool, tenant, table, cursor_seq, cursor_version).await?;
+        Ok(Current::Ready(entry))
     }
 
     /// Vectors held for every tenant, and their bytes.
@@ -305,12 +339,64 @@ impl VectorIndex {
             .collect();
         let mut total = (0, 0);
         for entry in entries {
-            let vectors = entry.read().await;
+            let vectors = entry.vectors.read().await;
             total.0 += vectors.len();
             total.1 += vectors.heap_bytes();
         }
         total
     }
+}
+
+/// Brings `entry` up to the projection's cursor, reading the rows past
+/// what it holds (all of them after a reset or a version change).
+async fn catch_up(
+    entry: &Entry,
+    pool: &PgPool,
+    tenant: &str,
+    table: &'static str,
+    cursor_seq: i64,
+    cursor_version: i32,
+) -> Result<(), sqlx::Error> {
+    let mut vectors = entry.vectors.write().await;
+    if vectors.loaded_version != cursor_version || vectors.loaded_seq > cursor_seq {
+        *vectors = TenantVectors {
+            loaded_version: cursor_version,
+            ..TenantVectors::default()
+        };
+    }
+    while vectors.loaded_seq < cursor_seq {
+        // Rows past the last position loaded, and past the last cursor
+        // (everything up to it is in).
+        let after = match vectors.positions.last() {
+            Some(last) if last.0 > vectors.loaded_seq => *last,
+            _ => (vectors.loaded_seq, i32::MAX),
+        };
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT seq, part, channel, sensitivity, kind, vector FROM projections.{table}
+              WHERE tenant_id = $1 AND (seq, part) > ($2, $3) AND seq <= $4
+              ORDER BY seq, part LIMIT $5"
+        )))
+        .bind(tenant)
+        .bind(after.0)
+        .bind(after.1)
+        .bind(cursor_seq)
+        .bind(LOAD_PAGE)
+        .fetch_all(pool)
+        .await?;
+        let full = rows.len() as i64 == LOAD_PAGE;
+        for row in rows {
+            let vector = embed::decode(row.try_get::<&[u8], _>(5)?);
+            vectors.push(
+                (row.try_get(0)?, row.try_get(1)?),
+                (row.try_get(2)?, row.try_get(3)?, row.try_get(4)?),
+                &vector,
+            );
+        }
+        if !full {
+            vectors.loaded_seq = cursor_seq;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

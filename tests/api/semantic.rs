@@ -493,3 +493,53 @@ fn every_embedder_has_a_projection() {
         );
     }
 }
+
+#[sqlx::test]
+async fn after_a_restart_a_large_index_loads_in_the_background_and_bundles_do_not_wait(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let mut app = spawn_daemon_with(connect.clone(), semantic("hashed")).await;
+    let token = app.tenant("acme").await;
+    // More events than a bundle catches up with itself.
+    for batch in 0..6 {
+        let events: Vec<Value> = (0..1_000)
+            .map(|i| {
+                said(
+                    "s1",
+                    "private",
+                    "none",
+                    &format!("Note {batch}-{i}: the export of account {i} finished."),
+                )
+            })
+            .collect();
+        app.append(&token, &json!({ "events": events })).await;
+    }
+    wait_projected(&app.pool, "acme").await;
+    wait_embedded(&app, "acme", "hashed").await;
+    app.stop().await;
+
+    let mut app = spawn_daemon_with(connect, semantic("hashed")).await;
+    let ask = json!({"session_id": "q", "query_text": "export of account 17"});
+    let first = app.acb(&token, ask.clone()).await;
+    let reason = first["provenance"]["semantic"]["reason"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(first["provenance"]["semantic"]["used"], false, "{first:#}");
+    assert!(reason.contains("loading"), "{reason}");
+    assert!(
+        !evidence_texts(&first).is_empty(),
+        "lexical evidence meanwhile"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let later = app.acb(&token, ask.clone()).await;
+        if later["provenance"]["semantic"]["used"] == true {
+            assert_eq!(later["provenance"]["semantic"]["vectors"], 6_000);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "index never loaded");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    app.stop().await;
+}

@@ -1,0 +1,91 @@
+//! `memd bench vectors`: the in-process vector index alone, at a size no
+//! real embedder reaches here in a session (a million chunks of MiniLM on
+//! two cores take hours): its memory, and the time of one search, with
+//! pseudo-random unit vectors of MiniLM's 384 dimensions. The distribution
+//! of vectors does not change the cost: every visible vector's sign bits
+//! are scanned, and a fixed number of candidates rescored.
+
+use std::{fmt::Write as _, path::Path, time::Instant};
+
+use super::harness::{percentile, report_header, write_report};
+use crate::{
+    domain::event::Channel,
+    read::{privacy::Visibility, retrieve::Scope, vectors::TenantVectors},
+};
+
+const DIMENSIONS: usize = 384;
+/// What a bundle asks for by default (`semantic_candidates`).
+const K: usize = 200;
+
+pub fn run(count: usize, searches: usize, out: &Path) -> anyhow::Result<()> {
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+    };
+    let unit = |next: &mut dyn FnMut() -> f32| {
+        let mut v: Vec<f32> = (0..DIMENSIONS).map(|_| next()).collect();
+        memd_projectors::embed::normalise(&mut v);
+        v
+    };
+    let started = Instant::now();
+    let mut vectors = TenantVectors::default();
+    for seq in 1..=count as i64 {
+        let vector = unit(&mut next);
+        // One in ten is high-sensitivity: filtered in the scan for a public bundle.
+        let sensitivity = if seq % 10 == 0 { "high" } else { "none" };
+        vectors.push(
+            (seq, 0),
+            ("public".into(), sensitivity.into(), "message".into()),
+            &vector,
+        );
+    }
+    let built = started.elapsed();
+    let mut latencies = Vec::with_capacity(searches);
+    let mut found = 0;
+    for _ in 0..searches {
+        let query = unit(&mut next);
+        let at = Instant::now();
+        found += vectors
+            .search(
+                &query,
+                K,
+                Visibility::new(Channel::Public),
+                &Scope::default(),
+            )
+            .len();
+        latencies.push(at.elapsed());
+    }
+    let ms = |p| percentile(&latencies, p).as_secs_f64() * 1e3;
+    let mut report = report_header(
+        "vectors",
+        &format!(
+            "{} cores; memd {} ({} build)",
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            env!("CARGO_PKG_VERSION"),
+            if cfg!(debug_assertions) {
+                "debug"
+            } else {
+                "release"
+            }
+        ),
+    );
+    let _ = writeln!(
+        report,
+        "\nOne tenant's index of {count} pseudo-random unit vectors of {DIMENSIONS} dimensions, built in process \
+         ({:.1} s); {searches} searches for the {K} nearest, from a public channel (a tenth of the vectors are \
+         high-sensitivity and skipped in the scan), one thread.\n\n\
+         | vectors | index memory | bytes per vector | search p50 ms | search p95 ms | results per search |\n\
+         |---:|---:|---:|---:|---:|---:|\n\
+         | {count} | {:.0} MiB | {:.0} | {:.2} | {:.2} | {:.0} |",
+        built.as_secs_f64(),
+        vectors.heap_bytes() as f64 / (1024.0 * 1024.0),
+        vectors.heap_bytes() as f64 / count.max(1) as f64,
+        ms(50.0),
+        ms(95.0),
+        found as f64 / searches.max(1) as f64
+    );
+    write_report(out, &report)
+}
