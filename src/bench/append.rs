@@ -30,13 +30,15 @@ pub async fn run(
     database_url: &str,
     duration: Duration,
     batch: usize,
+    semantic: SemanticConfig,
     out: &Path,
 ) -> anyhow::Result<()> {
     let scratch = ScratchDatabase::create(database_url, "memd_bench").await?;
-    let result = measure(&scratch, duration, batch).await;
+    let embedder = semantic.embedder.clone();
+    let result = measure(&scratch, duration, batch, semantic).await;
     scratch.drop_now().await?;
     let (rows, environment) = result?;
-    let report = render(&rows, &environment, duration, batch);
+    let report = render(&rows, &environment, duration, batch, embedder.as_deref());
     write_report(out, &report)
 }
 
@@ -44,6 +46,7 @@ async fn measure(
     scratch: &ScratchDatabase,
     duration: Duration,
     batch: usize,
+    semantic: SemanticConfig,
 ) -> anyhow::Result<(Vec<Row>, String)> {
     let pool = db::connect(scratch.options.clone(), 48).await?;
     db::migrate(&pool).await?;
@@ -63,7 +66,7 @@ async fn measure(
         .execute(&pool)
         .await?;
 
-    let daemon = start_daemon(pool.clone(), SemanticConfig::off()).await?;
+    let daemon = start_daemon(pool.clone(), semantic).await?;
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(64)
         .build()
@@ -223,12 +226,19 @@ fn find<'a>(rows: &'a [Row], scenario: &str, writers: usize) -> Option<&'a Measu
         .map(|r| &r.m)
 }
 
-fn render(rows: &[Row], environment: &str, duration: Duration, batch: usize) -> String {
+fn render(
+    rows: &[Row],
+    environment: &str,
+    duration: Duration,
+    batch: usize,
+    embedder: Option<&str>,
+) -> String {
     let mut out = report_header("append", environment);
     let _ = writeln!(
         out,
-        "Each scenario runs {:.1} s; batched scenarios send {batch} events per request. Latency is per request (HTTP round trip for memd, statement for raw).\n",
-        duration.as_secs_f64()
+        "Each scenario runs {:.1} s; batched scenarios send {batch} events per request. Latency is per request (HTTP round trip for memd, statement for raw). The daemon's embedder: {} (its embedding worker runs beside the appends).\n",
+        duration.as_secs_f64(),
+        embedder.unwrap_or("none")
     );
     let _ = writeln!(
         out,

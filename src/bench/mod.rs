@@ -29,6 +29,8 @@ pub enum BenchCommand {
         /// Where to write the results.
         #[arg(long, default_value = "bench/append.md")]
         out: PathBuf,
+        #[command(flatten)]
+        embedder: EmbedderArgs,
     },
     /// Projection lag under a steady append rate, and rebuild throughput at
     /// growing history sizes.
@@ -135,11 +137,13 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
             seconds,
             batch,
             out,
+            embedder,
         } => {
             append::run(
                 database_url,
                 std::time::Duration::from_secs_f64(seconds),
                 batch,
+                embedder.config()?,
                 &out,
             )
             .await

@@ -104,6 +104,18 @@ impl Candidate {
     }
 }
 
+/// Which of `lexemes` query lexemes a candidate row holds, from its
+/// boolean columns after the lexeme count ([`Candidate::from_row`]).
+fn matched_lexemes(row: &sqlx::postgres::PgRow, lexemes: usize) -> Result<u32, sqlx::Error> {
+    let mut matched = 0_u32;
+    for index in 0..lexemes {
+        if row.try_get::<bool, _>(12 + index)? {
+            matched |= 1 << index;
+        }
+    }
+    Ok(matched)
+}
+
 /// A chunk's kind as a static string (no allocation per candidate).
 fn known_kind(kind: &str) -> &'static str {
     match kind {
@@ -309,13 +321,10 @@ async fn candidates(
     let rows = query.fetch_all(pool).await?;
     let mut candidates = Vec::with_capacity(rows.len());
     for row in rows {
-        let mut matched = 0_u32;
-        for index in 0..lexemes.len() {
-            if row.try_get::<bool, _>(12 + index)? {
-                matched |= 1 << index;
-            }
-        }
-        candidates.push(Candidate::from_row(&row, matched)?);
+        candidates.push(Candidate::from_row(
+            &row,
+            matched_lexemes(&row, lexemes.len())?,
+        )?);
     }
     // The same order whatever order the branches came back in; a chunk
     // holding several lexemes came back once per branch.
@@ -362,15 +371,7 @@ pub async fn at_positions(
     }
     let rows = query.fetch_all(pool).await?;
     rows.iter()
-        .map(|row| {
-            let mut matched = 0_u32;
-            for index in 0..lexemes.len() {
-                if row.try_get::<bool, _>(12 + index)? {
-                    matched |= 1 << index;
-                }
-            }
-            Candidate::from_row(row, matched)
-        })
+        .map(|row| Candidate::from_row(row, matched_lexemes(row, lexemes.len())?))
         .collect()
 }
 

@@ -95,11 +95,12 @@ impl Semantic {
             .as_deref()
             .and_then(|name| embed::NAMES.iter().copied().find(|known| *known == name));
         for name in embed::NAMES {
-            // The model is loaded only when it is the default or its files
-            // are there (a tenant may have chosen it).
+            // The model is loaded when it is the default, or when semantic
+            // retrieval is on and its files are there (a tenant may choose
+            // it); with semantic retrieval off, never (90 MB).
             if *name == embed::MiniLm::NAME
                 && default != Some(*name)
-                && !config.model_dir.join("model.safetensors").is_file()
+                && (default.is_none() || !config.model_dir.join("model.safetensors").is_file())
             {
                 continue;
             }

@@ -46,6 +46,13 @@ pub trait Embedder: Send + Sync {
     /// One vector per text, in order. CPU-bound: call it off the async
     /// executor (`spawn_blocking`).
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
+
+    /// [`Embedder::embed`] for work nobody waits on (the embeddings
+    /// projection): the same vectors, computed at a low CPU priority where
+    /// the embedder is costly, so appends and bundles come first.
+    fn embed_background(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.embed(texts)
+    }
 }
 
 /// The embedders memd knows, by name.

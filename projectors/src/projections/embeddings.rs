@@ -126,7 +126,7 @@ impl Projector for EmbeddingProjector {
             let embedder = self.embedder.clone();
             let mut vectors = tokio::task::spawn_blocking(move || {
                 let texts: Vec<&str> = inputs.iter().map(String::as_str).collect();
-                embedder.embed(&texts)
+                embedder.embed_background(&texts)
             })
             .await
             .map_err(|e| sqlx::Error::Protocol(format!("embedding task: {e}")))?
