@@ -846,6 +846,85 @@ mod tests {
     }
 
     #[test]
+    fn semantic_relevance_counts_only_what_is_above_the_pools_mean() {
+        let newest = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        let mut pool: Vec<Candidate> = [0.2, 0.25, 0.3, 0.35, 0.8]
+            .iter()
+            .enumerate()
+            .map(|(i, similarity)| {
+                let mut c = candidate(&format!("c{i}"), &[], 5, 1, 0.5);
+                c.semantic = Some(*similarity);
+                c
+            })
+            .collect();
+        pool[0].matched = 1; // the only lexical match, and the least similar
+        let by_meaning = Scoring {
+            alpha: 1.0,
+            beta: 0.0,
+            gamma: 0.0,
+            min_relevance: 0.0,
+            lexical_weight: 0.0,
+            semantic_weight: 1.0,
+            ..Scoring::default()
+        };
+        let ranked = rank(pool.clone(), 1, 100, newest, &by_meaning);
+        assert_eq!(ranked[0].chunk_id, "c4");
+        assert_eq!(ranked[0].relevance, 1.0);
+        // Mean 0.38: everything at or below it is not relevant by meaning.
+        assert!(ranked[1..].iter().all(|c| c.relevance == 0.0));
+
+        let hybrid = Scoring {
+            lexical_weight: 0.5,
+            semantic_weight: 0.5,
+            ..by_meaning
+        };
+        let ranked = rank(pool, 1, 100, newest, &hybrid);
+        let top: Vec<&str> = ranked[..2].iter().map(|c| c.chunk_id.as_str()).collect();
+        assert_eq!(top, ["c0", "c4"], "each side's best leads");
+        assert!(ranked[0].lexical == 1.0 && ranked[0].semantic == Some(0.2));
+    }
+
+    #[test]
+    fn gated_scores_let_recency_reorder_relevant_memory_but_never_lift_the_irrelevant() {
+        let newest = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        // Old and on topic (both lexemes), against new with one of them
+        // (relevance about 0.55); old fillers make lexeme 1 the commoner.
+        let mut pool = vec![
+            candidate("old-relevant", &[0, 1], 5, 24 * 90, 0.0),
+            candidate("new-weak", &[0], 5, 0, 0.0),
+        ];
+        pool.extend((0..6).map(|i| candidate(&format!("filler-{i}"), &[1], 5, 24 * 90, 0.0)));
+        let weights = |combine| Scoring {
+            alpha: 0.6,
+            beta: 0.3,
+            gamma: 0.1,
+            min_relevance: 0.0,
+            combine,
+            ..Scoring::default()
+        };
+        let order = |scoring: &Scoring| -> Vec<String> {
+            rank(pool.clone(), 2, 1_000, newest, scoring)
+                .into_iter()
+                .take(2)
+                .map(|c| c.chunk_id)
+                .collect()
+        };
+        assert_eq!(
+            order(&weights(Combine::Gated)),
+            ["old-relevant", "new-weak"]
+        );
+        assert_eq!(order(&weights(Combine::Sum)), ["new-weak", "old-relevant"]);
+        // Equal relevance: the newer comes first either way.
+        let tied = vec![
+            candidate("old", &[0], 5, 24 * 90, 0.4),
+            candidate("new", &[0], 5, 0, 0.4),
+        ];
+        let ranked = rank(tied, 1, 1_000, newest, &weights(Combine::Gated));
+        assert_eq!(ranked[0].chunk_id, "new");
+        assert!(ranked[0].score <= ranked[0].relevance);
+    }
+
+    #[test]
     fn lexemes_are_quoted_as_single_operands() {
         assert_eq!(tsquery_literal("it's"), "'it''s'");
         assert_eq!(tsquery_literal("a\\b"), "'a\\\\b'");
