@@ -25,10 +25,10 @@ pub const FILES: &[&str] = &["model.safetensors", "tokenizer.json", "config.json
 pub struct MiniLm {
     model: BertModel,
     tokenizer: Tokenizer,
-    /// Where projection batches run: threads at nice 19, so that on a busy
-    /// machine they take only the CPU appends, bundles and PostgreSQL
-    /// leave (embedding is never on the write path; on two cores it would
-    /// otherwise take a third of the append rate).
+    /// Where projection batches run: threads at the lowest priority
+    /// (SCHED_IDLE), so that on a busy machine they take the CPU appends,
+    /// bundles and PostgreSQL leave (embedding is never on the write path;
+    /// at normal priority on two cores it took a third of the append rate).
     background: rayon::ThreadPool,
 }
 
@@ -126,14 +126,18 @@ impl Embedder for MiniLm {
     }
 }
 
-/// Lowers the calling thread's CPU priority to the least (nice 19). On
-/// Linux the nice value is per thread.
+/// Lowers the calling thread's CPU priority to the least: Linux's
+/// SCHED_IDLE (runs only when nothing else wants the CPU), or nice 19 where
+/// that is refused. Both are per thread on Linux.
 fn lower_priority() {
     #[cfg(target_os = "linux")]
     // SAFETY: plain system calls on the calling thread's own id.
     unsafe {
-        let thread = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        if libc::setpriority(libc::PRIO_PROCESS, thread, 19) != 0 {
+        let thread = libc::syscall(libc::SYS_gettid) as libc::pid_t;
+        let param = libc::sched_param { sched_priority: 0 };
+        if libc::sched_setscheduler(thread, libc::SCHED_IDLE, &param) != 0
+            && libc::setpriority(libc::PRIO_PROCESS, thread as libc::id_t, 19) != 0
+        {
             tracing::debug!("could not lower the embedding thread's priority");
         }
     }
