@@ -52,7 +52,7 @@ const CANDIDATES_ALONE: &str = "retrieval candidate statements alone (PostgreSQL
 const QUESTIONS: u64 = 1_000;
 
 /// Questions about the chat history (accounts, exports, jobs, page sizes).
-fn question(i: u64) -> String {
+pub(super) fn question(i: u64) -> String {
     match i % 5 {
         0 => format!(
             "why did the nightly export fail for account {}?",
@@ -73,8 +73,38 @@ struct Row {
     scenario: &'static str,
     clients: usize,
     m: Measurement,
+    seen: Seen,
+}
+
+/// The stages of `provenance.stages_ms`, in order.
+const STAGES: [&str; 6] = ["prepare", "candidates", "rank", "choose", "pack", "render"];
+
+/// What the bundles of one scenario said of themselves, summed.
+#[derive(Default, Clone)]
+struct Seen {
+    bundles: usize,
     tokens: f64,
     pool: f64,
+    stages_ms: [f64; STAGES.len()],
+}
+
+impl Seen {
+    fn add(&mut self, acb: &Value) {
+        self.bundles += 1;
+        self.tokens += acb["token_used_est"].as_f64().unwrap_or(0.0);
+        self.pool += acb["provenance"]["candidate_pool_size"]
+            .as_f64()
+            .unwrap_or(0.0);
+        for (sum, stage) in self.stages_ms.iter_mut().zip(STAGES) {
+            *sum += acb["provenance"]["stages_ms"][stage]
+                .as_f64()
+                .unwrap_or(0.0);
+        }
+    }
+
+    fn mean(&self, sum: f64) -> f64 {
+        sum / self.bundles.max(1) as f64
+    }
 }
 
 pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Result<()> {
@@ -127,13 +157,16 @@ async fn measure(
                 scenario: CANDIDATES_ALONE,
                 clients,
                 m,
-                tokens: 0.0,
-                pool: pool_size,
+                seen: Seen {
+                    bundles: 1,
+                    pool: pool_size,
+                    ..Seen::default()
+                },
             });
         }
         for (scenario, fast) in [("fast path", true), ("retrieval path", false)] {
             for clients in [1, 32] {
-                let (m, tokens, pool_size) =
+                let (m, seen) =
                     bundles(&daemon.base_url, &token, &session, fast, clients, options).await;
                 eprintln!(
                     "{size} {scenario} x{clients}: p50 {:.1} ms, p95 {:.1} ms",
@@ -145,8 +178,7 @@ async fn measure(
                     scenario,
                     clients,
                     m,
-                    tokens,
-                    pool: pool_size,
+                    seen,
                 });
             }
         }
@@ -247,8 +279,8 @@ async fn candidate_statements(
     Ok((m, total / n.max(1) as f64))
 }
 
-/// Bundles from `clients` concurrent clients for the configured time; also
-/// the mean tokens used and candidate pool size.
+/// Bundles from `clients` concurrent clients for the configured time, and
+/// what they said of themselves.
 async fn bundles(
     base: &str,
     token: &str,
@@ -256,10 +288,10 @@ async fn bundles(
     fast: bool,
     clients: usize,
     options: &Options,
-) -> (Measurement, f64, f64) {
+) -> (Measurement, Seen) {
     let client = reqwest::Client::new();
     let url = format!("{base}/api/v1/acb/build");
-    let seen = std::sync::Arc::new(std::sync::Mutex::new((0.0, 0.0, 0_usize)));
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Seen::default()));
     let max_tokens = options.max_tokens;
     let m = drive(clients, Duration::from_secs_f64(options.seconds), 1, {
         let seen = seen.clone();
@@ -278,20 +310,14 @@ async fn bundles(
                     .error_for_status()?
                     .json()
                     .await?;
-                let mut seen = seen.lock().expect("lock");
-                seen.0 += acb["token_used_est"].as_f64().unwrap_or(0.0);
-                seen.1 += acb["provenance"]["candidate_pool_size"]
-                    .as_f64()
-                    .unwrap_or(0.0);
-                seen.2 += 1;
+                seen.lock().expect("lock").add(&acb);
                 Ok(())
             }
         }
     })
     .await;
-    let (tokens, pool, n) = *seen.lock().expect("lock");
-    let n = n.max(1) as f64;
-    (m, tokens / n, pool / n)
+    let seen = seen.lock().expect("lock").clone();
+    (m, seen)
 }
 
 /// The first bundle of a freshly started daemon, `restarts` times.
@@ -304,8 +330,7 @@ async fn cold(
 ) -> anyhow::Result<Row> {
     let client = reqwest::Client::new();
     let mut latencies = Vec::new();
-    let mut tokens = 0.0;
-    let mut pool_size = 0.0;
+    let mut seen = Seen::default();
     let started = std::time::Instant::now();
     for restart in 0..options.restarts {
         let pool = db::connect(scratch.options.clone(), 16).await?;
@@ -321,10 +346,7 @@ async fn cold(
             .json()
             .await?;
         latencies.push(at.elapsed());
-        tokens += acb["token_used_est"].as_f64().unwrap_or(0.0);
-        pool_size += acb["provenance"]["candidate_pool_size"]
-            .as_f64()
-            .unwrap_or(0.0);
+        seen.add(&acb);
         anyhow::ensure!(
             acb["provenance"]["cache"] == "miss",
             "a restarted daemon hit its cache"
@@ -332,7 +354,6 @@ async fn cold(
         daemon.stop().await?;
         pool.close().await;
     }
-    let n = options.restarts.max(1) as f64;
     eprintln!(
         "{size} cold: p50 {:.1} ms",
         percentile(&latencies, 50.0).as_secs_f64() * 1e3
@@ -342,8 +363,7 @@ async fn cold(
         scenario: "cold cache (first bundle after restart, retrieval)",
         clients: 1,
         m: Measurement::from_latencies(latencies, started.elapsed()),
-        tokens: tokens / n,
-        pool: pool_size / n,
+        seen,
     })
 }
 
@@ -394,8 +414,32 @@ fn render(rows: &[Row], options: &Options, environment: &str) -> String {
             row.m.percentile_ms(95.0),
             row.m.percentile_ms(99.0),
             row.m.errors,
-            row.tokens,
-            row.pool
+            row.seen.mean(row.seen.tokens),
+            row.seen.mean(row.seen.pool)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nWhere a bundle's time went, as the daemon measured it (`provenance.stages_ms`, mean ms per bundle; \
+         the rest of the round trip is HTTP and JSON):\n\n\
+         | events | scenario | clients | {} |\n|---:|---|---:|{}",
+        STAGES.join(" | "),
+        "---:|".repeat(STAGES.len())
+    );
+    for row in rows.iter().filter(|row| row.scenario != CANDIDATES_ALONE) {
+        let stages: Vec<String> = row
+            .seen
+            .stages_ms
+            .iter()
+            .map(|sum| format!("{:.2}", row.seen.mean(*sum)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            row.size,
+            row.scenario,
+            row.clients,
+            stages.join(" | ")
         );
     }
     out

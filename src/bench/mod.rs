@@ -85,6 +85,9 @@ pub enum BenchCommand {
         searches: usize,
         #[arg(long, default_value = "bench/vectors.md")]
         out: PathBuf,
+        /// The embedder whose question vectors are timed too (none: skip).
+        #[command(flatten)]
+        embedder: EmbedderArgs,
     },
     /// Retrieval quality on LoCoMo conversations (recall of evidence turns
     /// in 2,000-token bundles), beside a plain BM25 baseline.
@@ -194,7 +197,8 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
             count,
             searches,
             out,
-        } => vectors::run(count, searches, &out),
+            embedder,
+        } => vectors::run(count, searches, &embedder.config()?, &out),
         BenchCommand::Locomo {
             dir,
             kit,

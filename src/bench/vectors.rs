@@ -10,14 +10,21 @@ use std::{fmt::Write as _, path::Path, time::Instant};
 use super::harness::{percentile, report_header, write_report};
 use crate::{
     domain::event::Channel,
-    read::{privacy::Visibility, retrieve::Scope, vectors::TenantVectors},
+    read::{
+        privacy::Visibility, retrieve::Scope, semantic::SemanticConfig, vectors::TenantVectors,
+    },
 };
 
 const DIMENSIONS: usize = 384;
 /// What a bundle asks for by default (`semantic_candidates`).
 const K: usize = 200;
 
-pub fn run(count: usize, searches: usize, out: &Path) -> anyhow::Result<()> {
+pub fn run(
+    count: usize,
+    searches: usize,
+    semantic: &SemanticConfig,
+    out: &Path,
+) -> anyhow::Result<()> {
     let mut state = 0x9e37_79b9_7f4a_7c15_u64;
     let mut next = move || {
         state ^= state << 13;
@@ -87,5 +94,25 @@ pub fn run(count: usize, searches: usize, out: &Path) -> anyhow::Result<()> {
         ms(95.0),
         found as f64 / searches.max(1) as f64
     );
+    if let Some(name) = &semantic.embedder {
+        let embedder = memd_projectors::embed::load(name, &semantic.model_dir)
+            .map_err(|e| anyhow::anyhow!("--embedder {name}: {e}"))?;
+        let mut latencies = Vec::with_capacity(searches);
+        for i in 0..searches as u64 {
+            // Distinct questions: what a bundle computes on a cache miss.
+            let question = format!("{} (#{i})", super::acb::question(i));
+            let at = Instant::now();
+            embedder.embed(&[question.as_str()])?;
+            latencies.push(at.elapsed());
+        }
+        let _ = writeln!(
+            report,
+            "\nQuestion vectors by `{name}`: {searches} distinct questions of the `bench acb` kind, one at a time \
+             on the calling thread (a bundle's cache miss).\n\n\
+             | embedder | questions | p50 ms | p95 ms |\n|---|---:|---:|---:|\n| {name} | {searches} | {:.2} | {:.2} |",
+            percentile(&latencies, 50.0).as_secs_f64() * 1e3,
+            percentile(&latencies, 95.0).as_secs_f64() * 1e3,
+        );
+    }
     write_report(out, &report)
 }

@@ -228,6 +228,37 @@ pub struct Provenance {
     pub cache: &'static str,
     pub encoding: &'static str,
     pub elapsed_ms: f64,
+    /// Where `elapsed_ms` went, stage by stage.
+    pub stages_ms: StageTimes,
+}
+
+/// Milliseconds per stage of building a bundle. `prepare`: the log's head,
+/// the tenant's views, tasks and decisions, the recent window;
+/// `candidates`: the lexical and vector candidate pool (the question's
+/// vector included); `rank`: scoring; `choose`: filters, standing, dedupe,
+/// the decisions and evidence kept; `pack`: the token budget; `render`: the
+/// prompt text (0 when not asked for).
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
+pub struct StageTimes {
+    pub prepare: f64,
+    pub candidates: f64,
+    pub rank: f64,
+    pub choose: f64,
+    pub pack: f64,
+    pub render: f64,
+}
+
+/// Times the stages of one bundle, one after the other.
+struct Stopwatch(Instant);
+
+impl Stopwatch {
+    /// Milliseconds since the last lap (or the start), and a new lap.
+    fn lap(&mut self) -> f64 {
+        let now = Instant::now();
+        let ms = (now - self.0).as_secs_f64() * 1e3;
+        self.0 = now;
+        ms
+    }
 }
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -373,6 +404,8 @@ pub async fn build_acb(
     request: AcbRequest,
 ) -> Result<Acb, AcbError> {
     let started = Instant::now();
+    let mut stopwatch = Stopwatch(started);
+    let mut stages = StageTimes::default();
     let policy = reader.cache.policy(&reader.pool, tenant).await?;
     let max_tokens = request.check(&policy).map_err(AcbError::Invalid)?;
     let visibility = Visibility::new(request.channel);
@@ -424,6 +457,17 @@ pub async fn build_acb(
         }
         waited = wait_started.elapsed();
     }
+
+    // A question of stop words alone still has a meaning to search for.
+    let fast = policy.is_fast_path(request.intent.as_deref())
+        || retrieval_query.is_empty()
+        || (head.lexemes.is_empty()
+            && reader
+                .semantic
+                .unavailable(head.embedding.embedder.as_deref())
+                .is_some());
+    let question =
+        (!fast).then(|| hybrid::start_question(reader, retrieval_query, &head.embedding, &policy));
 
     let (state, cached) = reader
         .cache
@@ -512,14 +556,6 @@ pub async fn build_acb(
     let history = request
         .include_history
         .unwrap_or_else(|| asks_for_history(query));
-    // A question of stop words alone still has a meaning to search for.
-    let fast = policy.is_fast_path(request.intent.as_deref())
-        || retrieval_query.is_empty()
-        || (head.lexemes.is_empty()
-            && reader
-                .semantic
-                .unavailable(head.embedding.embedder.as_deref())
-                .is_some());
     let mut semantic = SemanticReport {
         reason: fast.then(|| "fast path: no retrieval".to_owned()),
         ..SemanticReport::default()
@@ -547,7 +583,7 @@ pub async fn build_acb(
         evidence.limit = policy.retrieved_max as usize;
         evidence.token_limit = max_tokens;
     }
-    if !fast {
+    if let Some(question) = question {
         let scope = Scope {
             excluded_kinds: if handoff.is_some() {
                 vec!["message"]
@@ -555,6 +591,7 @@ pub async fn build_acb(
                 Vec::new()
             },
         };
+        stages.prepare = stopwatch.lap();
         let hybrid::Pool {
             candidates,
             common,
@@ -562,7 +599,7 @@ pub async fn build_acb(
         } = hybrid::candidates(
             reader,
             tenant,
-            retrieval_query,
+            question,
             &head.lexemes,
             head.head_seq,
             &head.embedding,
@@ -571,6 +608,7 @@ pub async fn build_acb(
             &policy,
         )
         .await?;
+        stages.candidates = stopwatch.lap();
         semantic = report;
         common_terms = head
             .lexemes
@@ -587,6 +625,7 @@ pub async fn build_acb(
             head.newest,
             &policy.scoring,
         );
+        stages.rank = stopwatch.lap();
         evidence
             .consider(
                 reader,
@@ -678,6 +717,11 @@ pub async fn build_acb(
         chronological: false,
     });
     evidence.finish(reader, tenant, &mut omissions).await?;
+    if fast {
+        stages.prepare = stopwatch.lap();
+    } else {
+        stages.choose = stopwatch.lap();
+    }
     let retrieved = evidence.items.len();
     let collapsed = evidence.collapsed;
     sections.push(Candidates {
@@ -693,12 +737,14 @@ pub async fn build_acb(
 
     let (sections, token_used_est, left) =
         bundle::pack(&policy, max_tokens, &reader.costs, sections);
+    stages.pack = stopwatch.lap();
     for left in left {
         for id in left.ids {
             omissions.add("budget", Some(left.section), id, Map::new());
         }
     }
     let prompt = request.render.then(|| bundle::render(&sections));
+    stages.render = stopwatch.lap();
     let acb = Acb {
         acb_id: crate::domain::new_id("acb"),
         budget_tokens: max_tokens,
@@ -733,6 +779,7 @@ pub async fn build_acb(
             cache: if cached { "hit" } else { "miss" },
             encoding: reader.counter.encoding().name(),
             elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
+            stages_ms: stages,
         },
         prompt,
     };

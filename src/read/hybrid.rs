@@ -8,9 +8,9 @@
 //! tenant (no model, or `semantic_weight` 0) the pool is the lexical one,
 //! and `provenance.semantic` says why.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
-use memd_projectors::projections::embeddings;
+use memd_projectors::{embed::EmbedError, projections::embeddings};
 use serde::Serialize;
 
 use super::{
@@ -63,11 +63,55 @@ pub struct Pool {
     pub semantic: SemanticReport,
 }
 
+/// The question's vector, started as soon as a bundle knows it retrieves:
+/// the model runs on its own thread while PostgreSQL answers the bundle's
+/// statements, instead of after them.
+pub struct Question {
+    embedder: &'static str,
+    vector: tokio::task::JoinHandle<Result<Arc<Vec<f32>>, EmbedError>>,
+}
+
+/// Starts embedding `query` with the tenant's embedder, or says why the
+/// bundle's retrieval is lexical only.
+pub fn start_question(
+    reader: &Reader,
+    query: &str,
+    embedding: &EmbeddingHead,
+    policy: &Policy,
+) -> Result<Question, String> {
+    if policy.scoring.semantic_weight <= 0.0 || semantic_wanted(policy) == 0 {
+        return Err(
+            "semantic_weight or semantic_candidates is 0 in the tenant's policy".to_owned(),
+        );
+    }
+    if let Some(reason) = reader.semantic.unavailable(embedding.embedder.as_deref()) {
+        return Err(reason);
+    }
+    let Some(embedder) = embedding
+        .embedder
+        .as_deref()
+        .and_then(|name| reader.semantic.embedder(name))
+        .map(|e| e.name())
+    else {
+        return Err("no embedder".to_owned());
+    };
+    let (semantic, query) = (reader.semantic.clone(), query.to_owned());
+    Ok(Question {
+        embedder,
+        vector: tokio::spawn(async move { semantic.query_vector(embedder, &query).await }),
+    })
+}
+
+/// Vector candidates a bundle asks for: the policy's, at most half the pool.
+fn semantic_wanted(policy: &Policy) -> usize {
+    (policy.scoring.semantic_candidates as usize).min(policy.candidate_pool_max as usize / 2)
+}
+
 #[allow(clippy::too_many_arguments)]
 pub async fn candidates(
     reader: &Reader,
     tenant: &str,
-    query: &str,
+    question: Result<Question, String>,
     lexemes: &[String],
     head_seq: i64,
     embedding: &EmbeddingHead,
@@ -85,20 +129,8 @@ pub async fn candidates(
         lag_events: (head_seq - embedding.seq).max(0),
         ..SemanticReport::default()
     };
-    let wanted = (policy.scoring.semantic_candidates as usize).min(pool_max / 2);
-    let plan = if policy.scoring.semantic_weight <= 0.0 || wanted == 0 {
-        Err("semantic_weight or semantic_candidates is 0 in the tenant's policy".to_owned())
-    } else {
-        match (
-            report.embedder,
-            reader.semantic.unavailable(embedding.embedder.as_deref()),
-        ) {
-            (Some(name), None) => Ok(name),
-            (_, Some(reason)) => Err(reason),
-            (None, None) => Err("no embedder".to_owned()),
-        }
-    };
-    let lexical_max = if plan.is_ok() {
+    let wanted = semantic_wanted(policy);
+    let lexical_max = if question.is_ok() {
         pool_max - wanted
     } else {
         pool_max
@@ -112,8 +144,8 @@ pub async fn candidates(
         lexical_max,
     )
     .await?;
-    let name = match plan {
-        Ok(name) => name,
+    let question = match question {
+        Ok(question) => question,
         Err(reason) => {
             report.reason = Some(reason);
             return Ok(Pool {
@@ -123,7 +155,12 @@ pub async fn candidates(
             });
         }
     };
-    let query_vector = match reader.semantic.query_vector(name, query).await {
+    let name = question.embedder;
+    let vector = match question.vector.await {
+        Ok(vector) => vector,
+        Err(join) => Err(EmbedError::Run(join.to_string())),
+    };
+    let query_vector = match vector {
         Ok(vector) => vector,
         Err(err) => {
             tracing::warn!(tenant, error = %err, "embedding the question failed; lexical only");

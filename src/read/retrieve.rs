@@ -348,30 +348,32 @@ pub async fn at_positions(
     if positions.is_empty() {
         return Ok(Vec::new());
     }
-    let matched: String = (0..lexemes.len())
-        .map(|index| format!(", c.tsv @@ ${}::tsquery", index + 7))
-        .collect();
+    // One statement text whatever the lexemes (they are an array), so
+    // PostgreSQL plans it once per connection: at this point of a bundle the
+    // question's vector has been waited for, and every millisecond shows.
     let sql = format!(
-        "SELECT {CANDIDATE_COLUMNS}, length(c.tsv) AS lexeme_count{matched}
+        "SELECT {CANDIDATE_COLUMNS}, length(c.tsv) AS lexeme_count,
+                (SELECT coalesce(sum(1 << (l.o - 1)::int), 0)::int
+                   FROM unnest($7::text[]) WITH ORDINALITY AS l (q, o)
+                  WHERE c.tsv @@ l.q::tsquery) AS matched
            FROM unnest($5::bigint[], $6::int[]) AS u (seq, part)
            JOIN projections.chunks c ON c.tenant_id = $1 AND c.seq = u.seq AND c.part = u.part
           WHERE {VISIBLE}"
     );
     let (seqs, parts): (Vec<i64>, Vec<i32>) = positions.iter().copied().unzip();
-    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .persistent(false)
+    let queries: Vec<String> = lexemes.iter().map(|l| tsquery_literal(l)).collect();
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(tenant)
         .bind(visibility.channel_names())
         .bind(visibility.sensitivity_names())
         .bind(&scope.excluded_kinds)
         .bind(&seqs)
-        .bind(&parts);
-    for lexeme in lexemes {
-        query = query.bind(tsquery_literal(lexeme));
-    }
-    let rows = query.fetch_all(pool).await?;
+        .bind(&parts)
+        .bind(&queries)
+        .fetch_all(pool)
+        .await?;
     rows.iter()
-        .map(|row| Candidate::from_row(row, matched_lexemes(row, lexemes.len())?))
+        .map(|row| Candidate::from_row(row, row.try_get::<i32, _>(12)? as u32))
         .collect()
 }
 

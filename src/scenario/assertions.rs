@@ -661,7 +661,7 @@ fn run(assertion: &Assertion, facts: &Facts) -> Result<Outcome, Outcome> {
                     fields.remove("acb_id");
                 }
                 if let Some(provenance) = answer["provenance"].as_object_mut() {
-                    for volatile in ["elapsed_ms", "cache", "consistency"] {
+                    for volatile in ["elapsed_ms", "stages_ms", "cache", "consistency"] {
                         provenance.remove(volatile);
                     }
                 }
@@ -1060,6 +1060,7 @@ mod tests {
         let mut again = bundle();
         again["acb_id"] = json!("acb_other");
         again["provenance"]["elapsed_ms"] = json!(9.5);
+        again["provenance"]["stages_ms"]["rank"] = json!(0.7);
         facts.acbs.get_mut("q").unwrap().answers.push(again);
         passes_then_fails("  - {type: acb_repeatable, acb: q}", facts, |f| {
             f.acbs.get_mut("q").unwrap().answers[1]["sections"][1]["items"][0]["handle"] =
