@@ -313,10 +313,16 @@ enum TenantCommand {
         scope: Scope,
     },
     /// Issue another token for an existing tenant; prints it alone on stdout.
+    /// With `--agent ID` the token is bound to that agent: it acts as that
+    /// agent only (its events are stamped with it, its bundles never see
+    /// another agent's private memory) and cannot have scope admin.
     Token {
         name: String,
-        #[arg(long, value_enum, default_value = "admin")]
-        scope: Scope,
+        /// admin by default; write for an agent's token.
+        #[arg(long, value_enum)]
+        scope: Option<Scope>,
+        #[arg(long)]
+        agent: Option<String>,
     },
     /// Revoke one token (TOKEN, or `-` to read it from stdin), or with
     /// `--tenant NAME --all` every token of a tenant. Daemons refuse it
@@ -412,9 +418,21 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     let token = tenants::create_tenant(&pool, &tenant, scope).await?;
                     println!("{}", token.expose());
                 }
-                TenantCommand::Token { name, scope } => {
+                TenantCommand::Token { name, scope, agent } => {
                     let tenant = tenant_arg(&name, "tenant name")?;
-                    let token = tenants::issue_token(&pool, &tenant, scope)
+                    if let Some(agent) = &agent {
+                        memd::domain::event::check_id("--agent", agent)
+                            .map_err(|e| anyhow::anyhow!("{e}"))?;
+                    }
+                    let scope = match (scope, &agent) {
+                        (Some(Scope::Admin), Some(_)) => anyhow::bail!(
+                            "an agent's token cannot have scope admin (use a tenant-wide token)"
+                        ),
+                        (Some(scope), _) => scope,
+                        (None, Some(_)) => Scope::Write,
+                        (None, None) => Scope::Admin,
+                    };
+                    let token = tenants::issue_token(&pool, &tenant, scope, agent.as_deref())
                         .await?
                         .with_context(|| format!("no tenant {tenant}"))?;
                     println!("{}", token.expose());

@@ -51,20 +51,24 @@ pub async fn create_tenant(
 }
 
 /// Issues another token for an existing tenant (rotation: issue, switch
-/// the agents over, revoke the old one). `None` if there is no such tenant.
+/// the agents over, revoke the old one), bound to `agent` when given (an
+/// agent's token: it acts as that agent only, and never with scope admin).
+/// `None` if there is no such tenant.
 pub async fn issue_token(
     pool: &PgPool,
     tenant: &TenantId,
     scope: Scope,
+    agent: Option<&str>,
 ) -> Result<Option<ApiToken>, sqlx::Error> {
     let token = ApiToken::generate();
     let inserted = sqlx::query(
-        "INSERT INTO api_tokens (token_hash, tenant_id, scope)
-         SELECT $1, tenant_id, $3 FROM tenants WHERE tenant_id = $2",
+        "INSERT INTO api_tokens (token_hash, tenant_id, scope, agent_id)
+         SELECT $1, tenant_id, $3, $4 FROM tenants WHERE tenant_id = $2",
     )
     .bind(token.hash().as_slice())
     .bind(tenant.as_str())
     .bind(scope.as_str())
+    .bind(agent)
     .execute(pool)
     .await?
     .rows_affected();
@@ -95,11 +99,13 @@ pub async fn revoke_all_tokens(pool: &PgPool, tenant: &TenantId) -> Result<u64, 
     .rows_affected())
 }
 
-/// Who is calling: the tenant and scope of a valid, unrevoked token.
+/// Who is calling: the tenant and scope of a valid, unrevoked token, and
+/// the agent it is bound to (`None`: a tenant-wide operator token).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
     pub tenant: TenantId,
     pub scope: Scope,
+    pub agent: Option<String>,
 }
 
 /// When a token hash was looked up, and what it resolved to.
@@ -133,7 +139,8 @@ impl TokenCache {
             return Ok(caller.clone());
         }
         let row = sqlx::query(
-            "SELECT tenant_id, scope FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL",
+            "SELECT tenant_id, scope, agent_id FROM api_tokens
+              WHERE token_hash = $1 AND revoked_at IS NULL",
         )
         .bind(hash.as_slice())
         .fetch_optional(pool)
@@ -142,8 +149,13 @@ impl TokenCache {
             Some(row) => {
                 let tenant: String = row.try_get("tenant_id")?;
                 let scope: String = row.try_get("scope")?;
+                let agent: Option<String> = row.try_get("agent_id")?;
                 match (TenantId::parse(&tenant), Scope::parse(&scope)) {
-                    (Ok(tenant), Some(scope)) => Some(Caller { tenant, scope }),
+                    (Ok(tenant), Some(scope)) => Some(Caller {
+                        tenant,
+                        scope,
+                        agent,
+                    }),
                     _ => None,
                 }
             }

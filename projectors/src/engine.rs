@@ -324,6 +324,7 @@ mod tests {
             channel: "private".into(),
             actor_type: "human".into(),
             actor_id: "a".into(),
+            agent_id: None,
             kind: "message".into(),
             sensitivity: "none".into(),
             tags: vec![],

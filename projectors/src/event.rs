@@ -15,6 +15,8 @@ pub struct StoredEvent {
     pub channel: String,
     pub actor_type: String,
     pub actor_id: String,
+    /// The agent whose memory it is, if any.
+    pub agent_id: Option<String>,
     pub kind: String,
     pub sensitivity: String,
     pub tags: Vec<String>,
@@ -54,7 +56,7 @@ pub async fn read_after(
     limit: i64,
 ) -> Result<Vec<StoredEvent>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT seq, event_id, created_at, ts, session_id, channel, actor_type, actor_id, kind,
+        "SELECT seq, event_id, created_at, ts, session_id, channel, actor_type, actor_id, agent_id, kind,
                 sensitivity, tags, content, refs, artifact_id
            FROM public.events
           WHERE tenant_id = $1 AND seq > $2 AND seq <= $3

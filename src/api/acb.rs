@@ -37,7 +37,7 @@ use crate::{
         (status = 200, description = "The bundle", body = Acb),
         (status = 400, description = "`invalid_field`: e.g. `max_tokens` over the policy's, `query_text` over 16 KiB, `handoff_id` without `agent_id` and `session_id`, an unknown field", body = ErrorBody),
         (status = 401, response = Unauthorized),
-        (status = 403, description = "`tenant_mismatch`: a body `tenant_id` that is not the token's", body = ErrorBody),
+        (status = 403, description = "`tenant_mismatch`: a body `tenant_id` that is not the token's; `agent_mismatch`: an agent's token asking for another agent's bundle", body = ErrorBody),
         (status = 413, response = BodyTooLarge),
         (status = 429, response = RateLimited),
         (status = 503, response = Unavailable),
@@ -58,11 +58,18 @@ pub async fn post_build(
 /// HTTP and MCP.
 pub(crate) async fn build(state: &ApiState, caller: &Caller, body: Value) -> Result<Acb, ApiError> {
     require_scope(caller, Scope::Read)?;
-    let request: AcbRequest = parse_json("", body).map_err(ApiError::invalid)?;
+    let mut request: AcbRequest = parse_json("", body).map_err(ApiError::invalid)?;
     if let Some(claimed) = &request.tenant_id
         && claimed != caller.tenant.as_str()
     {
         return Err(ApiError::tenant_mismatch("tenant_id"));
+    }
+    // An agent's token builds that agent's bundles only.
+    if let Some(agent) = &caller.agent {
+        match &request.agent_id {
+            Some(named) if named != agent => return Err(ApiError::agent_mismatch("agent_id")),
+            _ => request.agent_id = Some(agent.clone()),
+        }
     }
     build_acb(&state.reader, caller.tenant.as_str(), request)
         .await

@@ -85,10 +85,15 @@ pub(crate) async fn fetch(
     require_scope(caller, Scope::Read)?;
     let row = sqlx::query(
         "SELECT bytes, media_type, event_id, encode(sha256, 'hex') AS sha256
-           FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2",
+           FROM artifacts a WHERE tenant_id = $1 AND artifact_id = $2
+            AND NOT EXISTS (SELECT FROM events e
+                             WHERE e.tenant_id = a.tenant_id AND e.event_id = a.event_id
+                               AND NOT (e.channel <> 'private' OR e.agent_id IS NULL
+                                        OR $3::text IS NULL OR e.agent_id = $3))",
     )
     .bind(caller.tenant.as_str())
     .bind(artifact_id)
+    .bind(&caller.agent)
     .fetch_optional(&state.pool)
     .await?
     .ok_or_else(|| ApiError::not_found(format!("no artifact {artifact_id}")))?;
@@ -115,12 +120,17 @@ pub(crate) async fn fetch_range(
     let row = sqlx::query(
         "SELECT substring(bytes FROM $3 FOR $4) AS bytes, length(bytes) AS total, media_type,
                 event_id, encode(sha256, 'hex') AS sha256
-           FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2",
+           FROM artifacts a WHERE tenant_id = $1 AND artifact_id = $2
+            AND NOT EXISTS (SELECT FROM events e
+                             WHERE e.tenant_id = a.tenant_id AND e.event_id = a.event_id
+                               AND NOT (e.channel <> 'private' OR e.agent_id IS NULL
+                                        OR $5::text IS NULL OR e.agent_id = $5))",
     )
     .bind(caller.tenant.as_str())
     .bind(artifact_id)
     .bind(i32::try_from(offset.saturating_add(1)).unwrap_or(i32::MAX))
     .bind(i32::try_from(len).unwrap_or(i32::MAX))
+    .bind(&caller.agent)
     .fetch_optional(&state.pool)
     .await?
     .ok_or_else(|| ApiError::not_found(format!("no artifact {artifact_id}")))?;

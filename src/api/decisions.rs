@@ -152,8 +152,11 @@ pub(crate) async fn query_ledger(
         "SELECT decision_id, seq, ts, status, key, scope, decision, value, rationale, constraints,
                 alternatives, consequences, confidence, refs, supersedes, superseded_by,
                 rejected_reason, session_id, channel, sensitivity, actor_id, tags
-           FROM projections.decisions
+           FROM projections.decisions d
           WHERE tenant_id = $1
+            AND (channel <> 'private' OR $9::text IS NULL
+                 OR coalesce((SELECT e.agent_id FROM public.events e
+                               WHERE e.tenant_id = d.tenant_id AND e.seq = d.seq), $9) = $9)
             AND ($2::text IS NULL OR status = $2)
             AND ($3::text IS NULL OR scope = $3)
             AND ($4::text IS NULL OR key = $4)
@@ -170,6 +173,7 @@ pub(crate) async fn query_ledger(
     .bind(visibility.map(|v| v.sensitivity_names()))
     .bind(query.before_seq)
     .bind(limit)
+    .bind(&caller.agent)
     .fetch_all(&state.pool)
     .await?;
     Ok(decisions)

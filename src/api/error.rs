@@ -108,6 +108,16 @@ impl ApiError {
         .with_field(field)
     }
 
+    /// A body names another agent than the one the token is bound to.
+    pub fn agent_mismatch(field: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "agent_mismatch",
+            "this token is bound to an agent and acts as that agent only; agent_id names another",
+        )
+        .with_field(field)
+    }
+
     /// The tenant is over its request or byte rate; retry after `wait`.
     pub fn rate_limited(wait: std::time::Duration) -> Self {
         let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;

@@ -99,6 +99,7 @@ pub(crate) async fn record(
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(ApiError::invalid)?;
+    let events = stamp_agent(caller, events, batch)?;
 
     let mut appended = state.appender.append(&caller.tenant, events).await?;
     let status = if appended.iter().all(|a| a.replayed) {
@@ -112,4 +113,29 @@ pub(crate) async fn record(
         AppendResponse::One(appended.swap_remove(0))
     };
     Ok((status, body))
+}
+
+/// An agent's token records as that agent: events without `agent_id` get
+/// its agent, events naming another are refused (the whole batch).
+fn stamp_agent(
+    caller: &Caller,
+    mut events: Vec<NewEvent>,
+    batch: bool,
+) -> Result<Vec<NewEvent>, ApiError> {
+    let Some(agent) = &caller.agent else {
+        return Ok(events);
+    };
+    for (index, event) in events.iter_mut().enumerate() {
+        match &event.agent_id {
+            Some(named) if named != agent => {
+                return Err(ApiError::agent_mismatch(if batch {
+                    format!("events[{index}].agent_id")
+                } else {
+                    "agent_id".to_owned()
+                }));
+            }
+            _ => event.agent_id = Some(agent.clone()),
+        }
+    }
+    Ok(events)
 }

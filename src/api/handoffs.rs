@@ -82,6 +82,11 @@ pub(crate) async fn create(
     {
         return Err(ApiError::tenant_mismatch("tenant_id"));
     }
+    if let Some(agent) = &caller.agent
+        && *agent != request.from_agent
+    {
+        return Err(ApiError::agent_mismatch("from_agent"));
+    }
     // The packet names decisions and tasks the caller may have recorded a
     // moment ago: read them once projections have caught up (bounded).
     let policy = state
@@ -97,9 +102,14 @@ pub(crate) async fn create(
         )
         .await?;
     let (channel, sensitivity) = (request.channel, request.sensitivity);
-    let packet = handoff::build(&state.pool, caller.tenant.as_str(), request)
-        .await?
-        .map_err(ApiError::invalid)?;
+    let packet = handoff::build(
+        &state.pool,
+        caller.tenant.as_str(),
+        caller.agent.as_deref(),
+        request,
+    )
+    .await?
+    .map_err(ApiError::invalid)?;
     // Recorded like any append: validated, redacted, hash-chained.
     let event: EventRequest = serde_json::from_value(json!({
         "session_id": packet.session_id,

@@ -19,10 +19,13 @@ use super::{
     extract::{Authenticated, QueryParams, page_limit},
     require_scope,
 };
-use crate::domain::{
-    FieldError,
-    event::{ActorType, Channel, Kind, Sensitivity},
-    tenant::Scope,
+use crate::{
+    domain::{
+        FieldError,
+        event::{ActorType, Channel, Kind, Sensitivity},
+        tenant::Scope,
+    },
+    read::privacy::owner_condition,
 };
 
 const DEFAULT_LIMIT: i64 = 100;
@@ -72,6 +75,9 @@ pub struct StoredEvent {
     #[schema(value_type = ActorType)]
     pub actor_type: String,
     pub actor_id: String,
+    /// The agent whose memory it is, if any.
+    #[schema(required = true)]
+    pub agent_id: Option<String>,
     #[schema(value_type = Kind)]
     pub kind: String,
     #[schema(value_type = Sensitivity)]
@@ -91,7 +97,7 @@ pub struct StoredEvent {
 }
 
 const EVENT_COLUMNS: &str = "event_id, seq, created_at, ts, session_id, channel, actor_type, \
-     actor_id, kind, sensitivity, tags, refs, content, idempotency_key, artifact_id, \
+     actor_id, agent_id, kind, sensitivity, tags, refs, content, idempotency_key, artifact_id, \
      encode(hash, 'hex') AS hash, encode(prev_hash, 'hex') AS prev_hash";
 
 /// Read the log
@@ -135,13 +141,16 @@ pub async fn get_events(
             AND ($2::text IS NULL OR session_id = $2)
             AND ($3::text IS NULL OR kind = $3)
             AND seq > coalesce($4, 0)
-          ORDER BY seq LIMIT $5"
+            AND {owner}
+          ORDER BY seq LIMIT $5",
+        owner = owner_condition(6)
     )))
     .bind(caller.tenant.as_str())
     .bind(&query.session_id)
     .bind(&query.kind)
     .bind(query.after_seq)
     .bind(limit)
+    .bind(&caller.agent)
     .fetch_all(&state.pool)
     .await?;
     let next_after_seq = (events.len() as i64 == limit)
@@ -180,10 +189,12 @@ pub async fn get_event(
 ) -> Result<Response, ApiError> {
     require_scope(&caller, Scope::Read)?;
     let event: StoredEvent = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = $1 AND event_id = $2"
+        "SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = $1 AND event_id = $2 AND {owner}",
+        owner = owner_condition(3)
     )))
     .bind(caller.tenant.as_str())
     .bind(&event_id)
+    .bind(&caller.agent)
     .fetch_optional(&state.pool)
     .await?
     .ok_or_else(|| ApiError::not_found(format!("no event {event_id}")))?;
@@ -251,13 +262,15 @@ pub async fn get_chunk(
     Path(chunk_id): Path<String>,
 ) -> Result<Response, ApiError> {
     require_scope(&caller, Scope::Read)?;
-    let chunk: Chunk = sqlx::query_as(
+    let chunk: Chunk = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT chunk_id, event_id, seq, part, ts, session_id, channel, sensitivity, actor_type,
                 actor_id, kind, tags, source, line_start, line_end, text, token_est, importance
-           FROM projections.chunks WHERE tenant_id = $1 AND chunk_id = $2",
-    )
+           FROM projections.chunks WHERE tenant_id = $1 AND chunk_id = $2 AND {owner}",
+        owner = owner_condition(3)
+    )))
     .bind(caller.tenant.as_str())
     .bind(&chunk_id)
+    .bind(&caller.agent)
     .fetch_optional(&state.pool)
     .await?
     .ok_or_else(|| ApiError::not_found(format!("no chunk {chunk_id}")))?;

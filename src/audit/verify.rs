@@ -17,7 +17,7 @@ const PAGE: i64 = 5_000;
 
 const EVENTS_PAGE: &str = r#"
 SELECT e.seq, e.event_id, e.created_at, e.ts, e.session_id, e.channel, e.actor_type, e.actor_id,
-       e.kind, e.sensitivity, e.tags, e.refs, e.idempotency_key, e.artifact_id, e.prev_hash, e.hash,
+       e.agent_id, e.kind, e.sensitivity, e.tags, e.refs, e.idempotency_key, e.artifact_id, e.prev_hash, e.hash,
        e.content::text AS content_text,
        e.content ->> 'artifact_sha256' AS recorded_artifact_sha256,
        encode(a.sha256, 'hex') AS artifact_sha256,
@@ -161,6 +161,7 @@ fn check_link(
     let ts: chrono::DateTime<chrono::Utc> = row.try_get("ts")?;
     let idempotency_key: Option<String> = row.try_get("idempotency_key")?;
     let artifact_id: Option<String> = row.try_get("artifact_id")?;
+    let agent_id: Option<String> = row.try_get("agent_id")?;
     let recomputed = ChainedEvent {
         tenant_id: tenant,
         seq,
@@ -171,6 +172,7 @@ fn check_link(
         channel: row.try_get("channel")?,
         actor_type: row.try_get("actor_type")?,
         actor_id: row.try_get("actor_id")?,
+        agent_id: agent_id.as_deref(),
         kind: row.try_get("kind")?,
         sensitivity: row.try_get("sensitivity")?,
         tags: &tags,

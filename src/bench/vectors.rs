@@ -45,7 +45,7 @@ pub fn run(
         let sensitivity = if seq % 10 == 0 { "high" } else { "none" };
         vectors.push(
             (seq, 0),
-            ("public".into(), sensitivity.into(), "message".into()),
+            ("public".into(), sensitivity.into(), "message".into(), None),
             &vector,
         );
     }

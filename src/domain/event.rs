@@ -89,6 +89,10 @@ pub struct EventRequest {
     pub session_id: String,
     pub channel: Channel,
     pub actor: ActorRequest,
+    /// The agent whose memory this is (1-256 bytes). An agent-bound token
+    /// sets it to its own agent; in the `private` channel only that agent's
+    /// bundles see the event.
+    pub agent_id: Option<String>,
     pub kind: Kind,
     #[serde(default)]
     pub sensitivity: Sensitivity,
@@ -136,6 +140,8 @@ pub struct NewEvent {
     pub channel: Channel,
     pub actor_type: ActorType,
     pub actor_id: String,
+    /// The agent whose memory it is, if any.
+    pub agent_id: Option<String>,
     pub kind: Kind,
     pub sensitivity: Sensitivity,
     pub tags: Vec<String>,
@@ -180,6 +186,7 @@ impl NewEvent {
             session_id,
             channel,
             actor,
+            agent_id,
             kind,
             sensitivity,
             tags,
@@ -192,6 +199,9 @@ impl NewEvent {
 
         check_id("session_id", &session_id)?;
         check_id("actor.id", &actor.id)?;
+        if let Some(agent) = &agent_id {
+            check_id("agent_id", agent)?;
+        }
         if let Some(ts) = ts
             && !(1..=9999).contains(&ts.year())
         {
@@ -237,6 +247,7 @@ impl NewEvent {
             channel,
             actor_type: actor.kind,
             actor_id: redact(actor.id),
+            agent_id: agent_id.map(redact),
             kind,
             sensitivity,
             tags: tags.into_iter().map(redact).collect(),
@@ -264,7 +275,8 @@ impl NewEvent {
     }
 }
 
-fn check_id(field: &str, value: &str) -> Result<(), FieldError> {
+/// An id field (session, actor, agent, key): 1 to 256 bytes, no NUL.
+pub fn check_id(field: &str, value: &str) -> Result<(), FieldError> {
     if value.is_empty() {
         return Err(FieldError::new(field, "must not be empty"));
     }

@@ -15,6 +15,9 @@ pub const GENESIS: [u8; 32] = [0; 32];
 
 /// Version tag inside the canonical form, so the format can evolve.
 const FORMAT: &str = "memd-event-v1";
+/// The form of an event that names its agent: v1's head, then `agent_id`.
+/// Events without one keep v1, so every older chain still verifies.
+const FORMAT_AGENT: &str = "memd-event-v2";
 
 /// Every stored field of an event that the hash covers.
 #[derive(Debug, Clone, Copy)]
@@ -29,6 +32,7 @@ pub struct ChainedEvent<'a> {
     pub channel: &'a str,
     pub actor_type: &'a str,
     pub actor_id: &'a str,
+    pub agent_id: Option<&'a str>,
     pub kind: &'a str,
     pub sensitivity: &'a str,
     pub tags: &'a [String],
@@ -41,8 +45,12 @@ pub struct ChainedEvent<'a> {
 
 impl ChainedEvent<'_> {
     pub fn canonical(&self) -> Vec<u8> {
-        let head = serde_json::json!([
-            FORMAT,
+        let mut head = serde_json::json!([
+            if self.agent_id.is_some() {
+                FORMAT_AGENT
+            } else {
+                FORMAT
+            },
             self.tenant_id,
             self.seq,
             self.event_id,
@@ -59,6 +67,9 @@ impl ChainedEvent<'_> {
             self.idempotency_key,
             self.artifact_id,
         ]);
+        if let (Some(agent), Some(head)) = (self.agent_id, head.as_array_mut()) {
+            head.push(agent.into());
+        }
         // Compact JSON escapes every newline, so the first '\n' ends the head.
         let mut out = serde_json::to_vec(&head).expect("a JSON value serializes");
         out.push(b'\n');
@@ -89,6 +100,7 @@ mod tests {
             channel: "private",
             actor_type: "human",
             actor_id: "u",
+            agent_id: None,
             kind: "message",
             sensitivity: "none",
             tags,
@@ -122,9 +134,31 @@ mod tests {
             }
             .hash(&GENESIS)
         );
+        assert_ne!(
+            h,
+            ChainedEvent {
+                agent_id: Some("a"),
+                ..base
+            }
+            .hash(&GENESIS)
+        );
         assert_ne!(h, event(&[], r#"{"text": "hi"}"#).hash(&GENESIS));
         assert_ne!(h, event(&tags, r#"{"text": "ho"}"#).hash(&GENESIS));
         assert_eq!(h, base.hash(&GENESIS));
+    }
+
+    #[test]
+    fn events_without_an_agent_keep_the_first_format() {
+        // Chains written before agents existed must verify unchanged.
+        let canonical = event(&[], "{}").canonical();
+        assert!(canonical.starts_with(br#"["memd-event-v1","t",1,"evt_1""#));
+        let owned = ChainedEvent {
+            agent_id: Some("a"),
+            ..event(&[], "{}")
+        }
+        .canonical();
+        assert!(owned.starts_with(br#"["memd-event-v2","t",1,"evt_1""#));
+        assert!(owned.ends_with(b",\"a\"]\n{}"));
     }
 
     #[test]

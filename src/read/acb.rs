@@ -70,7 +70,10 @@ pub struct AcbRequest {
     pub tenant_id: Option<String>,
     /// The conversation: its recent events form the recent window.
     pub session_id: Option<String>,
-    /// The agent the bundle is for: finds handoff packets addressed to it.
+    /// The agent the bundle is for: finds handoff packets addressed to it,
+    /// and another agent's private memory is not its to see. An agent's
+    /// token sets it (and refuses another); without one the bundle is the
+    /// operator's, every agent's private memory included.
     pub agent_id: Option<String>,
     /// The channel the bundle will be used in; decides what it may hold.
     #[serde(default = "private")]
@@ -408,7 +411,7 @@ pub async fn build_acb(
     let mut stages = StageTimes::default();
     let policy = reader.cache.policy(&reader.pool, tenant).await?;
     let max_tokens = request.check(&policy).map_err(AcbError::Invalid)?;
-    let visibility = Visibility::new(request.channel);
+    let visibility = Visibility::new(request.channel).for_agent(request.agent_id.as_deref());
     let mut omissions = Omissions::default();
 
     let handoff = match (&request.agent_id, &request.session_id) {
@@ -795,8 +798,9 @@ pub async fn build_acb(
     Ok(acb)
 }
 
-fn visible(visibility: Visibility, item: &Visible) -> bool {
+fn visible(visibility: Visibility<'_>, item: &Visible) -> bool {
     visibility.allows(&item.channel, &item.sensitivity)
+        && visibility.owner_allows(&item.channel, item.owner.as_deref())
 }
 
 fn asks_for_history(query: &str) -> bool {
@@ -819,8 +823,9 @@ async fn decision_rows(
     let mut rows: Vec<DecisionRow> = sqlx::query_as(
         "SELECT decision_id, seq, ts, channel, sensitivity, status, key, scope, decision,
                 rationale, constraints, alternatives, consequences, confidence, refs,
-                supersedes, superseded_by
-           FROM projections.decisions WHERE tenant_id = $1 AND decision_id = ANY ($2)",
+                supersedes, superseded_by,
+                (SELECT e.agent_id FROM public.events e WHERE e.tenant_id = d.tenant_id AND e.seq = d.seq) AS owner
+           FROM projections.decisions d WHERE tenant_id = $1 AND decision_id = ANY ($2)",
     )
     .bind(tenant)
     .bind(ids)
@@ -839,7 +844,7 @@ async fn recent_window(
     session: &str,
     after_seq: i64,
     policy: &Policy,
-    visibility: Visibility,
+    visibility: Visibility<'_>,
     projected_seq: i64,
     omissions: &mut Omissions,
 ) -> Result<Vec<Item>, sqlx::Error> {
@@ -850,8 +855,8 @@ async fn recent_window(
     // are shown from their chunks, and a tool result's content is up to
     // 64 KiB.
     let events: Vec<StoredEvent> = sqlx::query_as(
-        "SELECT seq, event_id, created_at, ts, session_id, channel, actor_type, actor_id, kind,
-                sensitivity, tags, CASE WHEN seq > $5 THEN content ELSE 'null' END AS content,
+        "SELECT seq, event_id, created_at, ts, session_id, channel, actor_type, actor_id,
+                agent_id, kind, sensitivity, tags, CASE WHEN seq > $5 THEN content ELSE 'null' END AS content,
                 refs, artifact_id
            FROM public.events
           WHERE tenant_id = $1 AND session_id = $2 AND seq > $3
@@ -867,6 +872,10 @@ async fn recent_window(
     .await?;
     let mut shown = Vec::new();
     for event in events {
+        if !visibility.owner_allows(&event.channel, event.agent_id.as_deref()) {
+            // Another agent's private memory: not even named.
+            continue;
+        }
         if visibility.allows(&event.channel, &event.sensitivity) {
             shown.push(event);
         } else {

@@ -31,6 +31,8 @@ pub struct Visible {
     pub item: Item,
     pub channel: String,
     pub sensitivity: String,
+    /// The agent whose memory it is, if any.
+    pub owner: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -223,6 +225,7 @@ async fn load(
                     item,
                     channel,
                     sensitivity,
+                    owner: None,
                 },
             })
         })
@@ -231,8 +234,9 @@ async fn load(
     let decisions: Vec<DecisionRow> = sqlx::query_as(
         "SELECT decision_id, seq, ts, channel, sensitivity, status, key, scope, decision,
                 rationale, constraints, alternatives, consequences, confidence, refs,
-                supersedes, superseded_by
-           FROM projections.decisions
+                supersedes, superseded_by,
+                (SELECT e.agent_id FROM public.events e WHERE e.tenant_id = d.tenant_id AND e.seq = d.seq) AS owner
+           FROM projections.decisions d
           WHERE tenant_id = $1 AND status = 'active'
           ORDER BY seq DESC",
     )
@@ -253,8 +257,10 @@ async fn load(
 
     let tasks: Vec<TaskRow> = sqlx::query_as(
         "SELECT task_id, status, title, details, refs, event_ids, channel, sensitivity,
-                updated_at
-           FROM projections.tasks
+                updated_at,
+                (SELECT e.agent_id FROM public.events e
+                  WHERE e.tenant_id = t.tenant_id AND e.seq = t.first_seq) AS owner
+           FROM projections.tasks t
           WHERE tenant_id = $1 AND status IN ('open', 'doing')
           ORDER BY last_seq DESC, task_id",
     )
@@ -293,6 +299,8 @@ pub struct DecisionRow {
     pub refs: Vec<String>,
     pub supersedes: Option<String>,
     pub superseded_by: Option<String>,
+    /// The agent whose decision it is (its event's), if any.
+    pub owner: Option<String>,
 }
 
 impl DecisionRow {
@@ -340,6 +348,7 @@ impl DecisionRow {
             item,
             channel: self.channel,
             sensitivity: self.sensitivity,
+            owner: self.owner,
         })
     }
 }
@@ -355,6 +364,7 @@ struct TaskRow {
     channel: String,
     sensitivity: String,
     updated_at: DateTime<Utc>,
+    owner: Option<String>,
 }
 
 impl TaskRow {
@@ -378,6 +388,7 @@ impl TaskRow {
             item,
             channel: self.channel,
             sensitivity: self.sensitivity,
+            owner: self.owner,
         })
     }
 }

@@ -102,9 +102,12 @@ const MAX_LIST: usize = 64;
 /// Checks the request and fills what it leaves to memd: the task from the
 /// task's state, the decisions from the ledger. Unknown decision ids are
 /// refused by name.
+/// `agent`: the sender's token's agent, whose view of private decisions the
+/// packet's default decisions come from.
 pub async fn build(
     pool: &PgPool,
     tenant: &str,
+    agent: Option<&str>,
     request: HandoffRequest,
 ) -> Result<Result<Packet, FieldError>, sqlx::Error> {
     for (field, value) in [
@@ -180,15 +183,19 @@ pub async fn build(
         }
         None => {
             sqlx::query_scalar(
-                "SELECT decision_id FROM projections.decisions
+                "SELECT decision_id FROM projections.decisions d
                   WHERE tenant_id = $1 AND status = 'active'
                     AND channel = ANY ($2) AND sensitivity = ANY ($3)
+                    AND (channel <> 'private' OR $5::text IS NULL
+                         OR coalesce((SELECT e.agent_id FROM public.events e
+                                       WHERE e.tenant_id = d.tenant_id AND e.seq = d.seq), $5) = $5)
                   ORDER BY seq DESC LIMIT $4",
             )
             .bind(tenant)
             .bind(visible.channel_names())
             .bind(visible.sensitivity_names())
             .bind(DEFAULT_DECISIONS)
+            .bind(agent)
             .fetch_all(pool)
             .await?
         }

@@ -115,7 +115,7 @@ pub async fn candidates(
     lexemes: &[String],
     head_seq: i64,
     embedding: &EmbeddingHead,
-    visibility: Visibility,
+    visibility: Visibility<'_>,
     scope: &Scope,
     policy: &Policy,
 ) -> Result<Pool, sqlx::Error> {

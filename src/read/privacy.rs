@@ -22,8 +22,12 @@ use crate::domain::event::{Channel, Sensitivity};
 pub const PREFERENCES_VIEW: &str = "preferences";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Visibility {
+pub struct Visibility<'a> {
     pub channel: Channel,
+    /// The agent the bundle is for: memory recorded in the `private`
+    /// channel by another agent is not its to see. `None`: a tenant-wide
+    /// operator's view, every agent's private memory included.
+    pub agent: Option<&'a str>,
 }
 
 /// What `provenance.filters` reports.
@@ -40,9 +44,36 @@ pub struct Filters {
     pub preferences_view: bool,
 }
 
-impl Visibility {
+/// SQL over a row with `channel` and `agent_id` columns: whether the agent
+/// bound as `$param` (NULL: an operator) may see it ([`Visibility::owner_allows`]).
+pub fn owner_condition(param: usize) -> String {
+    format!(
+        "(channel <> 'private' OR agent_id IS NULL OR ${param}::text IS NULL OR agent_id = ${param})"
+    )
+}
+
+impl<'a> Visibility<'a> {
     pub fn new(channel: Channel) -> Self {
-        Self { channel }
+        Self {
+            channel,
+            agent: None,
+        }
+    }
+
+    /// The same channel, for `agent` (or for the operator with `None`).
+    pub fn for_agent(self, agent: Option<&'a str>) -> Self {
+        Self { agent, ..self }
+    }
+
+    /// Whether memory owned by `owner` may be seen, as far as agents go: an
+    /// agent's private memory is its own; unowned private memory is the
+    /// tenant's, shared by its agents; other channels are shared by the
+    /// channel rules ([`Self::allows`]).
+    pub fn owner_allows(self, channel: &str, owner: Option<&str>) -> bool {
+        channel != Channel::Private.as_str()
+            || owner.is_none()
+            || self.agent.is_none()
+            || owner == self.agent
     }
 
     pub fn channels(self) -> &'static [Channel] {
@@ -108,6 +139,17 @@ impl Visibility {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_agents_private_memory_is_its_own_and_unowned_private_memory_is_shared() {
+        let beta = Visibility::new(Channel::Private).for_agent(Some("beta"));
+        assert!(!beta.owner_allows("private", Some("alpha")));
+        assert!(beta.owner_allows("private", Some("beta")));
+        assert!(beta.owner_allows("private", None));
+        assert!(beta.owner_allows("team", Some("alpha")));
+        let operator = Visibility::new(Channel::Private);
+        assert!(operator.owner_allows("private", Some("alpha")));
+    }
 
     #[test]
     fn public_gets_public_low_sensitivity_memory_only() {

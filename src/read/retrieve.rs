@@ -153,10 +153,12 @@ pub struct Scope {
     pub excluded_kinds: Vec<&'static str>,
 }
 
-/// The chunks of tenant `$1` that a channel may see (`$2`, `$3`) and the
-/// scope allows (`$4`), as both candidate statements bind them.
+/// The chunks of tenant `$1` that a channel may see (`$2`, `$3`), the
+/// scope allows (`$4`) and the bundle's agent (`$5`) may see, as the
+/// candidate statements bind them ([`Visibility::owner_allows`]).
 const VISIBLE: &str = "c.tenant_id = $1 AND c.channel = ANY ($2) \
-     AND c.sensitivity = ANY ($3) AND NOT (c.kind = ANY ($4))";
+     AND c.sensitivity = ANY ($3) AND NOT (c.kind = ANY ($4)) \
+     AND (c.channel <> 'private' OR c.agent_id IS NULL OR $5::text IS NULL OR c.agent_id = $5)";
 
 /// How many of the tenant's newest chunks (that the channel may see) are
 /// looked at to tell common query terms from rare ones.
@@ -174,7 +176,7 @@ pub async fn candidate_pool(
     pool: &PgPool,
     tenant: &str,
     lexemes: &[String],
-    visibility: Visibility,
+    visibility: Visibility<'_>,
     scope: &Scope,
     pool_max: usize,
 ) -> Result<(Vec<bool>, Vec<Candidate>), sqlx::Error> {
@@ -195,7 +197,7 @@ async fn common_lexemes(
     pool: &PgPool,
     tenant: &str,
     lexemes: &[String],
-    visibility: Visibility,
+    visibility: Visibility<'_>,
     scope: &Scope,
     pool_max: usize,
 ) -> Result<Vec<bool>, sqlx::Error> {
@@ -206,7 +208,7 @@ async fn common_lexemes(
         .map(|index| {
             format!(
                 ", count(*) FILTER (WHERE s.tsv @@ ${}::tsquery) AS h{index}",
-                index + 7
+                index + 8
             )
         })
         .collect();
@@ -215,11 +217,11 @@ async fn common_lexemes(
     let common: String = (0..lexemes.len())
         .map(|index| {
             format!(
-                ", CASE WHEN s.sampled = $5 AND s.h{index} >= $5 * {COMMON_SHARE} THEN true \
+                ", CASE WHEN s.sampled = $6 AND s.h{index} >= $6 * {COMMON_SHARE} THEN true \
                    ELSE (SELECT count(*) FROM (SELECT FROM projections.chunks c \
-                          WHERE {VISIBLE} AND c.tsv @@ ${}::tsquery LIMIT $6 + 1) AS m) > $6 \
+                          WHERE {VISIBLE} AND c.tsv @@ ${}::tsquery LIMIT $7 + 1) AS m) > $7 \
                    END",
-                index + 7
+                index + 8
             )
         })
         .collect();
@@ -227,7 +229,7 @@ async fn common_lexemes(
         "SELECT true{common}
            FROM (SELECT count(*) AS sampled{held}
                    FROM (SELECT c.tsv FROM projections.chunks c WHERE {VISIBLE}
-                          ORDER BY c.seq DESC, c.part DESC LIMIT $5) AS s) AS s"
+                          ORDER BY c.seq DESC, c.part DESC LIMIT $6) AS s) AS s"
     );
     let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
         .persistent(false)
@@ -235,6 +237,7 @@ async fn common_lexemes(
         .bind(visibility.channel_names())
         .bind(visibility.sensitivity_names())
         .bind(&scope.excluded_kinds)
+        .bind(visibility.agent)
         .bind(COMMON_SAMPLE)
         .bind(share(lexemes.len(), pool_max) as i64);
     for lexeme in lexemes {
@@ -264,7 +267,7 @@ async fn candidates(
     tenant: &str,
     lexemes: &[String],
     common: &[bool],
-    visibility: Visibility,
+    visibility: Visibility<'_>,
     scope: &Scope,
     pool_max: usize,
 ) -> Result<Vec<Candidate>, sqlx::Error> {
@@ -282,13 +285,13 @@ async fn candidates(
     let is_common = |index: usize| common.get(index).copied().unwrap_or(false);
     let mut branches: Vec<String> = (0..lexemes.len())
         .filter(|index| !is_common(*index))
-        .map(|index| branch(format!("${}::tsquery", index + 5), per_lexeme))
+        .map(|index| branch(format!("${}::tsquery", index + 6), per_lexeme))
         .collect();
     let shared: Vec<usize> = (0..lexemes.len()).filter(|i| is_common(*i)).collect();
     if !shared.is_empty() {
         let any = shared
             .iter()
-            .map(|index| format!("${}::tsquery", index + 5))
+            .map(|index| format!("${}::tsquery", index + 6))
             .collect::<Vec<_>>()
             .join(" || ");
         branches.push(branch(
@@ -299,7 +302,7 @@ async fn candidates(
     // Which lexemes each candidate holds, as one boolean column per lexeme
     // (for BM25 in `rank`).
     let matched: String = (0..lexemes.len())
-        .map(|index| format!(", c.tsv @@ ${}::tsquery", index + 5))
+        .map(|index| format!(", c.tsv @@ ${}::tsquery", index + 6))
         .collect();
     let sql = format!(
         "SELECT {CANDIDATE_COLUMNS}, length(c.tsv) AS lexeme_count{matched}
@@ -314,7 +317,8 @@ async fn candidates(
         .bind(tenant)
         .bind(visibility.channel_names())
         .bind(visibility.sensitivity_names())
-        .bind(&scope.excluded_kinds);
+        .bind(&scope.excluded_kinds)
+        .bind(visibility.agent);
     for literal in &literals {
         query = query.bind(literal);
     }
@@ -342,7 +346,7 @@ pub async fn at_positions(
     tenant: &str,
     lexemes: &[String],
     positions: &[(i64, i32)],
-    visibility: Visibility,
+    visibility: Visibility<'_>,
     scope: &Scope,
 ) -> Result<Vec<Candidate>, sqlx::Error> {
     if positions.is_empty() {
@@ -354,9 +358,9 @@ pub async fn at_positions(
     let sql = format!(
         "SELECT {CANDIDATE_COLUMNS}, length(c.tsv) AS lexeme_count,
                 (SELECT coalesce(sum(1 << (l.o - 1)::int), 0)::int
-                   FROM unnest($7::text[]) WITH ORDINALITY AS l (q, o)
+                   FROM unnest($8::text[]) WITH ORDINALITY AS l (q, o)
                   WHERE c.tsv @@ l.q::tsquery) AS matched
-           FROM unnest($5::bigint[], $6::int[]) AS u (seq, part)
+           FROM unnest($6::bigint[], $7::int[]) AS u (seq, part)
            JOIN projections.chunks c ON c.tenant_id = $1 AND c.seq = u.seq AND c.part = u.part
           WHERE {VISIBLE}"
     );
@@ -367,6 +371,7 @@ pub async fn at_positions(
         .bind(visibility.channel_names())
         .bind(visibility.sensitivity_names())
         .bind(&scope.excluded_kinds)
+        .bind(visibility.agent)
         .bind(&seqs)
         .bind(&parts)
         .bind(&queries)
@@ -384,7 +389,7 @@ pub async fn by_refs(
     pool: &PgPool,
     tenant: &str,
     refs: &[String],
-    visibility: Visibility,
+    visibility: Visibility<'_>,
 ) -> Result<Vec<Candidate>, sqlx::Error> {
     if refs.is_empty() {
         return Ok(Vec::new());
@@ -395,6 +400,7 @@ pub async fn by_refs(
            JOIN projections.chunks c
              ON c.tenant_id = $1 AND (c.chunk_id = r.ref OR c.event_id = r.ref)
           WHERE c.channel = ANY ($3) AND c.sensitivity = ANY ($4)
+            AND (c.channel <> 'private' OR c.agent_id IS NULL OR $5::text IS NULL OR c.agent_id = $5)
           GROUP BY c.tenant_id, c.chunk_id
           ORDER BY position, c.chunk_id"
     )))
@@ -402,6 +408,7 @@ pub async fn by_refs(
     .bind(refs)
     .bind(visibility.channel_names())
     .bind(visibility.sensitivity_names())
+    .bind(visibility.agent)
     .fetch_all(pool)
     .await?;
     rows.iter()
@@ -414,12 +421,13 @@ pub async fn by_refs(
 }
 
 /// Up to `limit` ids of chunks matching any lexeme that the channel may not
-/// see: what privacy kept out, for `omissions`. Never scored.
+/// see: what privacy kept out, for `omissions`. Never scored. Another
+/// agent's private chunks are not even named.
 pub async fn withheld(
     pool: &PgPool,
     tenant: &str,
     lexemes: &[String],
-    visibility: Visibility,
+    visibility: Visibility<'_>,
     limit: i64,
 ) -> Result<Vec<String>, sqlx::Error> {
     if lexemes.is_empty() {
@@ -434,6 +442,7 @@ pub async fn withheld(
         "SELECT chunk_id FROM projections.chunks
           WHERE tenant_id = $1 AND tsv @@ $2::tsquery
             AND NOT (channel = ANY ($3) AND sensitivity = ANY ($4))
+            AND (channel <> 'private' OR agent_id IS NULL OR $6::text IS NULL OR agent_id = $6)
           ORDER BY seq DESC LIMIT $5",
     )
     .persistent(false)
@@ -442,6 +451,7 @@ pub async fn withheld(
     .bind(visibility.channel_names())
     .bind(visibility.sensitivity_names())
     .bind(limit)
+    .bind(visibility.agent)
     .fetch_all(pool)
     .await
 }

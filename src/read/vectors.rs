@@ -37,6 +37,7 @@ use tokio::sync::RwLock;
 use memd_projectors::embed;
 
 use super::{privacy::Visibility, retrieve::Scope};
+use crate::domain::event::Channel;
 
 /// Candidates rescored per result wanted, after the sign-bit scan.
 const RESCORE_FACTOR: usize = 4;
@@ -53,6 +54,10 @@ pub struct Neighbour {
     pub similarity: f32,
 }
 
+/// What a row is filtered by: (channel, sensitivity, kind, owner). The
+/// owner is kept for the `private` channel alone, the one it decides.
+pub type Class = (String, String, String, Option<String>);
+
 /// The vectors of one tenant for one embedder.
 #[derive(Default)]
 pub struct TenantVectors {
@@ -63,9 +68,10 @@ pub struct TenantVectors {
     /// Sorted by position (rows arrive in seq order).
     positions: Vec<Position>,
     /// Index into `classes` per row.
-    class: Vec<u16>,
-    /// (channel, sensitivity, kind) of each class.
-    classes: Vec<(String, String, String)>,
+    class: Vec<u32>,
+    classes: Vec<Class>,
+    /// Where each class is in `classes`.
+    class_index: HashMap<Class, u32>,
     /// `words()` u64 sign words per row.
     signs: Vec<u64>,
     /// `dimensions` int8 per row.
@@ -89,14 +95,14 @@ impl TenantVectors {
     /// Bytes held, roughly (what `bench` reports at 1M chunks).
     pub fn heap_bytes(&self) -> usize {
         self.positions.capacity() * std::mem::size_of::<Position>()
-            + self.class.capacity() * 2
+            + self.class.capacity() * 4
             + self.signs.capacity() * 8
             + self.quantised.capacity()
             + self.scales.capacity() * 4
     }
 
     /// Adds one chunk's vector; rows come in position order.
-    pub fn push(&mut self, position: Position, class: (String, String, String), vector: &[f32]) {
+    pub fn push(&mut self, position: Position, mut class: Class, vector: &[f32]) {
         if self.dimensions == 0 {
             self.dimensions = vector.len();
         }
@@ -104,15 +110,20 @@ impl TenantVectors {
             tracing::warn!(?position, "vector of another dimension; skipped");
             return;
         }
-        let class = match self.classes.iter().position(|c| *c == class) {
-            Some(index) => index,
+        if class.0 != Channel::Private.as_str() {
+            class.3 = None;
+        }
+        let class = match self.class_index.get(&class) {
+            Some(index) => *index,
             None => {
+                let index = self.classes.len() as u32;
+                self.class_index.insert(class.clone(), index);
                 self.classes.push(class);
-                self.classes.len() - 1
+                index
             }
         };
         self.positions.push(position);
-        self.class.push(class as u16);
+        self.class.push(class);
         self.signs.extend(sign_words(vector));
         let largest = vector.iter().fold(0.0_f32, |m, x| m.max(x.abs()));
         let scale = if largest > 0.0 { largest / 127.0 } else { 1.0 };
@@ -144,7 +155,7 @@ impl TenantVectors {
         &self,
         query: &[f32],
         k: usize,
-        visibility: Visibility,
+        visibility: Visibility<'_>,
         scope: &Scope,
     ) -> Vec<Neighbour> {
         if k == 0 || self.is_empty() || query.len() != self.dimensions {
@@ -153,8 +164,9 @@ impl TenantVectors {
         let allowed: Vec<bool> = self
             .classes
             .iter()
-            .map(|(channel, sensitivity, kind)| {
+            .map(|(channel, sensitivity, kind, owner)| {
                 visibility.allows(channel, sensitivity)
+                    && visibility.owner_allows(channel, owner.as_deref())
                     && !scope.excluded_kinds.contains(&kind.as_str())
             })
             .collect();
@@ -207,7 +219,7 @@ impl TenantVectors {
 fn hamming(
     signs: &[u64],
     words: usize,
-    class: &[u16],
+    class: &[u32],
     allowed: &[bool],
     query: &[u64],
 ) -> Vec<u16> {
@@ -224,7 +236,7 @@ fn hamming(
 unsafe fn hamming_popcnt(
     signs: &[u64],
     words: usize,
-    class: &[u16],
+    class: &[u32],
     allowed: &[bool],
     query: &[u64],
 ) -> Vec<u16> {
@@ -235,7 +247,7 @@ unsafe fn hamming_popcnt(
 fn hamming_portable(
     signs: &[u64],
     words: usize,
-    class: &[u16],
+    class: &[u32],
     allowed: &[bool],
     query: &[u64],
 ) -> Vec<u16> {
@@ -243,7 +255,7 @@ fn hamming_portable(
         .chunks_exact(words)
         .zip(class)
         .map(|(row, class)| {
-            if !allowed[usize::from(*class)] {
+            if !allowed[*class as usize] {
                 return u16::MAX;
             }
             row.iter()
@@ -416,7 +428,7 @@ async fn catch_up(
             _ => (vectors.loaded_seq, i32::MAX),
         };
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT seq, part, channel, sensitivity, kind, vector FROM projections.{table}
+            "SELECT seq, part, channel, sensitivity, kind, vector, agent_id FROM projections.{table}
               WHERE tenant_id = $1 AND (seq, part) > ($2, $3) AND seq <= $4
               ORDER BY seq, part LIMIT $5"
         )))
@@ -432,7 +444,12 @@ async fn catch_up(
             let vector = embed::decode(row.try_get::<&[u8], _>(5)?);
             vectors.push(
                 (row.try_get(0)?, row.try_get(1)?),
-                (row.try_get(2)?, row.try_get(3)?, row.try_get(4)?),
+                (
+                    row.try_get(2)?,
+                    row.try_get(3)?,
+                    row.try_get(4)?,
+                    row.try_get(6)?,
+                ),
                 &vector,
             );
         }
@@ -459,11 +476,55 @@ mod tests {
         for (seq, channel, sensitivity, vector) in rows {
             vectors.push(
                 (*seq, 0),
-                ((*channel).into(), (*sensitivity).into(), "message".into()),
+                (
+                    (*channel).into(),
+                    (*sensitivity).into(),
+                    "message".into(),
+                    None,
+                ),
                 &unit(vector),
             );
         }
         vectors
+    }
+
+    #[test]
+    fn another_agents_private_vectors_are_never_found() {
+        let mut vectors = TenantVectors::default();
+        for (seq, channel, owner) in [
+            (1, "private", Some("alpha")),
+            (2, "private", Some("beta")),
+            (3, "private", None),
+            (4, "team", Some("alpha")),
+        ] {
+            vectors.push(
+                (seq, 0),
+                (
+                    channel.into(),
+                    "none".into(),
+                    "message".into(),
+                    owner.map(str::to_owned),
+                ),
+                &unit(&[1.0, 0.0, 0.0]),
+            );
+        }
+        let found = |agent| -> Vec<i64> {
+            let mut seqs: Vec<i64> = vectors
+                .search(
+                    &unit(&[1.0, 0.0, 0.0]),
+                    10,
+                    Visibility::new(Channel::Private).for_agent(agent),
+                    &Scope::default(),
+                )
+                .iter()
+                .map(|n| n.position.0)
+                .collect();
+            seqs.sort_unstable();
+            seqs
+        };
+        assert_eq!(found(Some("beta")), [2, 3, 4]);
+        assert_eq!(found(Some("alpha")), [1, 3, 4]);
+        assert_eq!(found(None), [1, 2, 3, 4]);
     }
 
     #[test]
@@ -543,7 +604,7 @@ mod tests {
             };
             vectors.push(
                 (seq, 0),
-                ("private".into(), "none".into(), "message".into()),
+                ("private".into(), "none".into(), "message".into(), None),
                 &vector,
             );
         }

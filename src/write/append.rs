@@ -79,17 +79,17 @@ const INSERT_EVENTS: &str = r#"
 WITH inserted AS (
     INSERT INTO events (tenant_id, seq, event_id, created_at, ts, session_id, channel, actor_type,
                         actor_id, kind, sensitivity, tags, content, refs, idempotency_key,
-                        artifact_id, prev_hash, hash)
+                        artifact_id, prev_hash, hash, agent_id)
     SELECT $1, u.seq, u.event_id, $2, u.ts, u.session_id, u.channel, u.actor_type,
            u.actor_id, u.kind, u.sensitivity,
            ARRAY(SELECT jsonb_array_elements_text(u.tags::jsonb)), u.content::jsonb,
            ARRAY(SELECT jsonb_array_elements_text(u.refs::jsonb)), u.idempotency_key,
-           u.artifact_id, u.prev_hash, u.hash
+           u.artifact_id, u.prev_hash, u.hash, u.agent_id
       FROM unnest($3::bigint[], $4::text[], $5::timestamptz[], $6::text[], $7::text[], $8::text[],
                   $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[],
-                  $15::text[], $16::text[], $17::bytea[], $18::bytea[])
+                  $15::text[], $16::text[], $17::bytea[], $18::bytea[], $22::text[])
            AS u (seq, event_id, ts, session_id, channel, actor_type, actor_id, kind, sensitivity,
-                 tags, content, refs, idempotency_key, artifact_id, prev_hash, hash)
+                 tags, content, refs, idempotency_key, artifact_id, prev_hash, hash, agent_id)
     RETURNING 1
 ), head AS (
     UPDATE tenant_heads SET seq = $19, hash = $20 WHERE tenant_id = $1
@@ -114,6 +114,7 @@ struct Columns {
     channel: Vec<&'static str>,
     actor_type: Vec<&'static str>,
     actor_id: Vec<String>,
+    agent_id: Vec<Option<String>>,
     kind: Vec<&'static str>,
     sensitivity: Vec<&'static str>,
     tags: Vec<String>,
@@ -208,6 +209,7 @@ pub async fn append(
             channel: event.channel.as_str(),
             actor_type: event.actor_type.as_str(),
             actor_id: &event.actor_id,
+            agent_id: event.agent_id.as_deref(),
             kind: event.kind.as_str(),
             sensitivity: event.sensitivity.as_str(),
             tags: &event.tags,
@@ -246,6 +248,7 @@ pub async fn append(
         rows.channel.push(event.channel.as_str());
         rows.actor_type.push(event.actor_type.as_str());
         rows.actor_id.push(event.actor_id);
+        rows.agent_id.push(event.agent_id);
         rows.kind.push(event.kind.as_str());
         rows.sensitivity.push(event.sensitivity.as_str());
         rows.tags.push(tags);
@@ -285,6 +288,7 @@ pub async fn append(
         .bind(seq)
         .bind(prev_hash.to_vec())
         .bind(NOTIFY_CHANNEL)
+        .bind(&rows.agent_id)
         .fetch_one(&mut *tx)
         .await?;
     if !artifacts.artifact_id.is_empty() {

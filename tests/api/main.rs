@@ -3,6 +3,7 @@
 
 mod acb;
 mod admin_jobs;
+mod agents;
 mod append_only;
 mod chain;
 mod concurrency;

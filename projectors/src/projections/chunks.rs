@@ -382,6 +382,7 @@ struct Rows {
     sensitivity: Vec<String>,
     actor_type: Vec<String>,
     actor_id: Vec<String>,
+    agent_id: Vec<Option<String>>,
     kind: Vec<String>,
     // text[][] must be rectangular, so tags travel as JSON arrays.
     tags: Vec<String>,
@@ -407,6 +408,7 @@ impl Rows {
         self.sensitivity.push(event.sensitivity.clone());
         self.actor_type.push(event.actor_type.clone());
         self.actor_id.push(event.actor_id.clone());
+        self.agent_id.push(event.agent_id.clone());
         self.kind.push(event.kind.clone());
         self.tags
             .push(serde_json::to_string(&event.tags).expect("strings serialize"));
@@ -424,18 +426,21 @@ impl Rows {
         sqlx::query(
             "INSERT INTO chunks (tenant_id, chunk_id, event_id, seq, part, ts, session_id, channel,
                                  sensitivity, actor_type, actor_id, kind, tags, source, line_start,
-                                 line_end, text, token_est, importance, content_hash, word_hashes)
+                                 line_end, text, token_est, importance, content_hash, word_hashes,
+                                 agent_id)
              SELECT $1, u.chunk_id, u.event_id, u.seq, u.part, u.ts, u.session_id, u.channel,
                     u.sensitivity, u.actor_type, u.actor_id, u.kind,
                     ARRAY(SELECT jsonb_array_elements_text(u.tags::jsonb)), u.source, u.line_start,
-                    u.line_end, u.text, u.token_est, u.importance, u.content_hash, u.word_hashes
+                    u.line_end, u.text, u.token_est, u.importance, u.content_hash, u.word_hashes,
+                    u.agent_id
                FROM unnest($2::text[], $3::text[], $4::bigint[], $5::int[], $6::timestamptz[],
                            $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
                            $12::text[], $13::text[], $14::text[], $15::int[], $16::int[],
-                           $17::text[], $18::int[], $19::real[], $20::bytea[], $21::bytea[])
+                           $17::text[], $18::int[], $19::real[], $20::bytea[], $21::bytea[],
+                           $22::text[])
                     AS u (chunk_id, event_id, seq, part, ts, session_id, channel, sensitivity,
                           actor_type, actor_id, kind, tags, source, line_start, line_end, text,
-                          token_est, importance, content_hash, word_hashes)",
+                          token_est, importance, content_hash, word_hashes, agent_id)",
         )
         .bind(tenant)
         .bind(self.chunk_id)
@@ -458,6 +463,7 @@ impl Rows {
         .bind(self.importance)
         .bind(self.content_hash)
         .bind(self.word_hashes)
+        .bind(self.agent_id)
         .execute(tx)
         .await?;
         Ok(())

@@ -116,6 +116,7 @@ impl Projector for EmbeddingProjector {
                     rows.channel.push(event.channel.clone());
                     rows.sensitivity.push(event.sensitivity.clone());
                     rows.kind.push(event.kind.clone());
+                    rows.agent_id.push(event.agent_id.clone());
                 }
             }
             if inputs.is_empty() {
@@ -142,9 +143,10 @@ impl Projector for EmbeddingProjector {
             }
             let vectors: Vec<Vec<u8>> = vectors.iter().map(|v| embed::encode(v)).collect();
             sqlx::query(sqlx::AssertSqlSafe(format!(
-                "INSERT INTO {} (tenant_id, chunk_id, seq, part, channel, sensitivity, kind, vector)
+                "INSERT INTO {} (tenant_id, chunk_id, seq, part, channel, sensitivity, kind, vector,
+                                 agent_id)
                  SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::int[], $5::text[],
-                                          $6::text[], $7::text[], $8::bytea[])",
+                                          $6::text[], $7::text[], $8::bytea[], $9::text[])",
                 self.name()
             )))
             .bind(tenant)
@@ -155,6 +157,7 @@ impl Projector for EmbeddingProjector {
             .bind(&rows.sensitivity)
             .bind(&rows.kind)
             .bind(&vectors)
+            .bind(&rows.agent_id)
             .execute(&mut *tx)
             .await?;
             Ok(())
@@ -212,4 +215,5 @@ struct Rows {
     channel: Vec<String>,
     sensitivity: Vec<String>,
     kind: Vec<String>,
+    agent_id: Vec<Option<String>>,
 }

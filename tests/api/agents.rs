@@ -1,0 +1,305 @@
+//! Agents inside a tenant: a token bound to an agent acts as that agent
+//! only. What it records is stamped with its agent; its bundles, log reads,
+//! decisions and artifacts never hold another agent's private memory, by
+//! words or by meaning; tenant-wide operator tokens still see everything.
+
+use memd::{
+    domain::tenant::{Scope, TenantId},
+    read::semantic::SemanticConfig,
+    startup::ServeConfig,
+    tenants,
+};
+use std::ops::Not;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::{
+    acb::section,
+    helpers::{TestApp, memd_cli, spawn_daemon_with, tool_result, wait_projected},
+};
+
+fn said(channel: &str, text: &str) -> Value {
+    json!({
+        "session_id": "s1",
+        "channel": channel,
+        "actor": {"type": "human", "id": "alice"},
+        "kind": "message",
+        "content": {"text": text},
+    })
+}
+
+async fn agent_token(app: &TestApp, tenant: &str, agent: &str) -> String {
+    tenants::issue_token(
+        &app.pool,
+        &TenantId::parse(tenant).unwrap(),
+        Scope::Write,
+        Some(agent),
+    )
+    .await
+    .unwrap()
+    .expect("the tenant exists")
+    .expose()
+    .to_string()
+}
+
+/// Every text anywhere in a bundle (sections and the rendered prompt).
+fn bundle_text(acb: &Value) -> String {
+    acb.to_string()
+}
+
+async fn build(app: &TestApp, token: &str, body: Value) -> (StatusCode, Value) {
+    let response = app
+        .client
+        .post(format!("{}/api/v1/acb/build", app.base_url))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (response.status(), response.json().await.unwrap())
+}
+
+#[sqlx::test]
+async fn an_agents_token_never_reaches_another_agents_private_memory(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let config = ServeConfig {
+        semantic: SemanticConfig::hashed(),
+        ..ServeConfig::default()
+    };
+    let app = spawn_daemon_with(connect, config).await;
+    let operator = app.tenant("acme").await;
+    let alpha = agent_token(&app, "acme", "alpha").await;
+    let beta = agent_token(&app, "acme", "beta").await;
+
+    // What each records is stamped with its agent.
+    let alpha_private = app
+        .append(
+            &alpha,
+            &said(
+                "private",
+                "Alpha plans to migrate the billing ledger to rust",
+            ),
+        )
+        .await;
+    app.append(
+        &alpha,
+        &said("team", "Team note: the billing ledger deploy is on friday"),
+    )
+    .await;
+    app.append(
+        &beta,
+        &said(
+            "private",
+            "Beta thinks the billing ledger mascot is a zebra",
+        ),
+    )
+    .await;
+    app.append(
+        &operator,
+        &said(
+            "private",
+            "Operator memo: the billing ledger standup is at nine",
+        ),
+    )
+    .await;
+    app.append(
+        &alpha,
+        &json!({"session_id": "s1", "channel": "private",
+                    "actor": {"type": "agent", "id": "alpha"}, "kind": "decision",
+                    "refs": [alpha_private["event_id"]],
+                    "content": {"decision": "Billing ledger exports use pages of 500",
+                                "key": "ledger-page", "scope": "project"}}),
+    )
+    .await;
+    let output: String = (1..=4000)
+        .map(|i| format!("{i:>6}: compile step output\n"))
+        .collect();
+    let alpha_tool = app
+        .append(&alpha, &tool_result("ledger.log", &output))
+        .await;
+    let alpha_artifact = alpha_tool["artifact_id"].as_str().unwrap().to_owned();
+    let stamped: Vec<Option<String>> =
+        sqlx::query_scalar("SELECT agent_id FROM events WHERE tenant_id = 'acme' ORDER BY seq")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        stamped,
+        [
+            Some("alpha"),
+            Some("alpha"),
+            Some("beta"),
+            None,
+            Some("alpha"),
+            Some("alpha")
+        ]
+        .map(|a| a.map(str::to_owned))
+    );
+    wait_projected(&app.pool, "acme").await;
+
+    // An agent's token cannot speak or read as another agent.
+    let mut as_alpha = said("private", "I am alpha, honestly");
+    as_alpha["agent_id"] = json!("alpha");
+    let (status, body) = app.post_events(&beta, &as_alpha).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["error"]["code"], "agent_mismatch");
+    assert_eq!(body["error"]["field"], "agent_id");
+    let (status, body) = build(
+        &app,
+        &beta,
+        json!({"agent_id": "alpha", "query_text": "billing ledger"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["error"]["code"], "agent_mismatch");
+    // Nor act as an operator.
+    let response = app
+        .client
+        .put(format!("{}/api/v1/policy", app.base_url))
+        .bearer_auth(&beta)
+        .json(&json!({"retrieved_max": 5}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+
+    // Bundles: retrieval (by words and by meaning, from another session),
+    // the session's recent window, and the decision ledger; in the private
+    // channel, where the rule matters.
+    for session in ["s2", "s1"] {
+        let question = json!({"session_id": session,
+                              "query_text": "what about the billing ledger migration to rust and its pages?",
+                              "max_tokens": 8000, "render": true});
+        let (status, for_beta) = build(&app, &beta, question.clone()).await;
+        assert_eq!(status, StatusCode::OK, "{for_beta}");
+        let text = bundle_text(&for_beta);
+        assert!(!text.contains("migrate the billing ledger"), "{text}");
+        assert!(!text.contains("pages of 500"), "{text}");
+        assert!(!text.contains("compile step output"), "{text}");
+        assert!(!text.contains(alpha_private["event_id"].as_str().unwrap()));
+        assert!(text.contains("mascot is a zebra"), "its own private memory");
+        assert!(
+            text.contains("deploy is on friday"),
+            "team memory is shared"
+        );
+        assert!(
+            text.contains("standup is at nine"),
+            "the tenant's unowned private memory is shared"
+        );
+        assert!(section(&for_beta, "decision_ledger").is_empty());
+
+        let (_, for_alpha) = build(&app, &alpha, question.clone()).await;
+        let text = bundle_text(&for_alpha);
+        assert!(text.contains("migrate the billing ledger"), "{text}");
+        assert!(text.contains("mascot is a zebra").not());
+        assert_eq!(section(&for_alpha, "decision_ledger").len(), 1);
+
+        // The operator's token sees every agent's memory.
+        let (_, for_operator) = build(&app, &operator, question).await;
+        let text = bundle_text(&for_operator);
+        assert!(text.contains("migrate the billing ledger") && text.contains("mascot is a zebra"));
+        assert_eq!(section(&for_operator, "decision_ledger").len(), 1);
+    }
+    // By meaning alone: no word of alpha's private message in the question.
+    let (_, for_beta) = build(
+        &app,
+        &beta,
+        json!({"session_id": "s2", "query_text": "Alpha plans to migrate the billing ledger to rust",
+               "max_tokens": 8000}),
+    )
+    .await;
+    assert_eq!(for_beta["provenance"]["semantic"]["used"], true);
+    assert!(!bundle_text(&for_beta).contains("Alpha plans"));
+
+    // The log, one event, one chunk, the ledger, an artifact.
+    let listed: Value = app
+        .get("/api/v1/events?limit=100", &beta)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["events"].as_array().unwrap().len(), 3, "{listed}");
+    let listed = listed.to_string();
+    assert!(listed.contains("friday") && listed.contains("zebra") && listed.contains("nine"));
+    assert!(!listed.contains("migrate the billing ledger"));
+    let all: Value = app
+        .get("/api/v1/events?limit=100", &operator)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(all["events"].as_array().unwrap().len(), 6);
+
+    let private_id = alpha_private["event_id"].as_str().unwrap();
+    let chunk_id = format!("chk_{}_0", &private_id["evt_".len()..]);
+    for path in [
+        format!("/api/v1/events/{private_id}"),
+        format!("/api/v1/chunks/{chunk_id}"),
+        format!("/api/v1/artifacts/{alpha_artifact}"),
+    ] {
+        assert_eq!(
+            app.get(&path, &beta).await.status(),
+            StatusCode::NOT_FOUND,
+            "{path}"
+        );
+        assert_eq!(
+            app.get(&path, &alpha).await.status(),
+            StatusCode::OK,
+            "{path}"
+        );
+        assert_eq!(
+            app.get(&path, &operator).await.status(),
+            StatusCode::OK,
+            "{path}"
+        );
+    }
+    let ledger = |token: String| {
+        let app = &app;
+        async move {
+            let body: Value = app
+                .get("/api/v1/decisions", &token)
+                .await
+                .json()
+                .await
+                .unwrap();
+            body["decisions"].as_array().unwrap().len()
+        }
+    };
+    assert_eq!(ledger(beta.clone()).await, 0);
+    assert_eq!(ledger(alpha.clone()).await, 1);
+    assert_eq!(ledger(operator.clone()).await, 1);
+}
+
+#[sqlx::test]
+async fn the_cli_issues_agent_tokens_never_with_scope_admin(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon_with(connect, ServeConfig::default()).await;
+    app.tenant("acme").await;
+    let url = app.database_url().await;
+    let (code, token, stderr) = memd_cli(&url, &["tenant", "token", "acme", "--agent", "alpha"]);
+    assert_eq!(code, 0, "{stderr}");
+    let (agent, scope): (Option<String>, String) = sqlx::query_as(
+        "SELECT agent_id, scope FROM api_tokens WHERE tenant_id = 'acme' AND agent_id IS NOT NULL",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!((agent.as_deref(), scope.as_str()), (Some("alpha"), "write"));
+    let appended = app.append(token.trim(), &said("private", "hello")).await;
+    assert!(appended["event_id"].is_string());
+
+    let (code, _, stderr) = memd_cli(
+        &url,
+        &[
+            "tenant", "token", "acme", "--agent", "alpha", "--scope", "admin",
+        ],
+    );
+    assert_ne!(code, 0);
+    assert!(stderr.contains("cannot have scope admin"), "{stderr}");
+}
