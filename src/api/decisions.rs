@@ -19,7 +19,7 @@ use super::{
 use crate::{
     domain::{
         FieldError,
-        event::{Channel, Sensitivity},
+        event::{Channel, DECISION_SCOPES, Sensitivity},
         tenant::Scope,
     },
     read::privacy::Visibility,
@@ -144,6 +144,14 @@ pub(crate) async fn query_ledger(
         return Err(ApiError::invalid(FieldError::new(
             "status",
             "must be active, superseded or rejected",
+        )));
+    }
+    if let Some(scope) = &query.scope
+        && !DECISION_SCOPES.contains(&scope.as_str())
+    {
+        return Err(ApiError::invalid(FieldError::new(
+            "scope",
+            "must be project, user or global",
         )));
     }
     let limit = page_limit(query.limit, DEFAULT_LIMIT, MAX_LIMIT)?;

@@ -369,6 +369,9 @@ struct ToolCallContent {
     args: Option<Value>,
 }
 
+/// Where a decision applies (PRD §6.1).
+pub const DECISION_SCOPES: [&str; 3] = ["project", "user", "global"];
+
 /// `content` of a `decision`. The ledger records it as rejected when the
 /// event's `refs` cite no earlier event of the tenant.
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -378,7 +381,7 @@ struct DecisionContent {
     /// What it decides (`export.page_size`): a new decision of a key
     /// supersedes the active one.
     key: Option<String>,
-    /// Where it applies (`project`, ...).
+    /// Where it applies: one of [`DECISION_SCOPES`].
     scope: String,
     #[serde(default)]
     rationale: Vec<String>,
@@ -528,7 +531,12 @@ fn check_content(kind: Kind, content: &Value) -> Result<(), FieldError> {
         Kind::Decision => {
             let c: DecisionContent = shape(content)?;
             non_empty("content.decision", &c.decision)?;
-            non_empty("content.scope", &c.scope)?;
+            if !DECISION_SCOPES.contains(&c.scope.as_str()) {
+                return Err(FieldError::new(
+                    "content.scope",
+                    format!("{:?} is not a scope: use project, user or global", c.scope),
+                ));
+            }
             if let Some(key) = &c.key {
                 non_empty("content.key", key)?;
             }
@@ -770,6 +778,10 @@ mod tests {
             ),
             (
                 json!({"kind": "decision", "content": {"decision": "x"}}),
+                "content.scope",
+            ),
+            (
+                json!({"kind": "decision", "content": {"decision": "x", "scope": "galaxy"}}),
                 "content.scope",
             ),
             (

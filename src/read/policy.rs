@@ -65,10 +65,12 @@ impl SectionName {
         }
     }
 
-    /// The letter of its items' handles (`[E3]`).
+    /// The letter of its items' handles (`[E3]`): one per section, so no
+    /// two items of a bundle share a handle.
     pub fn handle_prefix(self) -> char {
         match self {
-            Self::Identity | Self::Rules => 'V',
+            Self::Identity => 'I',
+            Self::Rules => 'V',
             Self::HandoffPacket => 'H',
             Self::TaskState => 'T',
             Self::DecisionLedger => 'D',
@@ -442,6 +444,14 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn every_section_has_its_own_handle_letter() {
+        let mut letters: Vec<char> = SectionName::ALL.iter().map(|s| s.handle_prefix()).collect();
+        letters.sort_unstable();
+        letters.dedup();
+        assert_eq!(letters.len(), SectionName::ALL.len());
+    }
 
     #[test]
     fn defaults_follow_the_prd() {

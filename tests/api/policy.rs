@@ -220,6 +220,7 @@ async fn the_decision_ledger_filters_by_status_key_and_channel(
     assert_eq!(theirs["decisions"], json!([]));
     for (path, field) in [
         ("/api/v1/decisions?status=maybe", "status"),
+        ("/api/v1/decisions?scope=galaxy", "scope"),
         ("/api/v1/decisions?limit=0", "limit"),
         ("/api/v1/decisions?channel=radio", "query"),
     ] {
