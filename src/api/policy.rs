@@ -15,6 +15,10 @@ use crate::{
     read::policy::{self, Policy},
 };
 
+/// The response header naming the policy's version: what a bundle's
+/// `provenance.policy_version` refers to.
+const VERSION_HEADER: &str = "memd-policy-version";
+
 /// Read the tenant's bundle policy
 ///
 /// Section caps and priorities, scoring weights, retrieval bounds and
@@ -39,7 +43,7 @@ pub async fn get_policy(
 ) -> Result<Response, ApiError> {
     require_scope(&caller, Scope::Read)?;
     let policy = policy::load(&state.pool, caller.tenant.as_str()).await?;
-    Ok(Json(policy).into_response())
+    Ok(([(VERSION_HEADER, policy.version.to_string())], Json(policy)).into_response())
 }
 
 /// Replace the tenant's bundle policy
@@ -74,6 +78,6 @@ pub async fn put_policy(
 ) -> Result<Response, ApiError> {
     require_scope(&caller, Scope::Admin)?;
     let policy = Policy::parse(body).map_err(ApiError::invalid)?;
-    policy::store(&state.pool, caller.tenant.as_str(), &policy).await?;
-    Ok(Json(policy).into_response())
+    let version = policy::store(&state.pool, caller.tenant.as_str(), &policy).await?;
+    Ok(([(VERSION_HEADER, version.to_string())], Json(policy)).into_response())
 }

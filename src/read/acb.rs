@@ -233,6 +233,9 @@ pub struct Provenance {
     pub elapsed_ms: f64,
     /// Where `elapsed_ms` went, stage by stage.
     pub stages_ms: StageTimes,
+    /// The version of the tenant's policy that built it (`GET /api/v1/policy`
+    /// shows the current one; 0: the defaults, never changed).
+    pub policy_version: i64,
 }
 
 /// Milliseconds per stage of building a bundle. `prepare`: the log's head,
@@ -783,6 +786,7 @@ pub async fn build_acb(
             encoding: reader.counter.encoding().name(),
             elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
             stages_ms: stages,
+            policy_version: policy.version,
         },
         prompt,
     };

@@ -236,6 +236,11 @@ pub struct Policy {
     /// How long `"consistency": "strong"` waits for projections.
     pub strong_consistency_timeout_ms: u64,
     pub handoff_evidence_max: u32,
+    /// The stored policy's version (raised by every change; 0: the
+    /// defaults). Not part of the document: it says which one this is.
+    #[serde(skip)]
+    #[schema(ignore)]
+    pub version: i64,
 }
 
 impl Default for Policy {
@@ -254,6 +259,7 @@ impl Default for Policy {
             duplicate_similarity: 0.6,
             strong_consistency_timeout_ms: 2_000,
             handoff_evidence_max: MAX_HANDOFF_EVIDENCE,
+            version: 0,
         }
     }
 }
@@ -399,18 +405,19 @@ impl Policy {
 
 /// The tenant's stored policy, or the defaults.
 pub async fn load(pool: &PgPool, tenant: &str) -> Result<Policy, sqlx::Error> {
-    let stored: Option<Value> =
-        sqlx::query_scalar("SELECT policy FROM policies WHERE tenant_id = $1")
+    let stored: Option<(Value, i64)> =
+        sqlx::query_as("SELECT policy, version FROM policies WHERE tenant_id = $1")
             .bind(tenant)
             .fetch_optional(pool)
             .await?;
     Ok(stored
-        .and_then(|document| {
+        .and_then(|(document, version)| {
             Policy::parse(document)
                 .inspect_err(
                     |err| tracing::error!(tenant, %err, "stored policy is invalid; using defaults"),
                 )
                 .ok()
+                .map(|policy| Policy { version, ..policy })
         })
         .unwrap_or_default())
 }
@@ -419,24 +426,27 @@ pub async fn load(pool: &PgPool, tenant: &str) -> Result<Policy, sqlx::Error> {
 /// daemon drops its cached copy.
 pub const POLICY_CHANNEL: &str = "memd_policy";
 
-/// Stores `policy` as the tenant's and announces it.
-pub async fn store(pool: &PgPool, tenant: &str, policy: &Policy) -> Result<(), sqlx::Error> {
+/// Stores `policy` as the tenant's and announces it; returns its version.
+pub async fn store(pool: &PgPool, tenant: &str, policy: &Policy) -> Result<i64, sqlx::Error> {
     let document = serde_json::to_value(policy).expect("a policy serializes");
     let mut tx = pool.begin().await?;
-    sqlx::query(
+    let version: i64 = sqlx::query_scalar(
         "INSERT INTO policies (tenant_id, policy) VALUES ($1, $2)
-         ON CONFLICT (tenant_id) DO UPDATE SET policy = EXCLUDED.policy, updated_at = now()",
+         ON CONFLICT (tenant_id) DO UPDATE
+            SET policy = EXCLUDED.policy, version = policies.version + 1, updated_at = now()
+         RETURNING version",
     )
     .bind(tenant)
     .bind(document)
-    .execute(&mut *tx)
+    .fetch_one(&mut *tx)
     .await?;
     sqlx::query("SELECT pg_notify($1, $2)")
         .bind(POLICY_CHANNEL)
         .bind(tenant)
         .execute(&mut *tx)
         .await?;
-    tx.commit().await
+    tx.commit().await?;
+    Ok(version)
 }
 
 #[cfg(test)]

@@ -38,6 +38,15 @@ async fn a_tenant_edits_its_policy_and_bundles_follow_it(
     let other = app.tenant("other").await;
     let writer = app.tenant_with_scope("writer", Scope::Write).await;
 
+    let version = |response: &reqwest::Response| {
+        response.headers()["memd-policy-version"]
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(version(&app.get("/api/v1/policy", &token).await), "0");
+    let before = app.acb(&token, json!({"query_text": "export"})).await;
+    assert_eq!(before["provenance"]["policy_version"], 0, "the defaults");
     let (status, defaults) = app.get_json("/api/v1/policy", &token).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(defaults["max_tokens"], 65_000);
@@ -66,6 +75,8 @@ async fn a_tenant_edits_its_policy_and_bundles_follow_it(
     wait_projected(&app.pool, "acme").await;
     let acb = app.acb(&token, json!({"query_text": "export"})).await;
     assert_eq!(acb["budget_tokens"], 8000);
+    assert_eq!(acb["provenance"]["policy_version"], 1);
+    assert_eq!(version(&app.get("/api/v1/policy", &token).await), "1");
     assert_eq!(acb["provenance"]["scoring"]["alpha"], 0.9);
     assert_eq!(acb["provenance"]["path"], "retrieval");
     let fast = app
@@ -101,6 +112,12 @@ async fn a_tenant_edits_its_policy_and_bundles_follow_it(
     }
     let (_, still) = app.get_json("/api/v1/policy", &token).await;
     assert_eq!(still, stored, "a refused policy changes nothing");
+    assert_eq!(version(&app.get("/api/v1/policy", &token).await), "1");
+    app.put_json("/api/v1/policy", &token, &json!({"max_tokens": 7000}))
+        .await;
+    assert_eq!(version(&app.get("/api/v1/policy", &token).await), "2");
+    let acb = app.acb(&token, json!({"query_text": "export"})).await;
+    assert_eq!(acb["provenance"]["policy_version"], 2);
     let (status, _) = app.put_json("/api/v1/policy", &writer, &json!({})).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "only admins edit the policy");
 }
