@@ -92,6 +92,11 @@ pub async fn import(
         .fetch_optional(pool)
         .await?;
         let (channel, sensitivity) = match &latest {
+            // `secret` there is a secret redaction found: it finds it again
+            // (sent as secret, the text would be replaced by a marker).
+            Some((_, channel, sensitivity)) if sensitivity == "secret" => {
+                (channel.clone(), "none".to_owned())
+            }
             Some((_, channel, sensitivity)) => (channel.clone(), sensitivity.clone()),
             None => ("private".to_owned(), "none".to_owned()),
         };

@@ -263,7 +263,11 @@ impl NewEvent {
             return Ok(event);
         }
         let mut content = content;
-        redactor.redact_json(&mut content);
+        // A detected secret marks the whole event `secret` (PRD §9.2): kept
+        // in the log, redacted, and never loaded into any bundle.
+        if redactor.redact_json(&mut content) {
+            event.sensitivity = Sensitivity::Secret;
+        }
         if kind == Kind::ToolResult {
             let NormalizedToolResult { content, artifact } = tool_result::normalize(content)?;
             event.content = content;

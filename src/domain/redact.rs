@@ -160,23 +160,26 @@ impl Redactor {
         }
     }
 
-    /// Redacts every string of a JSON value, object keys included.
-    pub fn redact_json(&self, value: &mut serde_json::Value) {
+    /// Redacts every string of a JSON value, object keys included; returns
+    /// whether anything was redacted.
+    pub fn redact_json(&self, value: &mut serde_json::Value) -> bool {
         use serde_json::Value;
         match value {
-            Value::String(s) => {
-                self.redact_in_place(s);
-            }
-            Value::Array(items) => items.iter_mut().for_each(|v| self.redact_json(v)),
+            Value::String(s) => self.redact_in_place(s),
+            Value::Array(items) => items
+                .iter_mut()
+                .fold(false, |found, v| self.redact_json(v) | found),
             Value::Object(map) => {
                 let entries = std::mem::take(map);
+                let mut found = false;
                 for (mut key, mut v) in entries {
-                    self.redact_in_place(&mut key);
-                    self.redact_json(&mut v);
+                    found |= self.redact_in_place(&mut key);
+                    found |= self.redact_json(&mut v);
                     map.insert(key, v);
                 }
+                found
             }
-            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+            Value::Null | Value::Bool(_) | Value::Number(_) => false,
         }
     }
 }

@@ -158,12 +158,57 @@ async fn planted_secrets_appear_nowhere_in_the_database(
         assert!(!dump.contains(&hex), "{marker} is stored in an artifact");
     }
     let content: Value =
-        sqlx::query_scalar("SELECT content FROM events WHERE sensitivity = 'secret'")
+        sqlx::query_scalar("SELECT content FROM events WHERE idempotency_key = 'key-8'")
             .fetch_one(&app.pool)
             .await
             .unwrap();
     assert_eq!(
         content,
         json!({"redacted": true, "reason": "sensitivity:secret"})
+    );
+}
+
+#[sqlx::test]
+async fn a_detected_secret_marks_its_event_secret_and_keeps_it_out_of_bundles(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let leaked = app
+        .append(
+            &token,
+            &crate::helpers::message(
+                "s1",
+                "the deploy key for the billing ledger is AKIATESTSECRET020000",
+            ),
+        )
+        .await;
+    app.append(
+        &token,
+        &crate::helpers::message("s1", "the billing ledger deploys on friday"),
+    )
+    .await;
+    let (sensitivity, content): (String, Value) =
+        sqlx::query_as("SELECT sensitivity, content FROM events WHERE event_id = $1")
+            .bind(leaked["event_id"].as_str().unwrap())
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(sensitivity, "secret");
+    assert!(content.to_string().contains("[REDACTED:"), "{content}");
+    assert!(!content.to_string().contains("TESTSECRET02"));
+    crate::helpers::wait_projected(&app.pool, "acme").await;
+    let acb = app
+        .acb(
+            &token,
+            json!({"session_id": "s1", "query_text": "billing ledger deploy key", "render": true}),
+        )
+        .await;
+    let text = acb.to_string();
+    assert!(text.contains("deploys on friday"), "{text}");
+    assert!(
+        !text.contains("deploy key for the billing ledger"),
+        "{text}"
     );
 }
