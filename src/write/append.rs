@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, SubsecRound, Utc};
+use memd_projectors::{StoredEvent, projections::chunks};
 use serde::Serialize;
 use sqlx::{PgPool, Row};
 
@@ -55,6 +56,11 @@ pub struct Appended {
     /// can cite or fetch it without a lookup.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub artifact_id: Option<String>,
+    /// The retrieval units the event becomes (`chk_<ulid>_<part>`), as the
+    /// chunks projection will write them: cite them before it has. None for
+    /// kinds that are not retrieved; left out for a replay.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chunk_ids: Option<Vec<String>>,
 }
 
 /// An earlier event with a key this append repeats: key, event id, seq,
@@ -176,15 +182,19 @@ pub async fn append(
                 created_at,
                 replayed: true,
                 artifact_id,
+                chunk_ids: None,
             };
             (key, original)
         })
         .collect();
 
     let mut results = Vec::with_capacity(events.len());
+    // (index in results, the event as projectors will read it), for its
+    // chunk ids once the lock is released.
+    let mut stored = Vec::new();
     let mut rows = Columns::default();
     let mut artifacts = ArtifactColumns::default();
-    for (event, content_text) in events.into_iter().zip(content_texts) {
+    for (mut event, content_text) in events.into_iter().zip(content_texts) {
         if let Some(original) = event.idempotency_key.as_ref().and_then(|k| by_key.get(k)) {
             results.push(Appended {
                 replayed: true,
@@ -226,12 +236,33 @@ pub async fn append(
             created_at: now,
             replayed: false,
             artifact_id: artifact_id.clone(),
+            chunk_ids: None,
         };
         if let Some(key) = &event.idempotency_key {
             // A key repeated within one batch refers to its first occurrence.
             by_key.insert(key.clone(), appended.clone());
         }
         results.push(appended);
+        stored.push((
+            results.len() - 1,
+            StoredEvent {
+                seq,
+                event_id: event_id.clone(),
+                created_at: now,
+                ts,
+                session_id: event.session_id.clone(),
+                channel: event.channel.as_str().to_owned(),
+                actor_type: event.actor_type.as_str().to_owned(),
+                actor_id: event.actor_id.clone(),
+                agent_id: event.agent_id.clone(),
+                kind: event.kind.as_str().to_owned(),
+                sensitivity: event.sensitivity.as_str().to_owned(),
+                tags: event.tags.clone(),
+                content: std::mem::take(&mut event.content),
+                refs: event.refs.clone(),
+                artifact_id: artifact_id.clone(),
+            },
+        ));
 
         if let Some(artifact) = event.artifact {
             artifacts.artifact_id.push(artifact.artifact_id);
@@ -305,5 +336,13 @@ pub async fn append(
             .await?;
     }
     tx.commit().await?;
+    for (index, event) in stored {
+        results[index].chunk_ids = Some(
+            chunks::texts_of(&event)
+                .into_iter()
+                .map(|text| text.chunk_id)
+                .collect(),
+        );
+    }
     Ok(results)
 }

@@ -288,3 +288,42 @@ async fn each_append_notifies_projectors_on_commit(pool: PgPool) {
         .unwrap();
     assert_eq!(notification.payload(), "acme:2");
 }
+
+#[sqlx::test]
+async fn the_append_answer_names_the_chunks_the_event_becomes(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let long: String = (1..=2000)
+        .map(|i| format!("line {i} of a long build log\n"))
+        .collect();
+    let answer = app
+        .append(
+            &token,
+            &json!({"events": [
+                message("s1", "the export runs nightly"),
+                crate::helpers::tool_result("build.log", &long),
+                {"session_id": "s1", "channel": "private", "actor": {"type": "agent", "id": "a"},
+                 "kind": "tool_call", "content": {"tool": "ls"}},
+            ]}),
+        )
+        .await;
+    crate::helpers::wait_projected(&app.pool, "acme").await;
+    for appended in answer["events"].as_array().unwrap() {
+        let named: Vec<String> =
+            serde_json::from_value(appended["chunk_ids"].clone()).expect("chunk_ids");
+        let projected: Vec<String> = sqlx::query_scalar(
+            "SELECT chunk_id FROM projections.chunks WHERE event_id = $1 ORDER BY part",
+        )
+        .bind(appended["event_id"].as_str().unwrap())
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+        assert_eq!(named, projected, "{appended}");
+    }
+    let parts = |i: usize| answer["events"][i]["chunk_ids"].as_array().unwrap().len();
+    assert_eq!(parts(0), 1);
+    assert!(parts(1) > 1, "a long output is several chunks");
+}
