@@ -42,6 +42,12 @@ pub struct EventQuery {
     pub kind: Option<String>,
     /// Only events after this seq (paging: pass `next_after_seq`).
     pub after_seq: Option<i64>,
+    /// Only events that happened (`ts`) at or after this time, RFC 3339.
+    pub since: Option<DateTime<Utc>>,
+    /// Only events that happened before this time, RFC 3339.
+    pub until: Option<DateTime<Utc>>,
+    /// Only events with this tag.
+    pub tag: Option<String>,
     /// At most this many, in log order.
     #[param(minimum = 1, maximum = 1000, default = 100)]
     pub limit: Option<i64>,
@@ -141,6 +147,9 @@ pub async fn get_events(
             AND ($2::text IS NULL OR session_id = $2)
             AND ($3::text IS NULL OR kind = $3)
             AND seq > coalesce($4, 0)
+            AND ($7::timestamptz IS NULL OR ts >= $7)
+            AND ($8::timestamptz IS NULL OR ts < $8)
+            AND ($9::text IS NULL OR tags @> ARRAY[$9])
             AND {owner}
           ORDER BY seq LIMIT $5",
         owner = owner_condition(6)
@@ -151,6 +160,9 @@ pub async fn get_events(
     .bind(query.after_seq)
     .bind(limit)
     .bind(&caller.agent)
+    .bind(query.since)
+    .bind(query.until)
+    .bind(&query.tag)
     .fetch_all(&state.pool)
     .await?;
     let next_after_seq = (events.len() as i64 == limit)
