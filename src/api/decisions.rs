@@ -1,5 +1,6 @@
-//! `GET /api/v1/decisions`: the decision ledger, filterable by status,
-//! scope, key and the channel it would be shown in.
+//! The decision ledger: `GET /api/v1/decisions` (and its PRD name
+//! `/decisions/query`), filterable by status, scope, key and the channel it
+//! would be shown in; `POST /api/v1/decisions` records one.
 
 use axum::{
     Json,
@@ -12,8 +13,8 @@ use serde_json::Value;
 
 use super::{
     ApiState,
-    error::{ApiError, ErrorBody, RateLimited, Unauthorized, Unavailable},
-    extract::{Authenticated, QueryParams, page_limit},
+    error::{ApiError, BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
+    extract::{Authenticated, JsonBody, QueryParams, page_limit},
     require_scope,
 };
 use crate::{
@@ -24,6 +25,7 @@ use crate::{
     },
     read::privacy::Visibility,
     tenants::Caller,
+    write::Appended,
 };
 
 const DEFAULT_LIMIT: i64 = 100;
@@ -128,6 +130,70 @@ pub async fn get_decisions(
     require_scope(&caller, Scope::Read)?;
     let decisions = query_ledger(&state, &caller, &query).await?;
     Ok(Json(DecisionList { decisions }).into_response())
+}
+
+/// Query the decision ledger (the PRD's name)
+///
+/// The same as `GET /api/v1/decisions`. Any scope.
+#[utoipa::path(
+    get,
+    path = "/api/v1/decisions/query",
+    tag = "decisions",
+    params(DecisionQuery),
+    responses(
+        (status = 200, description = "The decisions", body = DecisionList),
+        (status = 400, description = "`invalid_field`: `status`, `scope` or `limit` out of range, or a malformed or unknown query parameter", body = ErrorBody),
+        (status = 401, response = Unauthorized),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn get_decisions_query(
+    state: State<ApiState>,
+    caller: Authenticated,
+    query: QueryParams<DecisionQuery>,
+) -> Result<Response, ApiError> {
+    get_decisions(state, caller, query).await
+}
+
+/// Record a decision
+///
+/// A `decision` event from a flat body: the envelope (`session_id`,
+/// `actor`, `channel` default private, `agent_id`, `sensitivity`, `tags`,
+/// `refs`, `idempotency_key`, `ts`) and the decision itself (`decision`,
+/// `scope`: project, user or global, `key`, `rationale`, `constraints`,
+/// `alternatives`, `consequences`, `confidence`, `supersedes`, `value`).
+/// The ledger rejects a decision without `refs`. Errors name the field as
+/// in the event (`content.scope`). Scope: write.
+#[utoipa::path(
+    post,
+    path = "/api/v1/decisions",
+    tag = "decisions",
+    request_body(content = Value, description = "Envelope and decision fields, flat", example = json!({
+        "session_id": "s1", "actor": {"type": "agent", "id": "coder"}, "refs": ["evt_01M82PVAD4YW2NRKRS6SSKPC1F"],
+        "decision": "Export invoices in pages of 200", "key": "export.page_size", "scope": "project",
+        "rationale": ["timeouts above 500 rows"]})),
+    responses(
+        (status = 201, description = "Recorded; `event_id` is the decision's id", body = Appended),
+        (status = 200, description = "A replay of an earlier `idempotency_key`", body = Appended),
+        (status = 400, description = "`invalid_field`: e.g. `content.scope` not project, user or global", body = ErrorBody),
+        (status = 401, response = Unauthorized),
+        (status = 403, description = "`insufficient_scope`, `tenant_mismatch` or `agent_mismatch`", body = ErrorBody),
+        (status = 413, response = BodyTooLarge),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = [])),
+)]
+#[tracing::instrument(skip_all, fields(tenant = %caller.tenant))]
+pub async fn post_decision(
+    State(state): State<ApiState>,
+    Authenticated(caller): Authenticated,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let (status, appended) = super::events::record_kind(&state, &caller, "decision", body).await?;
+    Ok((status, Json(appended)).into_response())
 }
 
 /// The caller's ledger, newest first, filtered by `query`: shared by HTTP

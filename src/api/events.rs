@@ -115,6 +115,55 @@ pub(crate) async fn record(
     Ok((status, body))
 }
 
+/// The envelope fields of an event; the rest of a convenience body
+/// (`POST /decisions`, `POST /tasks`) is its content.
+const ENVELOPE: &[&str] = &[
+    "tenant_id",
+    "session_id",
+    "channel",
+    "actor",
+    "agent_id",
+    "sensitivity",
+    "tags",
+    "refs",
+    "idempotency_key",
+    "ts",
+];
+
+/// Records one event of `kind` from a flat body: its envelope fields, and
+/// everything else as `content`. `channel` defaults to `private`. The same
+/// checks, redaction and answer as `POST /api/v1/events`.
+pub(crate) async fn record_kind(
+    state: &ApiState,
+    caller: &Caller,
+    kind: &str,
+    body: Value,
+) -> Result<(StatusCode, Appended), ApiError> {
+    let Value::Object(mut fields) = body else {
+        return Err(ApiError::invalid(crate::domain::FieldError::new(
+            "body",
+            "must be a JSON object",
+        )));
+    };
+    let mut event = serde_json::Map::new();
+    for name in ENVELOPE {
+        if let Some(value) = fields.remove(*name) {
+            event.insert((*name).to_owned(), value);
+        }
+    }
+    event
+        .entry("channel")
+        .or_insert_with(|| Value::from("private"));
+    event.insert("kind".to_owned(), Value::from(kind));
+    event.insert("content".to_owned(), Value::Object(fields));
+    match record(state, caller, Value::Object(event)).await? {
+        (status, AppendResponse::One(appended)) => Ok((status, appended)),
+        (_, AppendResponse::Batch(_)) => Err(ApiError::internal(&std::io::Error::other(
+            "one event came back as a batch",
+        ))),
+    }
+}
+
 /// An agent's token records as that agent: events without `agent_id` get
 /// its agent, events naming another are refused (the whole batch).
 fn stamp_agent(

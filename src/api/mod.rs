@@ -14,6 +14,7 @@ mod log;
 pub mod openapi;
 mod policy;
 pub mod rate_limit;
+mod tasks;
 
 use std::sync::Arc;
 
@@ -99,6 +100,36 @@ pub const ROUTES: &[Route] = &[
         path: "/api/v1/decisions",
         bearer: true,
         handler: |m| on(m, decisions::get_decisions),
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/decisions",
+        bearer: true,
+        handler: |m| on(m, decisions::post_decision),
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/decisions/query",
+        bearer: true,
+        handler: |m| on(m, decisions::get_decisions_query),
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/tasks",
+        bearer: true,
+        handler: |m| on(m, tasks::post_task),
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/tasks",
+        bearer: true,
+        handler: |m| on(m, tasks::get_tasks),
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/views",
+        bearer: true,
+        handler: |m| on(m, tasks::get_views),
     },
     Route {
         method: Method::GET,

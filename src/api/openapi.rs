@@ -20,7 +20,7 @@ use utoipa::{
 use super::{
     acb, admin, artifacts, decisions,
     error::{BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
-    events, handoffs, health, log, policy,
+    events, handoffs, health, log, policy, tasks,
 };
 
 /// What `info.description` says: what an integrator needs before the first call.
@@ -52,6 +52,11 @@ bursts of twice that; over them the answer is 429 with `Retry-After`.";
         acb::post_build,
         handoffs::post_handoff,
         decisions::get_decisions,
+        decisions::post_decision,
+        decisions::get_decisions_query,
+        tasks::post_task,
+        tasks::get_tasks,
+        tasks::get_views,
         policy::get_policy,
         policy::put_policy,
         artifacts::get_artifact,
@@ -77,6 +82,7 @@ bursts of twice that; over them the answer is 429 with `Retry-After`.";
         (name = "bundles", description = "Active Context Bundles: what the next LLM call should see, within a token budget"),
         (name = "handoffs", description = "Passing work to another agent as a packet, not a transcript"),
         (name = "decisions", description = "The decision ledger"),
+        (name = "tasks", description = "Tasks and views as their read models hold them"),
         (name = "policy", description = "The tenant's bundle policy: section caps, scoring weights, retrieval bounds"),
         (name = "artifacts", description = "Tool outputs too large to keep in their event"),
         (name = "admin", description = "Rebuild and drift check of the tenant's projections, as background jobs"),

@@ -269,6 +269,27 @@ async fn an_agents_token_never_reaches_another_agents_private_memory(
             body["decisions"].as_array().unwrap().len()
         }
     };
+    let task = app
+        .client
+        .post(format!("{}/api/v1/tasks", app.base_url))
+        .bearer_auth(&alpha)
+        .json(&json!({"session_id": "s1", "actor": {"type": "agent", "id": "alpha"},
+                      "task_id": "ledger-migration", "status": "doing", "title": "Migrate the ledger"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(task.status(), StatusCode::CREATED);
+    wait_projected(&app.pool, "acme").await;
+    let tasks = |token: String| {
+        let app = &app;
+        async move {
+            let body: Value = app.get("/api/v1/tasks", &token).await.json().await.unwrap();
+            body["tasks"].as_array().unwrap().len()
+        }
+    };
+    assert_eq!(tasks(beta.clone()).await, 0);
+    assert_eq!(tasks(alpha.clone()).await, 1);
+    assert_eq!(tasks(operator.clone()).await, 1);
     assert_eq!(ledger(beta.clone()).await, 0);
     assert_eq!(ledger(alpha.clone()).await, 1);
     assert_eq!(ledger(operator.clone()).await, 1);

@@ -246,3 +246,94 @@ async fn the_decision_ledger_filters_by_status_key_and_channel(
         assert_eq!(error["error"]["field"], field);
     }
 }
+
+#[sqlx::test]
+async fn decisions_and_tasks_are_recorded_and_read_through_their_own_routes(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let post = |path: &'static str, body: Value| {
+        let app = &app;
+        let token = token.clone();
+        async move {
+            let response = app
+                .client
+                .post(format!("{}{path}", app.base_url))
+                .bearer_auth(&token)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            (response.status(), response.json::<Value>().await.unwrap())
+        }
+    };
+    let cited = app
+        .append(&token, &message("s1", "exports time out above 500 rows"))
+        .await;
+    let (status, decision) = post(
+        "/api/v1/decisions",
+        json!({"session_id": "s1", "actor": {"type": "agent", "id": "coder"},
+               "refs": [cited["event_id"]], "decision": "Export in pages of 200",
+               "key": "export.page_size", "scope": "project", "rationale": ["timeouts"]}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{decision}");
+    let (status, error) = post(
+        "/api/v1/decisions",
+        json!({"session_id": "s1", "actor": {"type": "agent", "id": "coder"},
+               "decision": "x", "scope": "galaxy"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(error["error"]["field"], "content.scope");
+    let (status, task) = post(
+        "/api/v1/tasks",
+        json!({"session_id": "s1", "actor": {"type": "agent", "id": "coder"},
+               "task_id": "export-fix", "status": "doing", "title": "Fix the export"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{task}");
+    let (status, error) = post(
+        "/api/v1/tasks",
+        json!({"session_id": "s1", "actor": {"type": "agent", "id": "coder"},
+               "task_id": "export-fix", "status": "someday"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(error["error"]["field"], "content.status");
+    app.append(
+        &token,
+        &event(
+            "view_update",
+            json!({"view": "identity", "text": "You are the billing agent."}),
+            &[],
+        ),
+    )
+    .await;
+    wait_projected(&app.pool, "acme").await;
+
+    let (_, ledger) = app
+        .get_json("/api/v1/decisions/query?key=export.page_size", &token)
+        .await;
+    assert_eq!(ledger["decisions"][0]["decision_id"], decision["event_id"]);
+    assert_eq!(ledger["decisions"][0]["status"], "active");
+    let (_, tasks) = app.get_json("/api/v1/tasks?status=doing", &token).await;
+    assert_eq!(tasks["tasks"][0]["task_id"], "export-fix");
+    assert_eq!(tasks["tasks"][0]["title"], "Fix the export");
+    let (_, none) = app.get_json("/api/v1/tasks?status=done", &token).await;
+    assert_eq!(none["tasks"], json!([]));
+    let (status, error) = app.get_json("/api/v1/tasks?status=later", &token).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(error["error"]["field"], "status");
+    let (_, views) = app.get_json("/api/v1/views", &token).await;
+    assert_eq!(views["views"][0]["view"], "identity");
+    assert_eq!(views["views"][0]["text"], "You are the billing agent.");
+    // Another tenant sees none of it.
+    let other = app.tenant("other").await;
+    let (_, theirs) = app.get_json("/api/v1/tasks", &other).await;
+    assert_eq!(theirs["tasks"], json!([]));
+    let (_, theirs) = app.get_json("/api/v1/views", &other).await;
+    assert_eq!(theirs["views"], json!([]));
+}
