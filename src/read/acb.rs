@@ -588,6 +588,26 @@ pub async fn build_acb(
     } else {
         evidence.limit = policy.retrieved_max as usize;
         evidence.token_limit = max_tokens;
+        // Pinned memory first, on either path, while it fits.
+        let pinned = retrieve::pinned(
+            &reader.pool,
+            tenant,
+            visibility,
+            (policy.retrieved_max / 2).max(1).into(),
+        )
+        .await?;
+        evidence
+            .consider(
+                reader,
+                tenant,
+                pinned,
+                &policy,
+                history,
+                &recent_chunks,
+                &task_ids,
+                &mut omissions,
+            )
+            .await?;
     }
     if let Some(question) = question {
         let scope = Scope {

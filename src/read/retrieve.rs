@@ -420,6 +420,42 @@ pub async fn by_refs(
         .collect()
 }
 
+/// Tags that pin memory: a bundle holds the newest pinned chunks the
+/// channel may see whatever the question, while they fit.
+pub const PIN_TAGS: [&str; 2] = ["pinned", "pin"];
+
+/// The newest `limit` pinned chunks ([`PIN_TAGS`]) the bundle may see, as
+/// candidates that rank first.
+pub async fn pinned(
+    pool: &PgPool,
+    tenant: &str,
+    visibility: Visibility<'_>,
+    limit: i64,
+) -> Result<Vec<Candidate>, sqlx::Error> {
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {CANDIDATE_COLUMNS}, length(c.tsv) AS lexeme_count
+           FROM projections.chunks c
+          WHERE {VISIBLE} AND c.tags && $6
+          ORDER BY c.seq DESC, c.part LIMIT $7"
+    )))
+    .bind(tenant)
+    .bind(visibility.channel_names())
+    .bind(visibility.sensitivity_names())
+    .bind(Vec::<String>::new())
+    .bind(visibility.agent)
+    .bind(PIN_TAGS)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            let mut candidate = Candidate::from_row(row, 0)?;
+            (candidate.relevance, candidate.recency, candidate.score) = (1.0, 1.0, 1.0);
+            Ok(candidate)
+        })
+        .collect()
+}
+
 /// Up to `limit` ids of chunks matching any lexeme that the channel may not
 /// see: what privacy kept out, for `omissions`. Never scored. Another
 /// agent's private chunks are not even named.

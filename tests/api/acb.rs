@@ -1058,3 +1058,61 @@ async fn every_part_of_a_long_superseded_decision_or_conflicting_summary_stays_o
         "every part of the summary is left out as a conflict"
     );
 }
+
+#[sqlx::test]
+async fn pinned_memory_is_in_every_bundle_while_it_fits(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let mut pinned = message("old", "Always answer the customer in French.");
+    pinned["tags"] = json!(["pinned"]);
+    app.append(&token, &pinned).await;
+    let mut public_pin = message("old", "Never reveal the staging hostname.");
+    public_pin["tags"] = json!(["pin"]);
+    public_pin["sensitivity"] = json!("high");
+    app.append(&token, &public_pin).await;
+    for i in 0..30 {
+        app.append(
+            &token,
+            &message("new", &format!("the export job {i} finished")),
+        )
+        .await;
+    }
+    wait_projected(&app.pool, "acme").await;
+    let texts = |acb: &Value| -> Vec<String> {
+        section(acb, "retrieved_evidence")
+            .iter()
+            .map(|item| item["text"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let fast = app
+        .acb(&token, json!({"session_id": "new", "intent": "continue"}))
+        .await;
+    assert_eq!(fast["provenance"]["path"], "fast");
+    assert!(
+        texts(&fast)
+            .iter()
+            .any(|t| t.contains("answer the customer in French")),
+        "{:#?}",
+        texts(&fast)
+    );
+    let retrieval = app
+        .acb(
+            &token,
+            json!({"session_id": "new", "query_text": "did the export job finish?"}),
+        )
+        .await;
+    assert_eq!(retrieval["provenance"]["path"], "retrieval");
+    assert!(texts(&retrieval).iter().any(|t| t.contains("in French")));
+    // Pinned or not, privacy first: a high-sensitivity pin stays out of a
+    // public bundle.
+    let public = app
+        .acb(
+            &token,
+            json!({"session_id": "new", "intent": "continue", "channel": "public"}),
+        )
+        .await;
+    assert!(!public.to_string().contains("staging hostname"));
+}
