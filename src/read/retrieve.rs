@@ -512,7 +512,23 @@ pub fn rank(
         candidate.recency = 0.5_f64.powf(age_hours / scoring.recency_half_life_hours);
         candidate.score = score(scoring, candidate);
     }
-    candidates.retain(|c| c.relevance >= scoring.min_relevance);
+    // The floor is measured against the best candidate that can become
+    // evidence: a decision the question found goes to the decision ledger
+    // (when active), so when it leads the pool by far it must not sweep
+    // every other candidate under the floor with it.
+    let best_evidence = candidates
+        .iter()
+        .filter(|c| c.kind != "decision")
+        .map(|c| c.relevance)
+        .fold(0.0, f64::max);
+    candidates.retain(|c| {
+        let floor = if c.kind == "decision" {
+            scoring.min_relevance
+        } else {
+            scoring.min_relevance * best_evidence
+        };
+        c.relevance >= floor
+    });
     candidates.sort_by(better);
     candidates
 }
@@ -826,6 +842,35 @@ mod tests {
         let ranked = rank(pool, 2, 10_000, newest, &scoring);
         assert_eq!(ranked[0].chunk_id, "rare");
         assert_eq!(ranked[0].relevance, 1.0);
+    }
+
+    #[test]
+    fn a_decision_leading_the_pool_does_not_push_the_evidence_under_the_floor() {
+        let newest = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        // Lexeme 1 is rare and held by the decision alone; the messages hold
+        // the common lexeme 0, some more of it than others.
+        let mut decision = candidate("decision", &[0, 1], 5, 1, 0.9);
+        decision.kind = "decision";
+        let mut pool: Vec<Candidate> = (0..40)
+            .map(|i| candidate(&format!("m{i:02}"), &[0], 5 + i % 20, 1, 0.5))
+            .collect();
+        pool.push(decision);
+        let scoring = Scoring {
+            min_relevance: 0.2,
+            ..Scoring::default()
+        };
+        let ranked = rank(pool.clone(), 2, 100, newest, &scoring);
+        assert_eq!(ranked[0].chunk_id, "decision");
+        assert!(
+            ranked.iter().filter(|c| c.kind == "message").count() > 0,
+            "the messages stay candidates"
+        );
+        // Without the decision, the same messages keep the same standing.
+        let alone: Vec<Candidate> = pool.into_iter().filter(|c| c.kind != "decision").collect();
+        assert_eq!(
+            rank(alone, 2, 100, newest, &scoring).len(),
+            ranked.len() - 1
+        );
     }
 
     #[test]
