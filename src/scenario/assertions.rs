@@ -596,6 +596,18 @@ fn run(assertion: &Assertion, facts: &Facts) -> Result<Outcome, Outcome> {
                 format!("{}: {}", stating.len(), describe_items(&stating)),
             )
         }
+        Assertion::AcbLatencyMax { acb, p95_ms } => {
+            let built = facts.acb(acb)?;
+            let mut times = built.round_trips_ms.clone();
+            times.sort_by(f64::total_cmp);
+            let rank = ((times.len() as f64) * 0.95).ceil().max(1.0) as usize;
+            let p95 = times.get(rank - 1).copied().unwrap_or(f64::INFINITY);
+            Outcome::when(
+                p95 <= *p95_ms,
+                format!("p95 of {} builds ≤ {p95_ms} ms", times.len()),
+                format!("p95 {p95:.1} ms"),
+            )
+        }
         Assertion::AcbPath { acb, path } => {
             let built = facts.acb(acb)?;
             let actual = &built.first()["provenance"]["path"];
@@ -1017,6 +1029,18 @@ mod tests {
             "  - {type: chunks_for_fact_max, acb: q, fact: '65\\s*(k|,000)', max: 2}",
             facts(),
             |f| bundle_mut(f)["sections"][0]["items"][0]["text"] = json!("65k again"),
+        );
+    }
+
+    #[test]
+    fn latency_is_checked_at_the_95th_percentile() {
+        let mut facts = facts();
+        facts.acbs.get_mut("q").unwrap().round_trips_ms = (1..=20).map(f64::from).collect();
+        // 20 builds: the 19th fastest is the p95; the slowest is allowed over.
+        passes_then_fails(
+            "  - {type: acb_latency_max, acb: q, p95_ms: 19}",
+            facts,
+            |f| f.acbs.get_mut("q").unwrap().round_trips_ms[18] = 150.0,
         );
     }
 

@@ -287,6 +287,10 @@ pub enum Assertion {
     },
     /// Every repeat of the bundle's build gave the same bundle (P7).
     AcbRepeatable { acb: String },
+    /// The 95th percentile (nearest rank) of the bundle's build round trips
+    /// is at most `p95_ms`: the PRD's time limits (§10), as limits a run
+    /// fails only far past, not as benchmarks.
+    AcbLatencyMax { acb: String, p95_ms: f64 },
     /// A drift check (admin job) finds the projections equal to a rebuild.
     NoDrift {},
     /// The tenant's hash chain verifies (`memd verify`).
@@ -311,6 +315,7 @@ impl Assertion {
             Assertion::RetrievedMax { .. } => "retrieved_max",
             Assertion::ChunksForFactMax { .. } => "chunks_for_fact_max",
             Assertion::AcbPath { .. } => "acb_path",
+            Assertion::AcbLatencyMax { .. } => "acb_latency_max",
             Assertion::AcbField { .. } => "acb_field",
             Assertion::AcbTokensStable { .. } => "acb_tokens_stable",
             Assertion::AcbRepeatable { .. } => "acb_repeatable",
@@ -333,6 +338,7 @@ impl Assertion {
             | Assertion::AcbPath { acb, .. }
             | Assertion::AcbField { acb, .. }
             | Assertion::AcbRepeatable { acb }
+            | Assertion::AcbLatencyMax { acb, .. }
             | Assertion::AcbSectionContains { acb, .. }
             | Assertion::AcbSectionNotContains { acb, .. } => vec![acb],
             Assertion::AcbTokensStable { acb, baseline, .. } => vec![acb, baseline],
