@@ -71,6 +71,7 @@ wire_enum!(
         Summary => "summary",
         ViewUpdate => "view_update",
         Handoff => "handoff",
+        Artifact => "artifact",
     }
 );
 wire_enum!(
@@ -125,6 +126,8 @@ pub struct ActorRequest {
 /// A full tool output too large to keep in the event, bound for `artifacts`.
 #[derive(Debug, Clone)]
 pub struct NewArtifact {
+    /// `tool_output` (a tool result's) or `blob` (an `artifact` event's).
+    pub kind: &'static str,
     pub artifact_id: String,
     pub media_type: &'static str,
     pub sha256: [u8; 32],
@@ -221,7 +224,7 @@ impl NewEvent {
         check_list("tags", &tags, limits::MAX_TAGS, limits::MAX_TAG_BYTES)?;
         check_list("refs", &refs, limits::MAX_REFS, limits::MAX_REF_BYTES)?;
         check_no_nul_in_json(&content, "content")?;
-        if kind != Kind::ToolResult {
+        if kind != Kind::ToolResult && kind != Kind::Artifact {
             let size = serde_json::to_vec(&content)
                 .map(|v| v.len())
                 .unwrap_or(usize::MAX);
@@ -268,8 +271,12 @@ impl NewEvent {
         if redactor.redact_json(&mut content) {
             event.sensitivity = Sensitivity::Secret;
         }
-        if kind == Kind::ToolResult {
-            let NormalizedToolResult { content, artifact } = tool_result::normalize(content)?;
+        if kind == Kind::ToolResult || kind == Kind::Artifact {
+            let NormalizedToolResult { content, artifact } = if kind == Kind::Artifact {
+                tool_result::normalize_text(content, &tool_result::DOCUMENT)?
+            } else {
+                tool_result::normalize(content)?
+            };
             event.content = content;
             event.artifact = artifact;
         } else {
@@ -493,6 +500,7 @@ impl EventContent {
             add::<SummaryContent>(out),
             add::<ViewUpdateContent>(out),
             add::<HandoffContent>(out),
+            add::<tool_result::ArtifactContent>(out),
         ]
     }
 }
@@ -532,6 +540,7 @@ fn check_content(kind: Kind, content: &Value) -> Result<(), FieldError> {
             non_empty("content.tool", &c.tool)
         }
         Kind::ToolResult => tool_result::check_shape(content),
+        Kind::Artifact => tool_result::check_artifact_shape(content),
         Kind::Decision => {
             let c: DecisionContent = shape(content)?;
             non_empty("content.decision", &c.decision)?;

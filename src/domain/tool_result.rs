@@ -42,6 +42,11 @@ pub(crate) fn check_shape(content: &Value) -> Result<(), FieldError> {
             "lines are numbered from 1",
         ));
     }
+    reserved(content, "output")
+}
+
+/// The fields memd sets when it normalizes a long text may not be sent.
+fn reserved(content: &Value, field: &str) -> Result<(), FieldError> {
     for reserved in [
         "excerpt_text",
         "line_range",
@@ -52,7 +57,7 @@ pub(crate) fn check_shape(content: &Value) -> Result<(), FieldError> {
         if content.get(reserved).is_some() {
             return Err(FieldError::new(
                 format!("content.{reserved}"),
-                "is set by memd when it normalizes the output; send `output` instead",
+                format!("is set by memd when it normalizes the text; send `{field}` instead"),
             ));
         }
     }
@@ -66,14 +71,66 @@ pub struct NormalizedToolResult {
 
 /// Normalizes an already shape-checked and redacted tool-result content.
 pub fn normalize(content: Value) -> Result<NormalizedToolResult, FieldError> {
+    normalize_text(content, &OUTPUT)
+}
+
+/// Where the long text of an event kind is, and what its artifact keeps.
+pub struct LongText {
+    /// The content field holding the text.
+    field: &'static str,
+    /// Content fields copied into the artifact's `meta`.
+    meta: &'static [&'static str],
+    /// `artifacts.kind`.
+    artifact_kind: &'static str,
+}
+
+/// A tool result's `output`.
+const OUTPUT: LongText = LongText {
+    field: "output",
+    meta: &["tool", "path"],
+    artifact_kind: "tool_output",
+};
+
+/// An `artifact` event's `text` (a document an agent produced or received).
+pub const DOCUMENT: LongText = LongText {
+    field: "text",
+    meta: &["name", "media_type"],
+    artifact_kind: "blob",
+};
+
+/// `content` of an `artifact` event, as sent: a named document. Stored
+/// like a tool output: `excerpt_text` (at most 64 KiB) with `line_range`,
+/// and, when longer, the whole text in an artifact (`artifact_id`).
+#[derive(Deserialize, utoipa::ToSchema)]
+#[allow(dead_code)] // read by serde to check types
+pub(super) struct ArtifactContent {
+    /// What it is called (a file name, a title): 1-256 bytes.
+    name: String,
+    /// Its text.
+    text: String,
+    /// Default `text/plain`.
+    media_type: Option<String>,
+}
+
+pub(crate) fn check_artifact_shape(content: &Value) -> Result<(), FieldError> {
+    let c: ArtifactContent = shape(content)?;
+    non_empty("content.name", &c.name)?;
+    if c.name.len() > super::limits::MAX_ID_BYTES {
+        return Err(FieldError::new("content.name", "must be at most 256 bytes"));
+    }
+    reserved(content, "text")
+}
+
+/// Normalizes the long text of a `tool_result` or an `artifact` (PRD §7.4).
+pub fn normalize_text(content: Value, long: &LongText) -> Result<NormalizedToolResult, FieldError> {
     let Value::Object(mut map) = content else {
         return Err(FieldError::new("content", "must be a JSON object"));
     };
-    let output = match take_string(&mut map, "output") {
+    let output = match take_string(&mut map, long.field) {
         Some(text) => text,
         // A structured output is kept as its pretty-printed JSON text.
         None => map
-            .remove("output")
+            .remove(long.field)
             .map(|v| serde_json::to_string_pretty(&v).expect("a JSON value serializes"))
             .unwrap_or_default(),
     };
@@ -101,13 +158,14 @@ pub fn normalize(content: Value) -> Result<NormalizedToolResult, FieldError> {
         normalized.insert("artifact_id".into(), Value::String(artifact_id.clone()));
         normalized.insert("artifact_sha256".into(), Value::String(hex::encode(sha256)));
         let mut meta = Map::new();
-        for key in ["tool", "path"] {
-            if let Some(v) = map.get(key) {
-                meta.insert(key.into(), v.clone());
+        for key in long.meta {
+            if let Some(v) = map.get(*key) {
+                meta.insert((*key).into(), v.clone());
             }
         }
         meta.insert("line_start".into(), json!(line_start));
         NewArtifact {
+            kind: long.artifact_kind,
             artifact_id,
             media_type: "text/plain; charset=utf-8",
             sha256,

@@ -98,11 +98,11 @@ pub struct ActorArg {
 pub struct RecordEventArgs {
     /// The conversation or task this event belongs to, e.g. "chat-42". Bundles built for this session show its most recent events.
     pub session_id: String,
-    /// What the event is: `message` (default), `tool_call`, `tool_result`, `decision`, `task_update`, `summary` or `view_update`.
+    /// What the event is: `message` (default), `tool_call`, `tool_result`, `decision`, `task_update`, `summary`, `view_update` or `artifact`.
     pub kind: Option<Kind>,
     /// The text of a message, summary or view update; a shortcut for `content: {"text": ...}`.
     pub text: Option<String>,
-    /// The event's content, shaped by `kind`. message: {text}. tool_call: {tool, args?}. tool_result: {tool, path?, output} (large outputs are kept whole as an artifact). decision: {decision, scope, key?, rationale?: [..], constraints?: [..], alternatives?: [..], consequences?: [..], confidence?: 0..1, supersedes?: decision id}, and `refs` must cite the events it rests on. task_update: {task_id, status: open|doing|done, title?, details?}. summary: {text, claims?: [{key, value}]}. view_update: {view: identity|rules|preferences|..., text}.
+    /// The event's content, shaped by `kind`. message: {text}. tool_call: {tool, args?}. tool_result: {tool, path?, output} (large outputs are kept whole as an artifact). decision: {decision, scope, key?, rationale?: [..], constraints?: [..], alternatives?: [..], consequences?: [..], confidence?: 0..1, supersedes?: decision id}, and `refs` must cite the events it rests on. task_update: {task_id, status: open|doing|done, title?, details?}. summary: {text, claims?: [{key, value}]}. view_update: {view: identity|rules|preferences|..., text}. artifact: {name, text, media_type?} (a document; long ones are kept whole as an artifact).
     pub content: Option<Map<String, Value>>,
     /// Where the conversation happens: `private` (default), `team`, `agent` or `public`. Decides which later bundles may show it.
     pub channel: Option<Channel>,

@@ -124,6 +124,7 @@ fn known_kind(kind: &str) -> &'static str {
         "decision" => "decision",
         "summary" => "summary",
         "task_update" => "task_update",
+        "artifact" => "artifact",
         _ => "other",
     }
 }

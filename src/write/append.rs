@@ -105,9 +105,9 @@ SELECT count(*) AS inserted, pg_notify($21, $1 || ':' || $19::text) FROM inserte
 
 const INSERT_ARTIFACTS: &str = r#"
 INSERT INTO artifacts (artifact_id, tenant_id, event_id, created_at, kind, media_type, sha256, bytes, meta)
-SELECT u.artifact_id, $1, u.event_id, $2, 'tool_output', u.media_type, u.sha256, u.bytes, u.meta::jsonb
-  FROM unnest($3::text[], $4::text[], $5::text[], $6::bytea[], $7::bytea[], $8::text[])
-       AS u (artifact_id, event_id, media_type, sha256, bytes, meta)
+SELECT u.artifact_id, $1, u.event_id, $2, u.kind, u.media_type, u.sha256, u.bytes, u.meta::jsonb
+  FROM unnest($3::text[], $4::text[], $5::text[], $6::bytea[], $7::bytea[], $8::text[], $9::text[])
+       AS u (artifact_id, event_id, media_type, sha256, bytes, meta, kind)
 "#;
 
 /// The columns of the new rows, one vector per column, for `unnest`.
@@ -140,6 +140,7 @@ struct ArtifactColumns {
     sha256: Vec<Vec<u8>>,
     bytes: Vec<Vec<u8>>,
     meta: Vec<String>,
+    kind: Vec<&'static str>,
 }
 
 /// Appends `events` for `tenant`, all or nothing, and returns, in order, each
@@ -271,6 +272,7 @@ pub async fn append(
             artifacts.sha256.push(artifact.sha256.to_vec());
             artifacts.bytes.push(artifact.bytes);
             artifacts.meta.push(artifact.meta.to_string());
+            artifacts.kind.push(artifact.kind);
         }
         rows.seq.push(seq);
         rows.event_id.push(event_id);
@@ -332,6 +334,7 @@ pub async fn append(
             .bind(&artifacts.sha256)
             .bind(&artifacts.bytes)
             .bind(&artifacts.meta)
+            .bind(&artifacts.kind)
             .execute(&mut *tx)
             .await?;
     }

@@ -217,7 +217,8 @@ async fn the_schemas_name_the_wire_fields(_: PgPoolOptions, connect: PgConnectOp
             "task_update",
             "summary",
             "view_update",
-            "handoff"
+            "handoff",
+            "artifact"
         ])
     );
     assert_eq!(
@@ -232,7 +233,7 @@ async fn the_schemas_name_the_wire_fields(_: PgPoolOptions, connect: PgConnectOp
         .iter()
         .map(|s| s["$ref"].as_str().unwrap())
         .collect();
-    assert_eq!(shapes.len(), 8, "{shapes:?}");
+    assert_eq!(shapes.len(), 9, "{shapes:?}");
     assert_eq!(
         names(&schema("DecisionContent")["required"]),
         HashSet::from(["decision", "scope"])

@@ -5,7 +5,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::helpers::{spawn_daemon, tool_result};
+use crate::helpers::{spawn_daemon, tool_result, wait_projected};
 
 async fn stored_content(pool: &sqlx::PgPool, event_id: &str) -> Value {
     sqlx::query_scalar("SELECT content FROM events WHERE event_id = $1")
@@ -109,4 +109,67 @@ async fn a_large_output_goes_to_an_artifact_only_its_tenant_can_read(
         .await
         .unwrap();
     assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+}
+
+#[sqlx::test]
+async fn an_artifact_event_keeps_a_named_document_and_bundles_find_it(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let text: String = (1..=4000)
+        .map(|i| format!("clause {i}: the vendor keeps invoices for seven years\n"))
+        .collect();
+    let appended = app
+        .append(
+            &token,
+            &json!({"session_id": "s1", "channel": "private", "actor": {"type": "agent", "id": "a"},
+                    "kind": "artifact",
+                    "content": {"name": "contract.md", "media_type": "text/markdown", "text": text}}),
+        )
+        .await;
+    let content = stored_content(&app.pool, appended["event_id"].as_str().unwrap()).await;
+    assert_eq!(content["name"], "contract.md");
+    assert_eq!(content["truncated"], true);
+    assert!(content.get("text").is_none(), "the text became an excerpt");
+    let artifact_id = appended["artifact_id"].as_str().unwrap();
+    let kind: String = sqlx::query_scalar("SELECT kind FROM artifacts WHERE artifact_id = $1")
+        .bind(artifact_id)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(kind, "blob");
+    let whole = app
+        .get(&format!("/api/v1/artifacts/{artifact_id}"), &token)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(whole, text);
+    assert!(!appended["chunk_ids"].as_array().unwrap().is_empty());
+
+    wait_projected(&app.pool, "acme").await;
+    let acb = app
+        .acb(
+            &token,
+            json!({"session_id": "s2", "query_text": "how long does the vendor keep invoices?"}),
+        )
+        .await;
+    let evidence = crate::acb::section(&acb, "retrieved_evidence");
+    assert!(
+        evidence
+            .iter()
+            .any(|item| item["text"].as_str().unwrap().contains("seven years")),
+        "{acb}"
+    );
+    let (status, error) = app
+        .post_events(
+            &token,
+            &json!({"session_id": "s1", "channel": "private", "actor": {"type": "agent", "id": "a"},
+                    "kind": "artifact", "content": {"text": "no name"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(error["error"]["field"], "content.name");
 }

@@ -100,6 +100,16 @@ fn retrievable(event: &StoredEvent) -> Option<(String, Option<i32>, Option<Strin
             };
             Some((text, Some(first_line as i32), Some(source)))
         }
+        "artifact" => {
+            let text = event.text("excerpt_text")?.to_owned();
+            let first_line = event
+                .content
+                .pointer("/line_range/0")
+                .and_then(|v| v.as_i64())
+                .unwrap_or(1);
+            let source = event.text("name").map(|name| format!("artifact {name}"));
+            Some((text, Some(first_line as i32), source))
+        }
         "decision" => {
             let mut text = event.text("decision")?.to_owned();
             for (label, field) in [
@@ -146,6 +156,7 @@ pub fn importance(event: &StoredEvent) -> f32 {
         "message" => 0.4,
         "tool_result" if event.text("path").is_some_and(is_key_file) => 0.6,
         "tool_result" => 0.3,
+        "artifact" => 0.5,
         _ => 0.2,
     };
     let pinned = event
