@@ -23,7 +23,7 @@ use crate::{
         event::{Channel, DECISION_SCOPES, Sensitivity},
         tenant::Scope,
     },
-    read::privacy::Visibility,
+    read::privacy::{Visibility, event_owner_condition},
     tenants::Caller,
     write::Appended,
 };
@@ -222,15 +222,13 @@ pub(crate) async fn query_ledger(
     }
     let limit = page_limit(query.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
     let visibility = query.channel.map(Visibility::new);
-    let decisions: Vec<Decision> = sqlx::query_as(
+    let decisions: Vec<Decision> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT decision_id, seq, ts, status, key, scope, decision, value, rationale, constraints,
                 alternatives, consequences, confidence, refs, supersedes, superseded_by,
                 rejected_reason, session_id, channel, sensitivity, actor_id, tags
            FROM projections.decisions d
           WHERE tenant_id = $1
-            AND (channel <> 'private' OR $9::text IS NULL
-                 OR coalesce((SELECT e.agent_id FROM public.events e
-                               WHERE e.tenant_id = d.tenant_id AND e.seq = d.seq), $9) = $9)
+            AND {owner}
             AND ($2::text IS NULL OR status = $2)
             AND ($3::text IS NULL OR scope = $3)
             AND ($4::text IS NULL OR key = $4)
@@ -238,7 +236,8 @@ pub(crate) async fn query_ledger(
             AND ($6::text[] IS NULL OR sensitivity = ANY ($6))
             AND ($7::bigint IS NULL OR seq < $7)
           ORDER BY seq DESC LIMIT $8",
-    )
+        owner = event_owner_condition("d", "seq", 9)
+    )))
     .bind(caller.tenant.as_str())
     .bind(&query.status)
     .bind(&query.scope)

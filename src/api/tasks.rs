@@ -22,6 +22,7 @@ use crate::{
         event::{Channel, Sensitivity},
         tenant::Scope,
     },
+    read::privacy::event_owner_condition,
     write::Appended,
 };
 
@@ -137,16 +138,15 @@ pub async fn get_tasks(
         )));
     }
     let limit = page_limit(query.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
-    let tasks: Vec<Task> = sqlx::query_as(
+    let tasks: Vec<Task> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT task_id, status, title, details, refs, event_ids, session_id, channel,
                 sensitivity, updated_at
            FROM projections.tasks t
           WHERE tenant_id = $1 AND ($2::text IS NULL OR status = $2)
-            AND (channel <> 'private' OR $4::text IS NULL
-                 OR coalesce((SELECT e.agent_id FROM public.events e
-                               WHERE e.tenant_id = t.tenant_id AND e.seq = t.first_seq), $4) = $4)
+            AND {owner}
           ORDER BY last_seq DESC, task_id LIMIT $3",
-    )
+        owner = event_owner_condition("t", "first_seq", 4)
+    )))
     .bind(caller.tenant.as_str())
     .bind(&query.status)
     .bind(limit)

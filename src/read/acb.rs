@@ -569,46 +569,32 @@ pub async fn build_acb(
     let mut evidence = Evidence::default();
     let mut pool_size = 0;
     let mut common_terms = Vec::new();
-    if let Some(packet) = &handoff {
-        evidence.limit = policy.handoff_evidence_max as usize;
-        evidence.token_limit = max_tokens;
-        let pinned = retrieve::by_refs(&reader.pool, tenant, &packet.refs, visibility).await?;
-        evidence
-            .consider(
-                reader,
-                tenant,
-                pinned,
-                &policy,
-                history,
-                &recent_chunks,
-                &task_ids,
-                &mut omissions,
-            )
-            .await?;
-    } else {
-        evidence.limit = policy.retrieved_max as usize;
-        evidence.token_limit = max_tokens;
-        // Pinned memory first, on either path, while it fits.
-        let pinned = retrieve::pinned(
-            &reader.pool,
+    // What comes first, on either path, while it fits: a receiving agent's
+    // packet evidence, otherwise the tenant's pinned memory.
+    evidence.token_limit = max_tokens;
+    let first = match &handoff {
+        Some(packet) => {
+            evidence.limit = policy.handoff_evidence_max as usize;
+            retrieve::by_refs(&reader.pool, tenant, &packet.refs, visibility).await?
+        }
+        None => {
+            evidence.limit = policy.retrieved_max as usize;
+            let limit = (policy.retrieved_max / 2).max(1).into();
+            retrieve::pinned(&reader.pool, tenant, visibility, limit).await?
+        }
+    };
+    evidence
+        .consider(
+            reader,
             tenant,
-            visibility,
-            (policy.retrieved_max / 2).max(1).into(),
+            first,
+            &policy,
+            history,
+            &recent_chunks,
+            &task_ids,
+            &mut omissions,
         )
         .await?;
-        evidence
-            .consider(
-                reader,
-                tenant,
-                pinned,
-                &policy,
-                history,
-                &recent_chunks,
-                &task_ids,
-                &mut omissions,
-            )
-            .await?;
-    }
     if let Some(question) = question {
         let scope = Scope {
             excluded_kinds: if handoff.is_some() {

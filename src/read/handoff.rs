@@ -182,15 +182,14 @@ pub async fn build(
             ids
         }
         None => {
-            sqlx::query_scalar(
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
                 "SELECT decision_id FROM projections.decisions d
                   WHERE tenant_id = $1 AND status = 'active'
                     AND channel = ANY ($2) AND sensitivity = ANY ($3)
-                    AND (channel <> 'private' OR $5::text IS NULL
-                         OR coalesce((SELECT e.agent_id FROM public.events e
-                                       WHERE e.tenant_id = d.tenant_id AND e.seq = d.seq), $5) = $5)
+                    AND {owner}
                   ORDER BY seq DESC LIMIT $4",
-            )
+                owner = super::privacy::event_owner_condition("d", "seq", 5)
+            )))
             .bind(tenant)
             .bind(visible.channel_names())
             .bind(visible.sensitivity_names())

@@ -52,6 +52,18 @@ pub fn owner_condition(param: usize) -> String {
     )
 }
 
+/// SQL over a read-model row `row` (a decision, a task) owned by the agent
+/// of the event at its `seq_column`: whether the agent bound as `$param`
+/// (NULL: an operator) may see it ([`Visibility::owner_allows`]).
+pub fn event_owner_condition(row: &str, seq_column: &str, param: usize) -> String {
+    format!(
+        "({row}.channel <> 'private' OR ${param}::text IS NULL
+          OR coalesce((SELECT e.agent_id FROM public.events e
+                        WHERE e.tenant_id = {row}.tenant_id AND e.seq = {row}.{seq_column}),
+                      ${param}) = ${param})"
+    )
+}
+
 impl<'a> Visibility<'a> {
     pub fn new(channel: Channel) -> Self {
         Self {

@@ -412,6 +412,12 @@ pub async fn by_refs(
     .bind(visibility.agent)
     .fetch_all(pool)
     .await?;
+    ranked_first(&rows)
+}
+
+/// Rows as candidates that rank above anything retrieved (packet evidence,
+/// pinned memory): every score at its top.
+fn ranked_first(rows: &[sqlx::postgres::PgRow]) -> Result<Vec<Candidate>, sqlx::Error> {
     rows.iter()
         .map(|row| {
             let mut candidate = Candidate::from_row(row, 0)?;
@@ -448,13 +454,7 @@ pub async fn pinned(
     .bind(limit)
     .fetch_all(pool)
     .await?;
-    rows.iter()
-        .map(|row| {
-            let mut candidate = Candidate::from_row(row, 0)?;
-            (candidate.relevance, candidate.recency, candidate.score) = (1.0, 1.0, 1.0);
-            Ok(candidate)
-        })
-        .collect()
+    ranked_first(&rows)
 }
 
 /// Up to `limit` ids of chunks matching any lexeme that the channel may not

@@ -79,6 +79,18 @@ pub struct Chunk {
     pub word_hashes: Vec<u8>,
 }
 
+/// The excerpt of a normalized long text (a tool output, a document) and
+/// the line it starts at.
+fn excerpt(event: &StoredEvent) -> Option<(String, i32)> {
+    let text = event.text("excerpt_text")?.to_owned();
+    let first_line = event
+        .content
+        .pointer("/line_range/0")
+        .and_then(|v| v.as_i64())
+        .unwrap_or(1);
+    Some((text, first_line as i32))
+}
+
 /// The text an event contributes to retrieval, where its first line is,
 /// and a short label of where it came from. `None` for kinds that are not
 /// retrieval units (tool calls, view updates, handoffs).
@@ -87,28 +99,18 @@ fn retrievable(event: &StoredEvent) -> Option<(String, Option<i32>, Option<Strin
         "message" => Some((event.text("text")?.to_owned(), None, None)),
         "summary" => Some((event.text("text")?.to_owned(), None, None)),
         "tool_result" => {
-            let text = event.text("excerpt_text")?.to_owned();
-            let first_line = event
-                .content
-                .pointer("/line_range/0")
-                .and_then(|v| v.as_i64())
-                .unwrap_or(1);
+            let (text, first_line) = excerpt(event)?;
             let tool = event.text("tool").unwrap_or("tool");
             let source = match event.text("path") {
                 Some(path) => format!("{tool} {path}"),
                 None => tool.to_owned(),
             };
-            Some((text, Some(first_line as i32), Some(source)))
+            Some((text, Some(first_line), Some(source)))
         }
         "artifact" => {
-            let text = event.text("excerpt_text")?.to_owned();
-            let first_line = event
-                .content
-                .pointer("/line_range/0")
-                .and_then(|v| v.as_i64())
-                .unwrap_or(1);
+            let (text, first_line) = excerpt(event)?;
             let source = event.text("name").map(|name| format!("artifact {name}"));
-            Some((text, Some(first_line as i32), source))
+            Some((text, Some(first_line), source))
         }
         "decision" => {
             let mut text = event.text("decision")?.to_owned();
