@@ -73,8 +73,8 @@ check() { # check NAME JQ-EXPR INPUT
 
 echo "== MCP Inspector $INSPECTOR_VERSION (node $(node --version)) against $URL"
 tools=$(inspector --method tools/list)
-check "tools/list: the five memory tools" \
-  '[.tools[].name] | sort == ["memory_build_acb","memory_create_handoff","memory_get_artifact","memory_query_decisions","memory_record_event"]' "$tools"
+check "tools/list: the seven memory tools" \
+  '[.tools[].name] | sort == ["memory_build_acb","memory_create_handoff","memory_get_artifact","memory_list_tasks","memory_list_views","memory_query_decisions","memory_record_event"]' "$tools"
 jq -r '.tools[] | "       \(.name): \(.description[0:90])…"' <<<"$tools"
 
 said=$(call memory_record_event '{"session_id":"inspector","text":"exports time out above 500 rows per page","actor":{"type":"human","id":"alice"}}')
@@ -95,6 +95,13 @@ check "memory_build_acb (just a query): the decision is in the bundle" \
 
 decisions=$(call memory_query_decisions '{"key":"export.page_size"}')
 check "memory_query_decisions" ".structuredContent.decisions[0].status == \"active\" and .structuredContent.decisions[0].refs == [\"$said_id\"]" "$decisions"
+
+task=$(call memory_record_event '{"session_id":"inspector","kind":"task_update","content":{"task_id":"export-cap","status":"doing","title":"Cap export pages"}}')
+check "memory_record_event (task update)" '.structuredContent.event_id | startswith("evt_")' "$task"
+tasks=$(call memory_list_tasks '{"status":"doing"}')
+check "memory_list_tasks" '.structuredContent.tasks[0].task_id == "export-cap"' "$tasks"
+views=$(call memory_list_views '{}')
+check "memory_list_views (none yet)" '.structuredContent.views == []' "$views"
 
 page=$(call memory_get_artifact "{\"artifact_id\":\"$artifact\",\"max_bytes\":1000}")
 check "memory_get_artifact (first page of $artifact)" \

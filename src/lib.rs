@@ -10,7 +10,8 @@
 //! - [`api`]: the HTTP interface, thin handlers over the above.
 //! - [`mcp`]: the same calls as MCP tools on `/mcp` (Streamable HTTP).
 //! - [`tenants`]: tenants and bearer tokens.
-//! - [`startup`], [`db`], [`telemetry`]: wiring.
+//! - [`startup`], [`db`], [`telemetry`]: wiring; [`invalidation`]: caches
+//!   other processes invalidate by notification.
 //! - [`admin`]: operator commands over the projections (views export and
 //!   import, rebuild progress).
 //! - [`bench`]: `memd bench`, measurements against a real daemon.
@@ -21,6 +22,7 @@ pub mod audit;
 pub mod bench;
 pub mod db;
 pub mod domain;
+pub mod invalidation;
 pub mod mcp;
 pub mod read;
 pub mod scenario;

@@ -10,13 +10,16 @@ use memd_projectors::{
     projections::Encoding,
     rebuild,
     runtime::{Runtime, RuntimeConfig},
+    seal::Keyring,
 };
 use sqlx::{PgPool, postgres::PgConnectOptions};
 
 use memd::{
     admin::{self, jobs::JobWorker, progress::ProgressPrinter},
     api::rate_limit::RateLimits,
-    audit, bench,
+    audit,
+    audit::checkpoint,
+    bench,
     db::{self, ScratchDatabase},
     domain::{
         limits,
@@ -47,12 +50,52 @@ struct Cli {
         global = true
     )]
     database_url: String,
+    /// Key file (`memd key generate`) that seals high and secret memory at
+    /// rest; without it such memory is stored in the clear. Keep it outside
+    /// the database and its backups.
+    #[arg(long, env = "MEMD_KEY_FILE", global = true)]
+    key_file: Option<PathBuf>,
+    /// How long `rebuild` and `drift-check` wait for a lock another process
+    /// holds (a projector mid-batch, another rebuild) before giving up.
+    #[arg(
+        long,
+        env = "MEMD_LOCK_TIMEOUT_MS",
+        default_value_t = 30_000,
+        global = true
+    )]
+    lock_timeout_ms: u64,
     #[command(subcommand)]
     command: Command,
 }
 
+impl Cli {
+    fn keyring(&self) -> anyhow::Result<Keyring> {
+        match &self.key_file {
+            Some(path) => Ok(Keyring::load(path)?),
+            None => Ok(Keyring::none()),
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum KeyCommand {
+    /// Write a new random key file (mode 0600; never overwrites).
+    Generate {
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Print the key file's checkpoint public key (hex): what auditors
+    /// trust checkpoints by.
+    Public,
+}
+
 #[derive(Subcommand)]
 enum Command {
+    /// The key that seals high and secret memory at rest.
+    Key {
+        #[command(subcommand)]
+        command: KeyCommand,
+    },
     /// Run the daemon (HTTP API).
     Serve {
         /// Address to listen on.
@@ -81,6 +124,10 @@ enum Command {
         /// (bursts of twice as many); 0 turns the limit off.
         #[arg(long, env = "MEMD_RATE_LIMIT_BYTES", default_value_t = 16.0 * 1024.0 * 1024.0)]
         rate_limit_bytes: f64,
+        /// With a key file: how often each tenant's head is signed (when it
+        /// moved), in seconds; 0 leaves it to `memd checkpoint`.
+        #[arg(long, env = "MEMD_CHECKPOINT_INTERVAL_SECS", default_value_t = 300)]
+        checkpoint_interval_secs: u64,
         #[command(flatten)]
         projection: ProjectionArgs,
         #[command(flatten)]
@@ -146,6 +193,23 @@ enum Command {
         /// Only this tenant.
         #[arg(long)]
         tenant: Option<String>,
+        /// Also prove the log still extends these signed checkpoints (files
+        /// from `memd checkpoint --out`; one checkpoint or a JSON array each).
+        #[arg(long = "checkpoint")]
+        checkpoints: Vec<PathBuf>,
+        /// The checkpoint public key you trust (hex, `memd key public`);
+        /// default: the key file's.
+        #[arg(long)]
+        public_key: Option<String>,
+    },
+    /// Sign each tenant's head now (or one tenant's) and store the
+    /// checkpoint; with --out, also write them as files to keep elsewhere.
+    Checkpoint {
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Folder for the files (`<tenant>-<seq>.json`).
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// Measure memd against the raw PostgreSQL it runs on.
     Bench {
@@ -254,8 +318,9 @@ struct ProjectionArgs {
 }
 
 impl ProjectionArgs {
-    fn config(&self) -> ProjectionConfig {
+    fn config(&self, keyring: &Keyring) -> ProjectionConfig {
         ProjectionConfig {
+            keyring: keyring.clone(),
             runtime: RuntimeConfig {
                 poll_interval: Duration::from_millis(self.poll_interval_ms.max(10)),
                 workers: self.projector_workers.max(1),
@@ -345,6 +410,9 @@ async fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             eprintln!("memd: error: {err:#}");
+            if let Some(hint) = lock_timeout_hint(&err) {
+                eprintln!("memd: gave up waiting for a lock: {hint}");
+            }
             ExitCode::FAILURE
         }
     }
@@ -355,7 +423,24 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         .database_url
         .parse()
         .context("DATABASE_URL is not a PostgreSQL URL")?;
+    if let Command::Key {
+        command: KeyCommand::Generate { out },
+    } = &cli.command
+    {
+        write_key_file(out)?;
+        println!("wrote {}: start memd with --key-file {0}", out.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let keyring = cli.keyring()?;
+    let lock_timeout_ms = cli.lock_timeout_ms;
     match cli.command {
+        Command::Key {
+            command: KeyCommand::Public,
+        } => match keyring.public_key() {
+            Some(public) => println!("{public}"),
+            None => anyhow::bail!("no key file (--key-file, MEMD_KEY_FILE)"),
+        },
+        Command::Key { .. } => unreachable!("generate is handled above"),
         Command::Serve {
             listen,
             no_migrate,
@@ -365,6 +450,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             no_projectors,
             rate_limit_rps,
             rate_limit_bytes,
+            checkpoint_interval_secs,
             projection,
             semantic,
         } => {
@@ -390,11 +476,20 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 max_body_bytes,
                 redactor: Arc::new(redactor),
                 token_cache_ttl: Duration::from_secs(5),
-                projection: (!no_projectors).then(|| projection.config()),
+                projection: (!no_projectors).then(|| projection.config(&keyring)),
                 encoding: projection.token_encoding,
                 rate_limits: RateLimits::new(rate_limit_rps, rate_limit_bytes),
                 semantic: semantic.config()?,
+                keyring: keyring.clone(),
+                checkpoint_interval: Duration::from_secs(checkpoint_interval_secs),
             };
+            match keyring.key_id() {
+                Some(id) => tracing::info!(key = id, "high and secret memory is sealed at rest"),
+                None => tracing::warn!(
+                    "no key file: high and secret memory is stored in the clear \
+                     (memd key generate --out FILE, then --key-file FILE or MEMD_KEY_FILE)"
+                ),
+            }
             let daemon = Daemon::bind(&config, pool.clone())
                 .await
                 .with_context(|| format!("binding {}", config.listen))?;
@@ -459,8 +554,47 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        Command::Verify { tenant } => {
+        Command::Checkpoint { tenant, out } => {
             let tenant = parse_tenant(tenant)?;
+            let pool = connect(options, 2).await?;
+            let taken = checkpoint::take(&pool, &keyring, tenant.as_ref()).await?;
+            if let Some(dir) = &out {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+            }
+            for checkpoint in &taken {
+                let written = match &out {
+                    Some(dir) => {
+                        let path =
+                            dir.join(format!("{}-{}.json", checkpoint.tenant, checkpoint.seq));
+                        std::fs::write(&path, serde_json::to_string_pretty(checkpoint)?)
+                            .with_context(|| format!("writing {}", path.display()))?;
+                        format!(" -> {}", path.display())
+                    }
+                    None => String::new(),
+                };
+                println!(
+                    "checkpoint tenant={} seq={} head={}{written}",
+                    checkpoint.tenant, checkpoint.seq, checkpoint.head_hash
+                );
+            }
+            if taken.is_empty() {
+                println!("no tenant with events to checkpoint");
+            }
+        }
+        Command::Verify {
+            tenant,
+            checkpoints,
+            public_key,
+        } => {
+            let tenant = parse_tenant(tenant)?;
+            let trusted = if checkpoints.is_empty() {
+                None
+            } else {
+                Some(public_key.or_else(|| keyring.public_key()).context(
+                    "--checkpoint needs the public key you trust: --public-key HEX, or the key file",
+                )?)
+            };
             let pool = connect(options, 2).await?;
             let reports = audit::verify_chains(&pool, tenant.as_ref()).await?;
             let mut broken = false;
@@ -485,6 +619,39 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             if reports.is_empty() {
                 println!("no tenants to verify");
+            }
+            if let Some(trusted) = trusted {
+                let mut read = Vec::new();
+                for path in &checkpoints {
+                    read.extend(checkpoint::read_file(path)?);
+                }
+                for checked in checkpoint::check(&pool, &trusted, read).await? {
+                    let c = &checked.checkpoint;
+                    match &checked.finding {
+                        checkpoint::Finding::Holds => println!(
+                            "ok      checkpoint tenant={} seq={} signed_at={}: the log extends it",
+                            c.tenant, c.seq, c.signed_at
+                        ),
+                        checkpoint::Finding::BadSignature => {
+                            broken = true;
+                            println!(
+                                "UNSIGNED checkpoint tenant={} seq={}: not signed by key {trusted}",
+                                c.tenant, c.seq
+                            );
+                        }
+                        checkpoint::Finding::Broken { reason } => {
+                            broken = true;
+                            let after = checked.last_holding_seq.map_or_else(
+                                || "no earlier checkpoint holds".to_owned(),
+                                |seq| format!("the first rewritten event is after seq {seq}"),
+                            );
+                            println!(
+                                "BROKEN  checkpoint tenant={} seq={}: {reason}; {after}",
+                                c.tenant, c.seq
+                            );
+                        }
+                    }
+                }
             }
             if broken {
                 return Ok(ExitCode::FAILURE);
@@ -557,7 +724,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             projection,
             semantic,
         } => {
-            let config = projection.config();
+            let config = projection.config(&keyring);
             let semantic = Semantic::load(&semantic.config()?);
             let pool = connect(options, config.runtime.workers as u32 + 3).await?;
             tracing::info!(workers = config.runtime.workers, "projecting");
@@ -570,7 +737,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             pool.close().await;
         }
-        Command::Embedder { command } => embedder_command(options, command).await?,
+        Command::Embedder { command } => embedder_command(options, &keyring, command).await?,
         Command::Rebuild {
             tenant,
             projectors,
@@ -580,11 +747,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let tenant = parse_tenant(tenant)?;
             let engine = ProjectionConfig {
                 encoding: token_encoding,
+                keyring: keyring.clone(),
                 ..Default::default()
             }
             .engine_with_embeddings(&projectors, &semantic.model_dir)?
             .only(&projectors)?;
-            let pool = connect(options, 2).await?;
+            let pool = connect(with_lock_timeout(options, lock_timeout_ms), 2).await?;
             let mut printer = ProgressPrinter::new("rebuild");
             let started = std::time::Instant::now();
             let done = rebuild::rebuild(
@@ -619,10 +787,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let tenant = parse_tenant(tenant)?;
             let engine = ProjectionConfig {
                 encoding: token_encoding,
+                keyring: keyring.clone(),
                 ..Default::default()
             }
             .engine();
-            let pool = connect(options, 2).await?;
+            let pool = connect(with_lock_timeout(options, lock_timeout_ms), 2).await?;
             let mut printer = ProgressPrinter::new("drift-check");
             let report = drift::drift_check(
                 &pool,
@@ -645,7 +814,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             match command {
                 ViewsCommand::Export { dir, tenant } => {
                     let tenant = tenant_arg(&tenant, "--tenant")?;
-                    for view in admin::views::export(&pool, &tenant, &dir).await? {
+                    for view in admin::views::export(&pool, &keyring, &tenant, &dir).await? {
                         println!(
                             "{} {} (from {})",
                             view.view,
@@ -666,7 +835,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         None => Redactor::default(),
                     };
                     for result in
-                        admin::views::import(&pool, &redactor, &tenant, &dir, &actor).await?
+                        admin::views::import(&pool, &keyring, &redactor, &tenant, &dir, &actor)
+                            .await?
                     {
                         match result {
                             admin::views::Imported::Unchanged { view } => {
@@ -708,6 +878,51 @@ fn tenant_arg(name: &str, arg: &str) -> anyhow::Result<TenantId> {
     TenantId::parse(name).map_err(|e| anyhow::anyhow!("{arg} {name:?} {}", e.message))
 }
 
+/// Writes a new key file readable by its owner only, refusing to replace
+/// one (a lost key loses what it sealed).
+fn write_key_file(path: &std::path::Path) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(path).with_context(|| {
+        format!(
+            "creating key file {} (it must not exist yet)",
+            path.display()
+        )
+    })?;
+    file.write_all(Keyring::generate().as_bytes())?;
+    file.sync_all()?;
+    Ok(())
+}
+
+/// Connections whose statements give up waiting for a lock after `ms`
+/// (PostgreSQL's `lock_timeout`), so an operator command never hangs.
+fn with_lock_timeout(options: PgConnectOptions, ms: u64) -> PgConnectOptions {
+    options.options([("lock_timeout", format!("{ms}ms"))])
+}
+
+/// What to tell an operator when an error is a lock wait that gave up.
+fn lock_timeout_hint(err: &anyhow::Error) -> Option<&'static str> {
+    let gave_up = |e: &sqlx::Error| {
+        e.as_database_error()
+            .and_then(|d| d.code())
+            .is_some_and(|code| code == "55P03")
+    };
+    let hit = err.chain().any(|cause| {
+        cause.downcast_ref::<sqlx::Error>().is_some_and(gave_up)
+            || matches!(
+                cause.downcast_ref::<memd_projectors::engine::ProjectError>(),
+                Some(memd_projectors::engine::ProjectError::Database(e)) if gave_up(e)
+            )
+    });
+    hit.then_some(
+        "another transaction holds a lock it needs (a projector in the middle of a batch, \
+         another rebuild, a schema change); try again, or wait longer with --lock-timeout-ms",
+    )
+}
+
 async fn connect(options: PgConnectOptions, max_connections: u32) -> anyhow::Result<PgPool> {
     db::connect(options, max_connections)
         .await
@@ -717,6 +932,7 @@ async fn connect(options: PgConnectOptions, max_connections: u32) -> anyhow::Res
 /// `memd embedder use|status`.
 async fn embedder_command(
     options: PgConnectOptions,
+    keyring: &Keyring,
     command: EmbedderCommand,
 ) -> anyhow::Result<()> {
     match command {
@@ -749,6 +965,7 @@ async fn embedder_command(
                     .as_deref()
                     .and_then(|n| admin::embedder::known(n).ok()),
                 embedder.as_slice(),
+                keyring,
             );
             for tenant in &tenants {
                 let choice =

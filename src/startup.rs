@@ -11,6 +11,7 @@ use memd_projectors::{
         embeddings::{self, EmbeddingProjector},
     },
     runtime::{Runtime, RuntimeConfig},
+    seal::Keyring,
 };
 use sqlx::PgPool;
 use tokio::{
@@ -24,7 +25,9 @@ use crate::{
         self, ApiState,
         rate_limit::{RateLimiter, RateLimits},
     },
+    audit::checkpoint,
     domain::{limits, redact::Redactor},
+    invalidation,
     read::{
         Reader,
         semantic::{Semantic, SemanticConfig},
@@ -53,6 +56,12 @@ pub struct ServeConfig {
     pub rate_limits: RateLimits,
     /// The tenants' default embedder and where model files are.
     pub semantic: SemanticConfig,
+    /// Seals high and secret memory at rest (none: kept in the clear), and
+    /// signs checkpoints.
+    pub keyring: Keyring,
+    /// How often each tenant's head is signed when it moved (with a key;
+    /// zero: only `memd checkpoint`).
+    pub checkpoint_interval: Duration,
 }
 
 /// How the projector runtime runs.
@@ -60,11 +69,13 @@ pub struct ServeConfig {
 pub struct ProjectionConfig {
     pub runtime: RuntimeConfig,
     pub encoding: Encoding,
+    /// Opens sealed events and seals the rows derived from them.
+    pub keyring: Keyring,
 }
 
 impl ProjectionConfig {
     pub fn engine(&self) -> Engine {
-        Engine::new(projections::all(self.encoding))
+        Engine::new(projections::all(self.encoding)).with_keyring(self.keyring.clone())
     }
 
     /// [`Self::engine`] plus the embeddings projections `names` asks for
@@ -85,14 +96,14 @@ impl ProjectionConfig {
                 ));
             }
         }
-        Ok(Engine::new(projectors))
+        Ok(Engine::new(projectors).with_keyring(self.keyring.clone()))
     }
 
     /// Starts the workers on `pool`: the projections, and apart from them
     /// the embeddings of the embedders `semantic` runs.
     pub fn spawn(&self, pool: PgPool, semantic: &Semantic) -> Vec<Runtime> {
         let embedders: Vec<_> = semantic.embedders().values().cloned().collect();
-        let embeddings = EmbeddingWork::new(semantic.default_embedder(), &embedders);
+        let embeddings = EmbeddingWork::new(semantic.default_embedder(), &embedders, &self.keyring);
         vec![
             Runtime::spawn(pool.clone(), Arc::new(self.engine()), self.runtime.clone()),
             Runtime::spawn(
@@ -119,6 +130,8 @@ impl Default for ServeConfig {
             encoding: Encoding::default(),
             rate_limits: RateLimits::default(),
             semantic: SemanticConfig::default(),
+            keyring: Keyring::none(),
+            checkpoint_interval: Duration::from_secs(300),
         }
     }
 }
@@ -130,27 +143,44 @@ pub struct Daemon {
     pool: PgPool,
     projection: Option<ProjectionConfig>,
     reader: Arc<Reader>,
+    tokens: Arc<TokenCache>,
+    checkpoint_interval: Duration,
 }
 
 impl Daemon {
     pub async fn bind(config: &ServeConfig, pool: PgPool) -> std::io::Result<Self> {
         let listener = TcpListener::bind(&config.listen).await?;
         let semantic = Arc::new(Semantic::load(&config.semantic));
-        let reader = Arc::new(Reader::new(pool.clone(), config.encoding, semantic));
+        let reader = Arc::new(Reader::new(
+            pool.clone(),
+            config.encoding,
+            semantic,
+            config.keyring.clone(),
+        ));
+        let tokens = Arc::new(TokenCache::new(config.token_cache_ttl));
         let state = ApiState {
             reader: reader.clone(),
-            appender: Arc::new(Appender::new(pool.clone())),
+            appender: Arc::new(Appender::new(pool.clone(), config.keyring.clone())),
             pool: pool.clone(),
             redactor: config.redactor.clone(),
-            tokens: Arc::new(TokenCache::new(config.token_cache_ttl)),
+            tokens: tokens.clone(),
             limiter: Arc::new(RateLimiter::new(config.rate_limits)),
         };
         Ok(Self {
             listener,
             router: api::router(state, config.max_body_bytes),
             pool,
-            projection: config.projection.clone(),
+            // One key for the whole daemon: what it appends, projects and reads.
+            projection: config
+                .projection
+                .clone()
+                .map(|projection| ProjectionConfig {
+                    keyring: config.keyring.clone(),
+                    ..projection
+                }),
             reader,
+            tokens,
+            checkpoint_interval: config.checkpoint_interval,
         })
     }
 
@@ -173,17 +203,28 @@ impl Daemon {
             )
         });
         let (stop_listening, listening) = watch::channel(false);
-        let cache_listener = tokio::spawn(
-            self.reader
-                .cache
-                .clone()
-                .listen(self.pool.clone(), listening),
-        );
+        let cache_listener = tokio::spawn(invalidation::listen(
+            self.pool.clone(),
+            vec![self.reader.cache.clone(), self.tokens.clone()],
+            listening,
+        ));
+        let checkpoints = (self.reader.keyring.is_on() && !self.checkpoint_interval.is_zero())
+            .then(|| {
+                tokio::spawn(take_checkpoints(
+                    self.pool.clone(),
+                    self.reader.keyring.clone(),
+                    self.checkpoint_interval,
+                    stop_listening.subscribe(),
+                ))
+            });
         let served = axum::serve(self.listener, self.router)
             .with_graceful_shutdown(stop)
             .await;
         let _ = stop_listening.send(true);
         let _ = cache_listener.await;
+        if let Some(checkpoints) = checkpoints {
+            let _ = checkpoints.await;
+        }
         if let Some((projectors, jobs)) = workers {
             jobs.shutdown().await;
             for runtime in projectors {
@@ -191,6 +232,26 @@ impl Daemon {
             }
         }
         served
+    }
+}
+
+/// Signs every tenant's head every `interval` until `stopped` (a head
+/// already signed is not signed again). Several daemons may do it: one
+/// signature per head is kept.
+async fn take_checkpoints(
+    pool: PgPool,
+    keyring: Keyring,
+    interval: Duration,
+    mut stopped: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = stopped.changed() => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+        if let Err(err) = checkpoint::take(&pool, &keyring, None).await {
+            tracing::warn!(error = %err, "taking checkpoints failed; trying again later");
+        }
     }
 }
 

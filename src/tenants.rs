@@ -9,7 +9,10 @@ use std::{
 
 use sqlx::{PgPool, Row};
 
-use crate::domain::tenant::{ApiToken, Scope, TenantId};
+use crate::{
+    domain::tenant::{ApiToken, Scope, TenantId},
+    invalidation::Invalidated,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TenantError {
@@ -111,9 +114,15 @@ pub struct Caller {
 /// When a token hash was looked up, and what it resolved to.
 type Resolved = (Instant, Option<Caller>);
 
+/// Channel on which a revoked (or deleted) token's hash is announced, hex,
+/// by a trigger on `api_tokens`.
+pub const TOKENS_CHANNEL: &str = "memd_tokens";
+
 /// Resolves tokens, remembering answers for a short while so that a busy
-/// agent's appends do not each pay a lookup. A revoked token stops working
-/// within `ttl`.
+/// agent's appends do not each pay a lookup. A revoked token is forgotten
+/// as soon as its revocation is announced ([`TOKENS_CHANNEL`]), by every
+/// daemon on the database; `ttl` bounds how stale an answer can be if a
+/// notification is lost.
 pub struct TokenCache {
     ttl: Duration,
     entries: Mutex<HashMap<[u8; 32], Resolved>>,
@@ -169,5 +178,29 @@ impl TokenCache {
         }
         entries.insert(hash, (Instant::now(), caller.clone()));
         Ok(caller)
+    }
+}
+
+impl Invalidated for TokenCache {
+    fn channels(&self) -> &'static [&'static str] {
+        &[TOKENS_CHANNEL]
+    }
+
+    fn heard(&self, _: &str, payload: &str) {
+        let hash: Option<[u8; 32]> = hex::decode(payload)
+            .ok()
+            .and_then(|bytes| bytes.try_into().ok());
+        let mut entries = self.entries.lock().expect("token cache lock");
+        match hash {
+            Some(hash) => {
+                entries.remove(&hash);
+            }
+            // Not a hash: forget every token rather than miss one.
+            None => entries.clear(),
+        }
+    }
+
+    fn forget_all(&self) {
+        self.entries.lock().expect("token cache lock").clear();
     }
 }

@@ -12,6 +12,7 @@ use crate::{
     event::{StoredEvent, read_after},
     projector::{Projector, reset},
     schema::Schema,
+    seal::Keyring,
 };
 
 /// Called after a batch is applied and before its cursors are written, with
@@ -69,6 +70,8 @@ pub struct Engine {
     failpoint: Option<Failpoint>,
     /// Where each batch's commit is announced.
     channel: &'static str,
+    /// Opens sealed events and seals what is derived from them.
+    keyring: Keyring,
 }
 
 impl Engine {
@@ -80,7 +83,18 @@ impl Engine {
             batch_size: Self::DEFAULT_BATCH_SIZE,
             failpoint: None,
             channel: PROJECTED_CHANNEL,
+            keyring: Keyring::none(),
         }
+    }
+
+    /// Opens and seals high and secret content with `keyring`.
+    pub fn with_keyring(mut self, keyring: Keyring) -> Self {
+        self.keyring = keyring;
+        self
+    }
+
+    pub fn keyring(&self) -> &Keyring {
+        &self.keyring
     }
 
     /// Announces batches on `channel` instead of [`PROJECTED_CHANNEL`]
@@ -146,7 +160,15 @@ impl Engine {
             return Ok(Step::Busy);
         }
         let from = cursors.iter().map(|c| c.seq).min().unwrap_or(0);
-        let events = read_after(&mut tx, tenant, from, i64::MAX, self.batch_size).await?;
+        let events = read_after(
+            &mut tx,
+            &self.keyring,
+            tenant,
+            from,
+            i64::MAX,
+            self.batch_size,
+        )
+        .await?;
         let ready = contiguous(from, &events);
         let step = match (ready.last(), events.first()) {
             (Some(last), _) => Step::Advanced { from, to: last.seq },
@@ -331,6 +353,8 @@ mod tests {
             content: serde_json::json!({"text": "x"}),
             refs: vec![],
             artifact_id: None,
+            sealer: None,
+            keyring: Keyring::none(),
         }
     }
 

@@ -4,6 +4,8 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgConnection;
 
+use crate::seal::{Keyring, SealError, Sealer};
+
 /// One row of `events`, minus the hash chain.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct StoredEvent {
@@ -23,9 +25,42 @@ pub struct StoredEvent {
     pub content: Value,
     pub refs: Vec<String>,
     pub artifact_id: Option<String>,
+    /// Seals what projectors derive from this event, when its content is
+    /// sealed at rest (high or secret, and this process has the key);
+    /// `content` itself is always the opened plaintext.
+    #[sqlx(skip)]
+    pub sealer: Option<Sealer>,
+    /// The key it was read with, for projectors that read back rows of
+    /// earlier (perhaps sealed) events.
+    #[sqlx(skip)]
+    pub keyring: Keyring,
 }
 
 impl StoredEvent {
+    /// A text a projection row keeps: sealed when the event is.
+    pub fn protect(&self, text: String) -> String {
+        match &self.sealer {
+            Some(sealer) => sealer.seal(&text),
+            None => text,
+        }
+    }
+
+    /// [`Self::protect`] for each text of an array column.
+    pub fn protect_all(&self, texts: Vec<String>) -> Vec<String> {
+        match &self.sealer {
+            Some(sealer) => sealer.seal_all(&texts),
+            None => texts,
+        }
+    }
+
+    /// [`Self::protect`] for a JSON column.
+    pub fn protect_json(&self, value: Value) -> Value {
+        match &self.sealer {
+            Some(sealer) => sealer.seal_json(&value),
+            None => value,
+        }
+    }
+
     /// A string field of `content`, when present and a string.
     pub fn text(&self, field: &str) -> Option<&str> {
         self.content.get(field).and_then(Value::as_str)
@@ -47,15 +82,18 @@ impl StoredEvent {
 }
 
 /// Reads up to `limit` events of `tenant` with `after < seq <= until`, in seq
-/// order.
+/// order, their sealed contents opened with `keyring`. A sealed event that
+/// does not open is an error: projecting its envelope as if it were the
+/// content would lose it silently.
 pub async fn read_after(
     conn: &mut PgConnection,
+    keyring: &Keyring,
     tenant: &str,
     after: i64,
     until: i64,
     limit: i64,
 ) -> Result<Vec<StoredEvent>, sqlx::Error> {
-    sqlx::query_as(
+    let mut events: Vec<StoredEvent> = sqlx::query_as(
         "SELECT seq, event_id, created_at, ts, session_id, channel, actor_type, actor_id, agent_id, kind,
                 sensitivity, tags, content, refs, artifact_id
            FROM public.events
@@ -68,5 +106,19 @@ pub async fn read_after(
     .bind(until)
     .bind(limit)
     .fetch_all(conn)
-    .await
+    .await?;
+    for event in &mut events {
+        open(keyring, tenant, event).map_err(|error| {
+            sqlx::Error::Protocol(format!("event {} of {tenant}: {error}", event.event_id))
+        })?;
+    }
+    Ok(events)
+}
+
+/// Opens `event`'s content and arms its sealer for the rows derived from it.
+pub fn open(keyring: &Keyring, tenant: &str, event: &mut StoredEvent) -> Result<(), SealError> {
+    keyring.open_content(tenant, &mut event.content)?;
+    event.sealer = keyring.sealer(tenant, &event.sensitivity);
+    event.keyring = keyring.clone();
+    Ok(())
 }

@@ -28,6 +28,7 @@ pub mod rebuild;
 pub mod render;
 pub mod runtime;
 pub mod schema;
+pub mod seal;
 
 pub use engine::Engine;
 pub use event::StoredEvent;

@@ -112,7 +112,15 @@ pub(crate) async fn replay(
     let mut position = cursors.iter().map(|c| c.seq).min().unwrap_or(0);
     let mut read = 0;
     loop {
-        let events = read_after(tx, tenant, position, until, engine.batch_size()).await?;
+        let events = read_after(
+            tx,
+            engine.keyring(),
+            tenant,
+            position,
+            until,
+            engine.batch_size(),
+        )
+        .await?;
         let Some(last) = events.last() else { break };
         if last.seq != position + events.len() as i64 {
             tracing::warn!(

@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use memd_projectors::seal::Keyring;
 use serde_json::json;
 use sqlx::PgPool;
 
@@ -30,7 +31,12 @@ pub struct Exported {
 }
 
 /// Writes the tenant's projected views into `dir` (created if missing).
-pub async fn export(pool: &PgPool, tenant: &TenantId, dir: &Path) -> anyhow::Result<Vec<Exported>> {
+pub async fn export(
+    pool: &PgPool,
+    keyring: &Keyring,
+    tenant: &TenantId,
+    dir: &Path,
+) -> anyhow::Result<Vec<Exported>> {
     let views: Vec<(String, String, String)> = sqlx::query_as(
         "SELECT view, text, event_id FROM projections.views WHERE tenant_id = $1 ORDER BY view",
     )
@@ -39,7 +45,10 @@ pub async fn export(pool: &PgPool, tenant: &TenantId, dir: &Path) -> anyhow::Res
     .await?;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut exported = Vec::with_capacity(views.len());
-    for (view, text, event_id) in views {
+    for (view, mut text, event_id) in views {
+        keyring
+            .open_in_place(tenant.as_str(), &mut text)
+            .with_context(|| format!("view {view}"))?;
         let path = dir.join(format!("{view}.{EXTENSION}"));
         std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
         exported.push(Exported {
@@ -62,6 +71,7 @@ pub enum Imported {
 /// is private; an edited one keeps the channel and sensitivity it had.
 pub async fn import(
     pool: &PgPool,
+    keyring: &Keyring,
     redactor: &Redactor,
     tenant: &TenantId,
     dir: &Path,
@@ -82,15 +92,7 @@ pub async fn import(
             .to_owned();
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?;
-        let latest: Option<(String, String, String)> = sqlx::query_as(
-            "SELECT content->>'text', channel, sensitivity FROM events
-              WHERE tenant_id = $1 AND kind = 'view_update' AND content->>'view' = $2
-              ORDER BY seq DESC LIMIT 1",
-        )
-        .bind(tenant.as_str())
-        .bind(&view)
-        .fetch_optional(pool)
-        .await?;
+        let latest = latest_update(pool, keyring, tenant, &view).await?;
         let (channel, sensitivity) = match &latest {
             // `secret` there is a secret redaction found: it finds it again
             // (sent as secret, the text would be replaced by a marker).
@@ -119,11 +121,43 @@ pub async fn import(
             results.push(Imported::Unchanged { view });
             continue;
         }
-        let appended = write::append(pool, tenant, vec![event]).await?;
+        let appended = write::append(pool, keyring, tenant, vec![event]).await?;
         results.push(Imported::Updated {
             view,
             event_id: appended[0].event_id.clone(),
         });
     }
     Ok(results)
+}
+
+/// The text, channel and sensitivity of `view`'s latest update in the log.
+/// A sealed update names its view only inside its sealed content, so the
+/// tenant's updates are opened newest first until one is `view`'s (views
+/// are few and rarely edited).
+async fn latest_update(
+    pool: &PgPool,
+    keyring: &Keyring,
+    tenant: &TenantId,
+    view: &str,
+) -> anyhow::Result<Option<(String, String, String)>> {
+    let updates: Vec<(serde_json::Value, String, String)> = sqlx::query_as(
+        "SELECT content, channel, sensitivity FROM events
+          WHERE tenant_id = $1 AND kind = 'view_update'
+            AND (content->>'view' = $2 OR content ? 'sealed')
+          ORDER BY seq DESC",
+    )
+    .bind(tenant.as_str())
+    .bind(view)
+    .fetch_all(pool)
+    .await?;
+    for (mut content, channel, sensitivity) in updates {
+        keyring
+            .open_content(tenant.as_str(), &mut content)
+            .with_context(|| format!("a sealed update of view {view}"))?;
+        if content["view"].as_str() == Some(view) {
+            let text = content["text"].as_str().unwrap_or_default().to_owned();
+            return Ok(Some((text, channel, sensitivity)));
+        }
+    }
+    Ok(None)
 }

@@ -5,6 +5,9 @@ use axum::{
     http::{HeaderValue, header},
     response::{IntoResponse, Response},
 };
+use std::borrow::Cow;
+
+use memd_projectors::seal::SEALED_PREFIX;
 use sqlx::Row;
 
 use super::{
@@ -30,7 +33,8 @@ use crate::{domain::tenant::Scope, tenants::Caller};
             body = String, content_type = "text/plain",
             headers(
                 ("x-memd-event-id" = String, description = "The event that recorded the output"),
-                ("x-memd-sha256" = String, description = "SHA-256 of the bytes, hex; the event's `artifact_sha256`"),
+                ("x-memd-sha256" = String, description = "SHA-256 of the bytes as stored, hex; the event's `artifact_sha256` (of the sealed form when `x-memd-sealed` is true)"),
+                ("x-memd-sealed" = bool, description = "Whether the artifact is sealed at rest (high or secret; the body is shown opened)"),
             )),
         (status = 401, response = Unauthorized),
         (status = 404, description = "`not_found`: no such artifact in this tenant", body = ErrorBody),
@@ -50,6 +54,7 @@ pub async fn get_artifact(
         media_type,
         event_id,
         sha256,
+        sealed,
     } = fetch(&state, &caller, &artifact_id).await?;
     let mut response = bytes.into_response();
     let headers = response.headers_mut();
@@ -57,6 +62,7 @@ pub async fn get_artifact(
         (header::CONTENT_TYPE.as_str(), media_type),
         ("x-memd-event-id", event_id),
         ("x-memd-sha256", sha256),
+        ("x-memd-sealed", sealed.to_string()),
     ] {
         if let Ok(value) = HeaderValue::from_str(&value) {
             headers.insert(name, value);
@@ -71,8 +77,20 @@ pub(crate) struct Artifact {
     pub media_type: String,
     /// The `tool_result` event that recorded it.
     pub event_id: String,
-    /// Hex SHA-256 of `bytes`, as the event's hash chain covers it.
+    /// Hex SHA-256 of the bytes as stored, as the event's hash chain
+    /// covers it: of the sealed form, for a sealed artifact.
     pub sha256: String,
+    /// Whether it is sealed at rest (`bytes` are shown opened).
+    pub sealed: bool,
+}
+
+/// Stored bytes opened for the caller, and whether they were sealed.
+fn opened(state: &ApiState, caller: &Caller, stored: Vec<u8>) -> Result<(Vec<u8>, bool), ApiError> {
+    let keyring = &state.reader.keyring;
+    match keyring.open_bytes(caller.tenant.as_str(), &stored)? {
+        Cow::Borrowed(_) => Ok((stored, false)),
+        Cow::Owned(plain) => Ok((plain, true)),
+    }
 }
 
 /// The caller's artifact `artifact_id`: shared by HTTP and MCP. Another
@@ -97,11 +115,13 @@ pub(crate) async fn fetch(
     .fetch_optional(&state.pool)
     .await?
     .ok_or_else(|| ApiError::not_found(format!("no artifact {artifact_id}")))?;
+    let (bytes, sealed) = opened(state, caller, row.try_get("bytes")?)?;
     Ok(Artifact {
-        bytes: row.try_get("bytes")?,
+        bytes,
         media_type: row.try_get("media_type")?,
         event_id: row.try_get("event_id")?,
         sha256: row.try_get("sha256")?,
+        sealed,
     })
 }
 
@@ -118,7 +138,10 @@ pub(crate) async fn fetch_range(
 ) -> Result<(Artifact, usize), ApiError> {
     require_scope(caller, Scope::Read)?;
     let row = sqlx::query(
-        "SELECT substring(bytes FROM $3 FOR $4) AS bytes, length(bytes) AS total, media_type,
+        // A sealed artifact is opened whole, then cut.
+        "SELECT CASE WHEN substring(bytes FROM 1 FOR $6) = $7 THEN bytes
+                     ELSE substring(bytes FROM $3 FOR $4) END AS bytes,
+                length(bytes) AS total, media_type,
                 event_id, encode(sha256, 'hex') AS sha256
            FROM artifacts a WHERE tenant_id = $1 AND artifact_id = $2
             AND NOT EXISTS (SELECT FROM events e
@@ -131,17 +154,30 @@ pub(crate) async fn fetch_range(
     .bind(i32::try_from(offset.saturating_add(1)).unwrap_or(i32::MAX))
     .bind(i32::try_from(len).unwrap_or(i32::MAX))
     .bind(&caller.agent)
+    .bind(SEALED_PREFIX.len() as i32)
+    .bind(SEALED_PREFIX.as_bytes())
     .fetch_optional(&state.pool)
     .await?
     .ok_or_else(|| ApiError::not_found(format!("no artifact {artifact_id}")))?;
     let total: i32 = row.try_get("total")?;
+    let (bytes, sealed) = opened(state, caller, row.try_get("bytes")?)?;
+    let (bytes, total) = if sealed {
+        let end = offset.saturating_add(len).min(bytes.len());
+        (
+            bytes.get(offset..end).unwrap_or_default().to_vec(),
+            bytes.len(),
+        )
+    } else {
+        (bytes, total.max(0) as usize)
+    };
     Ok((
         Artifact {
-            bytes: row.try_get("bytes")?,
+            bytes,
             media_type: row.try_get("media_type")?,
             event_id: row.try_get("event_id")?,
             sha256: row.try_get("sha256")?,
+            sealed,
         },
-        total.max(0) as usize,
+        total,
     ))
 }

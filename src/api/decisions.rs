@@ -8,6 +8,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use chrono::{DateTime, Utc};
+use memd_projectors::seal::{Keyring, SealError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -23,7 +24,10 @@ use crate::{
         event::{Channel, DECISION_SCOPES, Sensitivity},
         tenant::Scope,
     },
-    read::privacy::{Visibility, event_owner_condition},
+    read::{
+        cache::open_decision,
+        privacy::{Visibility, event_owner_condition},
+    },
     tenants::Caller,
     write::Appended,
 };
@@ -94,6 +98,26 @@ pub struct Decision {
     sensitivity: String,
     actor_id: String,
     tags: Vec<String>,
+}
+
+impl Decision {
+    /// Opens what a sealed decision keeps sealed.
+    fn open(&mut self, keyring: &Keyring, tenant: &str) -> Result<(), SealError> {
+        if let Some(value) = &mut self.value {
+            keyring.open_json(tenant, value)?;
+        }
+        open_decision(
+            keyring,
+            tenant,
+            &mut self.decision,
+            [
+                &mut self.rationale,
+                &mut self.constraints,
+                &mut self.alternatives,
+                &mut self.consequences,
+            ],
+        )
+    }
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -222,7 +246,7 @@ pub(crate) async fn query_ledger(
     }
     let limit = page_limit(query.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
     let visibility = query.channel.map(Visibility::new);
-    let decisions: Vec<Decision> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    let mut decisions: Vec<Decision> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT decision_id, seq, ts, status, key, scope, decision, value, rationale, constraints,
                 alternatives, consequences, confidence, refs, supersedes, superseded_by,
                 rejected_reason, session_id, channel, sensitivity, actor_id, tags
@@ -249,5 +273,8 @@ pub(crate) async fn query_ledger(
     .bind(&caller.agent)
     .fetch_all(&state.pool)
     .await?;
+    for decision in &mut decisions {
+        decision.open(&state.reader.keyring, caller.tenant.as_str())?;
+    }
     Ok(decisions)
 }

@@ -183,6 +183,14 @@ impl From<sqlx::Error> for ApiError {
     }
 }
 
+/// A stored value that does not open is a row that cannot be read as it
+/// must be: answered as the database error it becomes on every read path.
+impl From<memd_projectors::seal::SealError> for ApiError {
+    fn from(err: memd_projectors::seal::SealError) -> Self {
+        Self::from(sqlx::Error::from(err))
+    }
+}
+
 impl ApiError {
     /// Connection trouble is the client's cue to retry (503); anything else is a bug (500).
     fn from_database(err: &sqlx::Error) -> Self {

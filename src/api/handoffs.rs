@@ -104,6 +104,7 @@ pub(crate) async fn create(
     let (channel, sensitivity) = (request.channel, request.sensitivity);
     let packet = handoff::build(
         &state.pool,
+        &state.reader.keyring,
         caller.tenant.as_str(),
         caller.agent.as_deref(),
         request,

@@ -18,6 +18,33 @@ pub struct Health {
     /// lexical retrieval.
     #[serde(skip_serializing_if = "Option::is_none")]
     semantic: Option<SemanticStatus>,
+    /// readyz: whether high and secret memory is sealed at rest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    encryption_at_rest: Option<EncryptionStatus>,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct EncryptionStatus {
+    enabled: bool,
+    /// The key's public name (a hash of it), as sealed values carry it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key_id: Option<String>,
+    /// When off: what turns it on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    how_to_enable: Option<&'static str>,
+}
+
+impl EncryptionStatus {
+    fn of(state: &ApiState) -> Self {
+        let key_id = state.reader.keyring.key_id().map(str::to_owned);
+        Self {
+            enabled: key_id.is_some(),
+            how_to_enable: key_id.is_none().then_some(
+                "memd key generate --out FILE, then start memd with --key-file FILE (MEMD_KEY_FILE)",
+            ),
+            key_id,
+        }
+    }
 }
 
 /// Liveness
@@ -35,19 +62,21 @@ pub async fn healthz() -> Json<Health> {
         status: "ok",
         reason: None,
         semantic: None,
+        encryption_at_rest: None,
     })
 }
 
 /// Readiness
 ///
 /// The daemon can reach its database, so requests can succeed. Also says
-/// whether semantic retrieval is on (`semantic`). No token needed.
+/// whether semantic retrieval is on (`semantic`) and whether high and
+/// secret memory is sealed at rest (`encryption_at_rest`). No token needed.
 #[utoipa::path(
     get,
     path = "/readyz",
     tag = "health",
     responses(
-        (status = 200, description = "Ready", body = Health, example = json!({"status": "ready", "semantic": {"enabled": true, "default_embedder": "minilm", "loaded": ["hashed", "minilm"]}})),
+        (status = 200, description = "Ready", body = Health, example = json!({"status": "ready", "semantic": {"enabled": true, "default_embedder": "minilm", "loaded": ["hashed", "minilm"]}, "encryption_at_rest": {"enabled": true, "key_id": "3164d4e383716c82"}})),
         (status = 503, description = "The database cannot be reached", body = Health,
             example = json!({"status": "unavailable", "reason": "database unreachable"})),
     ),
@@ -60,6 +89,7 @@ pub async fn readyz(State(state): State<ApiState>) -> (StatusCode, Json<Health>)
                 status: "ready",
                 reason: None,
                 semantic: Some(state.reader.semantic.status()),
+                encryption_at_rest: Some(EncryptionStatus::of(&state)),
             }),
         ),
         Err(err) => {
@@ -70,6 +100,7 @@ pub async fn readyz(State(state): State<ApiState>) -> (StatusCode, Json<Health>)
                     status: "unavailable",
                     reason: Some("database unreachable"),
                     semantic: Some(state.reader.semantic.status()),
+                    encryption_at_rest: Some(EncryptionStatus::of(&state)),
                 }),
             )
         }

@@ -10,6 +10,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use chrono::{DateTime, Utc};
+use memd_projectors::seal::Keyring;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -91,7 +92,13 @@ pub struct StoredEvent {
     pub tags: Vec<String>,
     pub refs: Vec<String>,
     /// As stored: redacted, a tool result normalized (`excerpt_text`, ...).
+    /// A `sealed` event's content is shown opened.
     pub content: Value,
+    /// Whether the content is sealed at rest (a `high` or `secret` event on
+    /// a daemon with a key file). `hash` covers the sealed form, as stored;
+    /// `memd verify` checks it without the key.
+    #[sqlx(skip)]
+    pub sealed: bool,
     #[schema(required = true)]
     pub idempotency_key: Option<String>,
     /// Where a truncated tool output is kept whole.
@@ -100,6 +107,14 @@ pub struct StoredEvent {
     /// Hex SHA-256 of the previous event's hash and this event.
     pub hash: String,
     pub prev_hash: String,
+}
+
+impl StoredEvent {
+    /// Opens sealed content for the caller (whom the route already allowed).
+    fn open(&mut self, keyring: &Keyring, tenant: &str) -> Result<(), sqlx::Error> {
+        self.sealed = keyring.open_content(tenant, &mut self.content)?;
+        Ok(())
+    }
 }
 
 const EVENT_COLUMNS: &str = "event_id, seq, created_at, ts, session_id, channel, actor_type, \
@@ -141,7 +156,7 @@ pub async fn get_events(
             format!("{kind:?} is not an event kind"),
         )));
     }
-    let events: Vec<StoredEvent> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    let mut events: Vec<StoredEvent> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {EVENT_COLUMNS} FROM events
           WHERE tenant_id = $1
             AND ($2::text IS NULL OR session_id = $2)
@@ -165,6 +180,9 @@ pub async fn get_events(
     .bind(&query.tag)
     .fetch_all(&state.pool)
     .await?;
+    for event in &mut events {
+        event.open(&state.reader.keyring, caller.tenant.as_str())?;
+    }
     let next_after_seq = (events.len() as i64 == limit)
         .then(|| events.last().map(|e| e.seq))
         .flatten();
@@ -200,7 +218,7 @@ pub async fn get_event(
     Path(event_id): Path<String>,
 ) -> Result<Response, ApiError> {
     require_scope(&caller, Scope::Read)?;
-    let event: StoredEvent = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    let mut event: StoredEvent = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = $1 AND event_id = $2 AND {owner}",
         owner = owner_condition(3)
     )))
@@ -210,6 +228,7 @@ pub async fn get_event(
     .fetch_optional(&state.pool)
     .await?
     .ok_or_else(|| ApiError::not_found(format!("no event {event_id}")))?;
+    event.open(&state.reader.keyring, caller.tenant.as_str())?;
     Ok(Json(event).into_response())
 }
 
@@ -274,7 +293,7 @@ pub async fn get_chunk(
     Path(chunk_id): Path<String>,
 ) -> Result<Response, ApiError> {
     require_scope(&caller, Scope::Read)?;
-    let chunk: Chunk = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    let mut chunk: Chunk = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT chunk_id, event_id, seq, part, ts, session_id, channel, sensitivity, actor_type,
                 actor_id, kind, tags, source, line_start, line_end, text, token_est, importance
            FROM projections.chunks WHERE tenant_id = $1 AND chunk_id = $2 AND {owner}",
@@ -286,5 +305,9 @@ pub async fn get_chunk(
     .fetch_optional(&state.pool)
     .await?
     .ok_or_else(|| ApiError::not_found(format!("no chunk {chunk_id}")))?;
+    state
+        .reader
+        .keyring
+        .open_in_place(caller.tenant.as_str(), &mut chunk.text)?;
     Ok(Json(chunk).into_response())
 }

@@ -4,6 +4,7 @@
 pub(crate) mod acb;
 mod admin;
 pub(crate) mod artifacts;
+mod checkpoints;
 pub(crate) mod decisions;
 pub mod error;
 pub(crate) mod events;
@@ -14,7 +15,7 @@ mod log;
 pub mod openapi;
 mod policy;
 pub mod rate_limit;
-mod tasks;
+pub(crate) mod tasks;
 
 use std::sync::Arc;
 
@@ -178,6 +179,12 @@ pub const ROUTES: &[Route] = &[
         path: "/api/v1/admin/embedder",
         bearer: true,
         handler: |m| on(m, admin::put_embedder),
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/checkpoints/latest",
+        bearer: true,
+        handler: |m| on(m, checkpoints::get_latest),
     },
     Route {
         method: Method::GET,

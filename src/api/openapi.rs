@@ -18,7 +18,7 @@ use utoipa::{
 };
 
 use super::{
-    acb, admin, artifacts, decisions,
+    acb, admin, artifacts, checkpoints, decisions,
     error::{BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
     events, handoffs, health, log, policy, tasks,
 };
@@ -60,6 +60,7 @@ bursts of twice that; over them the answer is 429 with `Retry-After`.";
         policy::get_policy,
         policy::put_policy,
         artifacts::get_artifact,
+        checkpoints::get_latest,
         admin::post_rebuild,
         admin::post_drift_check,
         admin::get_job,

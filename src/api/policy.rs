@@ -79,5 +79,7 @@ pub async fn put_policy(
     require_scope(&caller, Scope::Admin)?;
     let policy = Policy::parse(body).map_err(ApiError::invalid)?;
     let version = policy::store(&state.pool, caller.tenant.as_str(), &policy).await?;
+    // Other daemons hear of it by notification.
+    state.reader.cache.forget_policy(caller.tenant.as_str());
     Ok(([(VERSION_HEADER, version.to_string())], Json(policy)).into_response())
 }

@@ -23,6 +23,7 @@ use crate::{
         tenant::Scope,
     },
     read::privacy::event_owner_condition,
+    tenants::Caller,
     write::Appended,
 };
 
@@ -128,7 +129,17 @@ pub async fn get_tasks(
     Authenticated(caller): Authenticated,
     QueryParams(query): QueryParams<TaskQuery>,
 ) -> Result<Response, ApiError> {
-    require_scope(&caller, Scope::Read)?;
+    let tasks = list_tasks(&state, &caller, &query).await?;
+    Ok(Json(TaskList { tasks }).into_response())
+}
+
+/// The caller's tasks, filtered by `query`: shared by HTTP and MCP.
+pub(crate) async fn list_tasks(
+    state: &ApiState,
+    caller: &Caller,
+    query: &TaskQuery,
+) -> Result<Vec<Task>, ApiError> {
+    require_scope(caller, Scope::Read)?;
     if let Some(status) = &query.status
         && !STATUSES.contains(&status.as_str())
     {
@@ -138,7 +149,7 @@ pub async fn get_tasks(
         )));
     }
     let limit = page_limit(query.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
-    let tasks: Vec<Task> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    let mut tasks: Vec<Task> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT task_id, status, title, details, refs, event_ids, session_id, channel,
                 sensitivity, updated_at
            FROM projections.tasks t
@@ -153,7 +164,12 @@ pub async fn get_tasks(
     .bind(&caller.agent)
     .fetch_all(&state.pool)
     .await?;
-    Ok(Json(TaskList { tasks }).into_response())
+    let (keyring, tenant) = (&state.reader.keyring, caller.tenant.as_str());
+    for task in &mut tasks {
+        keyring.open_in_place(tenant, &mut task.title)?;
+        keyring.open_in_place(tenant, &mut task.details)?;
+    }
+    Ok(tasks)
 }
 
 /// A view as the views projection holds it: its newest `view_update`.
@@ -197,13 +213,25 @@ pub async fn get_views(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
 ) -> Result<Response, ApiError> {
-    require_scope(&caller, Scope::Read)?;
-    let views: Vec<View> = sqlx::query_as(
+    let views = list_views(&state, &caller).await?;
+    Ok(Json(ViewList { views }).into_response())
+}
+
+/// The tenant's views: shared by HTTP and MCP.
+pub(crate) async fn list_views(state: &ApiState, caller: &Caller) -> Result<Vec<View>, ApiError> {
+    require_scope(caller, Scope::Read)?;
+    let mut views: Vec<View> = sqlx::query_as(
         "SELECT view, text, event_id, ts, actor_id, channel, sensitivity
            FROM projections.views WHERE tenant_id = $1 ORDER BY view",
     )
     .bind(caller.tenant.as_str())
     .fetch_all(&state.pool)
     .await?;
-    Ok(Json(ViewList { views }).into_response())
+    for view in &mut views {
+        state
+            .reader
+            .keyring
+            .open_in_place(caller.tenant.as_str(), &mut view.text)?;
+    }
+    Ok(views)
 }

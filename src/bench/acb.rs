@@ -10,6 +10,7 @@
 
 use std::{fmt::Write as _, path::Path, time::Duration};
 
+use memd_projectors::seal::Keyring;
 use serde_json::{Value, json};
 
 use super::{
@@ -264,9 +265,16 @@ async fn candidate_statements(
                 let lexemes = &questions[((writer as u64 * 100_003 + i) % QUESTIONS) as usize];
                 let (visibility, scope) =
                     (Visibility::new(Channel::Private), RetrievalScope::default());
-                let (_, found) =
-                    retrieve::candidate_pool(&pool, &tenant, lexemes, visibility, &scope, pool_max)
-                        .await?;
+                let (_, found) = retrieve::candidate_pool(
+                    &pool,
+                    &Keyring::none(),
+                    &tenant,
+                    lexemes,
+                    visibility,
+                    &scope,
+                    pool_max,
+                )
+                .await?;
                 let mut sizes = sizes.lock().expect("lock");
                 sizes.0 += found.len() as f64;
                 sizes.1 += 1;

@@ -5,6 +5,7 @@
 //! side stores. Past that point nothing is checked again.
 
 use chrono::{DateTime, Datelike, Utc};
+use memd_projectors::seal::SEALED_PREFIX;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::{
@@ -530,6 +531,12 @@ fn check_content(kind: Kind, content: &Value) -> Result<(), FieldError> {
     if !content.is_object() {
         return Err(FieldError::new("content", "must be a JSON object"));
     }
+    if let Some(path) = sealed_marker_at(content, "content") {
+        return Err(FieldError::new(
+            path,
+            "starts with memd's sealed-at-rest marker (\\u0001sealed:), which only memd writes",
+        ));
+    }
     match kind {
         Kind::Message => {
             let c: MessageContent = shape(content)?;
@@ -590,6 +597,22 @@ fn check_content(kind: Kind, content: &Value) -> Result<(), FieldError> {
                 ))
             }
         }
+    }
+}
+
+/// Where `value` holds a string that looks sealed at rest: a client may
+/// not send one, so whatever memd finds sealed, memd sealed.
+fn sealed_marker_at(value: &Value, path: &str) -> Option<String> {
+    match value {
+        Value::String(text) if text.starts_with(SEALED_PREFIX) => Some(path.to_owned()),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| sealed_marker_at(item, &format!("{path}[{i}]"))),
+        Value::Object(fields) => fields
+            .iter()
+            .find_map(|(key, item)| sealed_marker_at(item, &format!("{path}.{key}"))),
+        _ => None,
     }
 }
 

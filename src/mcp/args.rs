@@ -37,6 +37,11 @@ pub fn input_schema<T: JsonSchema>() -> Arc<Map<String, Value>> {
     match schema {
         Value::Object(mut fields) => {
             fields.remove("$schema");
+            // A tool without arguments still declares its (empty) object:
+            // some model APIs refuse an object schema without properties.
+            fields
+                .entry("properties")
+                .or_insert_with(|| Value::Object(Map::new()));
             Arc::new(fields)
         }
         _ => Arc::new(Map::new()),
@@ -247,6 +252,21 @@ pub struct QueryDecisionsArgs {
     /// Only decisions recorded before this seq (to page further back).
     pub before_seq: Option<i64>,
 }
+
+/// The tasks' state.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListTasksArgs {
+    /// Only tasks in this state: `open`, `doing` or `done`. Default: all.
+    pub status: Option<String>,
+    /// How many, most recently updated first (default 100, at most 1000).
+    pub limit: Option<i64>,
+}
+
+/// The views (no arguments).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListViewsArgs {}
 
 /// Hand work over to another agent as a packet, not a transcript.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

@@ -1,7 +1,7 @@
 //! MCP on `/mcp`, over the Streamable HTTP transport: the same memory as
-//! the HTTP API, as five tools a model can call (`memory_record_event`,
+//! the HTTP API, as seven tools a model can call (`memory_record_event`,
 //! `memory_build_acb`, `memory_get_artifact`, `memory_query_decisions`,
-//! `memory_create_handoff`). Names use `_` because the major LLM APIs refuse
+//! `memory_list_tasks`, `memory_list_views`, `memory_create_handoff`). Names use `_` because the major LLM APIs refuse
 //! dots in tool names.
 //!
 //! **Stateless.** Every POST is answered on its own, as plain JSON, with no

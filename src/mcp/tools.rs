@@ -1,4 +1,4 @@
-//! The five MCP tools. Each is a thin handler: arguments become the HTTP
+//! The seven MCP tools. Each is a thin handler: arguments become the HTTP
 //! call's body, the shared call in `api` does the work (scope, validation,
 //! tenant isolation), and its error becomes a tool error whose text is the
 //! HTTP error body, so a model reads which field to fix.
@@ -14,10 +14,11 @@ use serde_json::json;
 
 use super::args::{
     BuildAcbArgs, CreateHandoffArgs, DEFAULT_ARTIFACT_BYTES, DEFAULT_DECISIONS, GetArtifactArgs,
-    MAX_ARTIFACT_BYTES, QueryDecisionsArgs, RecordEventArgs, input_schema,
+    ListTasksArgs, ListViewsArgs, MAX_ARTIFACT_BYTES, QueryDecisionsArgs, RecordEventArgs,
+    input_schema,
 };
 use crate::{
-    api::{ApiState, acb, artifacts, decisions, error::ApiError, events, handoffs},
+    api::{ApiState, acb, artifacts, decisions, error::ApiError, events, handoffs, tasks},
     domain::FieldError,
     tenants::Caller,
 };
@@ -29,8 +30,9 @@ events they rest on, task updates). Before each step, call memory_build_acb with
 to do as query_text: it returns what matters now (identity and rules, your tasks, the decisions in \
 force, retrieved evidence with citations, the session's recent events) within a token budget. Cite \
 items by their handles ([D1], [E2], ...) or refs. Use memory_get_artifact for a truncated tool \
-output, memory_query_decisions for the decision ledger, memory_create_handoff to pass work to \
-another agent.";
+output, memory_query_decisions for the decision ledger, memory_list_tasks for every task's state \
+(done ones too), memory_list_views for the identity, rules and preferences documents, \
+memory_create_handoff to pass work to another agent.";
 
 /// One MCP server per request (stateless transport); cheap to build.
 #[derive(Clone)]
@@ -176,6 +178,7 @@ impl MemoryTools {
             "event_id": artifact.event_id,
             "media_type": artifact.media_type,
             "sha256": artifact.sha256,
+            "sealed": artifact.sealed,
             "total_bytes": total,
             "offset": offset,
             "returned_bytes": end - offset,
@@ -205,6 +208,44 @@ impl MemoryTools {
         };
         match decisions::query_ledger(&self.state, caller, &query).await {
             Ok(decisions) => answered(&json!({ "decisions": decisions })),
+            Err(err) => Ok(failed(err)),
+        }
+    }
+
+    #[tool(
+        input_schema = input_schema::<ListTasksArgs>(),
+        description = "List tasks as their task_update events left them, most recently updated first: id, status (open, doing, done), title, details, refs and the updates' event ids. Filter by status. Bundles show only open and doing tasks; this shows done ones too.",
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn memory_list_tasks(
+        &self,
+        Extension(parts): Extension<axum::http::request::Parts>,
+        Parameters(args): Parameters<ListTasksArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let caller = caller(&parts)?;
+        let query = tasks::TaskQuery {
+            status: args.status,
+            limit: args.limit,
+        };
+        match tasks::list_tasks(&self.state, caller, &query).await {
+            Ok(tasks) => answered(&json!({ "tasks": tasks })),
+            Err(err) => Ok(failed(err)),
+        }
+    }
+
+    #[tool(
+        input_schema = input_schema::<ListViewsArgs>(),
+        description = "Read the tenant's views: documents people curate for every agent (identity, rules, preferences, ...), each as its newest view_update left it. Change one by recording a view_update event.",
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn memory_list_views(
+        &self,
+        Extension(parts): Extension<axum::http::request::Parts>,
+        Parameters(_): Parameters<ListViewsArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let caller = caller(&parts)?;
+        match tasks::list_views(&self.state, caller).await {
+            Ok(views) => answered(&json!({ "views": views })),
             Err(err) => Ok(failed(err)),
         }
     }

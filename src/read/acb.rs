@@ -421,6 +421,7 @@ pub async fn build_acb(
         (Some(agent), Some(session)) => {
             handoff::for_receiver(
                 &reader.pool,
+                &reader.keyring,
                 tenant,
                 agent,
                 session,
@@ -477,7 +478,13 @@ pub async fn build_acb(
 
     let (state, cached) = reader
         .cache
-        .state(&reader.pool, &reader.counter, tenant, head.projected_seq)
+        .state(
+            &reader.pool,
+            &reader.keyring,
+            &reader.counter,
+            tenant,
+            head.projected_seq,
+        )
         .await?;
 
     let mut sections: Vec<Candidates> = Vec::new();
@@ -653,6 +660,7 @@ pub async fn build_acb(
         if request.channel != Channel::Private {
             for id in retrieve::withheld(
                 &reader.pool,
+                &reader.keyring,
                 tenant,
                 &head.lexemes,
                 visibility,
@@ -841,6 +849,9 @@ async fn decision_rows(
     .bind(ids)
     .fetch_all(&reader.pool)
     .await?;
+    for row in &mut rows {
+        row.open(&reader.keyring, tenant)?;
+    }
     rows.sort_by_key(|row| ids.iter().position(|id| *id == row.decision_id));
     Ok(rows)
 }
@@ -881,7 +892,10 @@ async fn recent_window(
     .fetch_all(&reader.pool)
     .await?;
     let mut shown = Vec::new();
-    for event in events {
+    for mut event in events {
+        if event.seq > projected_seq {
+            memd_projectors::event::open(&reader.keyring, tenant, &mut event)?;
+        }
         if !visibility.owner_allows(&event.channel, event.agent_id.as_deref()) {
             // Another agent's private memory: not even named.
             continue;
@@ -908,7 +922,8 @@ async fn recent_window(
     .fetch_all(&reader.pool)
     .await?;
     let mut stored: HashMap<String, Vec<StoredChunk>> = HashMap::new();
-    for row in rows {
+    for mut row in rows {
+        reader.keyring.open_in_place(tenant, &mut row.text)?;
         stored.entry(row.event_id.clone()).or_default().push(row);
     }
     let mut items = Vec::new();
@@ -1062,7 +1077,8 @@ impl Evidence {
                 .filter(|c| c.kind == "decision" || c.kind == "summary")
                 .map(|c| c.event_id.as_str())
                 .collect();
-            let standings = retrieve::standings(&reader.pool, tenant, &ledgered).await?;
+            let standings =
+                retrieve::standings(&reader.pool, &reader.keyring, tenant, &ledgered).await?;
             for candidate in page {
                 if self.full() {
                     break;
@@ -1228,7 +1244,7 @@ impl Evidence {
         omissions: &mut Omissions,
     ) -> Result<(), sqlx::Error> {
         let ids: Vec<&str> = self.kept.iter().map(|c| c.chunk_id.as_str()).collect();
-        let mut shown = retrieve::shown(&reader.pool, tenant, &ids).await?;
+        let mut shown = retrieve::shown(&reader.pool, &reader.keyring, tenant, &ids).await?;
         for candidate in self.kept.drain(..) {
             // Gone since it was ranked (a rebuild in between): nothing to show.
             let Some(shown) = shown.remove(&candidate.chunk_id) else {

@@ -16,9 +16,16 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
-use memd_projectors::{PROJECTED_CHANNEL, projections::TokenCounter, render, runtime::backoff};
-use sqlx::{PgPool, postgres::PgListener};
+use memd_projectors::{
+    PROJECTED_CHANNEL,
+    projections::TokenCounter,
+    render,
+    seal::{Keyring, SealError},
+};
+use sqlx::PgPool;
 use tokio::sync::watch;
+
+use crate::invalidation::Invalidated;
 
 use super::{
     bundle::Item,
@@ -86,6 +93,7 @@ impl ReadCache {
     pub async fn state(
         &self,
         pool: &PgPool,
+        keyring: &Keyring,
         counter: &TokenCounter,
         tenant: &str,
         projected_seq: i64,
@@ -95,7 +103,7 @@ impl ReadCache {
         {
             return Ok((state.clone(), true));
         }
-        let state = Arc::new(load(pool, counter, tenant, projected_seq).await?);
+        let state = Arc::new(load(pool, keyring, counter, tenant, projected_seq).await?);
         self.lock().states.insert(tenant.to_owned(), state.clone());
         Ok((state, false))
     }
@@ -111,6 +119,12 @@ impl ReadCache {
         Ok(policy)
     }
 
+    /// Drops the tenant's cached policy: this daemon stored a new one, and
+    /// its own next bundle must not wait for the notification to use it.
+    pub fn forget_policy(&self, tenant: &str) {
+        self.lock().policies.remove(tenant);
+    }
+
     /// Waits until projections of `tenant` reach `seq` (as notifications
     /// tell), or `timeout` passes. True when they did.
     pub async fn wait_projected(&self, tenant: &str, seq: i64, timeout: Duration) -> bool {
@@ -123,13 +137,13 @@ impl ReadCache {
         self.entries.lock().expect("read cache lock")
     }
 
-    fn forget_all(&self) {
+    fn forget_everything(&self) {
         let mut entries = self.lock();
         entries.states.clear();
         entries.policies.clear();
     }
 
-    fn heard(&self, channel: &str, payload: &str) {
+    fn heard_of(&self, channel: &str, payload: &str) {
         if channel == POLICY_CHANNEL {
             self.lock().policies.remove(payload);
             return;
@@ -145,55 +159,11 @@ impl ReadCache {
             });
         }
     }
-
-    /// Listens for changes until `stopped` turns true, reconnecting with
-    /// backoff; everything cached is forgotten whenever the listener was
-    /// away, since changes may have been missed.
-    pub async fn listen(self: Arc<Self>, pool: PgPool, mut stopped: watch::Receiver<bool>) {
-        let mut retry = backoff();
-        loop {
-            let connected = async {
-                let mut listener = PgListener::connect_with(&pool).await?;
-                listener
-                    .listen_all([PROJECTED_CHANNEL, POLICY_CHANNEL])
-                    .await?;
-                Ok::<_, sqlx::Error>(listener)
-            }
-            .await;
-            let mut listener = match connected {
-                Ok(listener) => listener,
-                Err(err) => {
-                    let delay = retry.next().unwrap_or(Duration::from_secs(5));
-                    tracing::warn!(error = %err, ?delay, "read cache listener cannot connect");
-                    tokio::select! {
-                        _ = stopped.changed() => return,
-                        () = tokio::time::sleep(delay) => continue,
-                    }
-                }
-            };
-            retry = backoff();
-            self.forget_all();
-            loop {
-                tokio::select! {
-                    _ = stopped.changed() => return,
-                    received = listener.try_recv() => match received {
-                        Ok(Some(notification)) => {
-                            self.heard(notification.channel(), notification.payload());
-                        }
-                        Ok(None) => self.forget_all(),
-                        Err(err) => {
-                            tracing::warn!(error = %err, "read cache listener failed; reconnecting");
-                            break;
-                        }
-                    },
-                }
-            }
-        }
-    }
 }
 
 async fn load(
     pool: &PgPool,
+    keyring: &Keyring,
     counter: &TokenCounter,
     tenant: &str,
     projected_seq: i64,
@@ -205,6 +175,10 @@ async fn load(
     .bind(tenant)
     .fetch_all(pool)
     .await?;
+    let mut views = views;
+    for (_, text, ..) in &mut views {
+        keyring.open_in_place(tenant, text)?;
+    }
     let views = views
         .into_iter()
         .filter_map(|(view, text, event_id, ts, channel, sensitivity)| {
@@ -231,7 +205,7 @@ async fn load(
         })
         .collect();
 
-    let decisions: Vec<DecisionRow> = sqlx::query_as(
+    let mut decisions: Vec<DecisionRow> = sqlx::query_as(
         "SELECT decision_id, seq, ts, channel, sensitivity, status, key, scope, decision,
                 rationale, constraints, alternatives, consequences, confidence, refs,
                 supersedes, superseded_by,
@@ -243,6 +217,9 @@ async fn load(
     .bind(tenant)
     .fetch_all(pool)
     .await?;
+    for row in &mut decisions {
+        row.open(keyring, tenant)?;
+    }
     let decisions = decisions
         .into_iter()
         .filter_map(|row| {
@@ -255,7 +232,7 @@ async fn load(
         })
         .collect();
 
-    let tasks: Vec<TaskRow> = sqlx::query_as(
+    let mut tasks: Vec<TaskRow> = sqlx::query_as(
         "SELECT task_id, status, title, details, refs, event_ids, channel, sensitivity,
                 updated_at,
                 (SELECT e.agent_id FROM public.events e
@@ -267,6 +244,10 @@ async fn load(
     .bind(tenant)
     .fetch_all(pool)
     .await?;
+    for row in &mut tasks {
+        keyring.open_in_place(tenant, &mut row.title)?;
+        keyring.open_in_place(tenant, &mut row.details)?;
+    }
     let tasks = tasks
         .into_iter()
         .filter_map(|row| row.into_visible(counter))
@@ -277,6 +258,36 @@ async fn load(
         decisions,
         tasks,
     })
+}
+
+/// Projections advanced (the tenant's state is stale) or a policy was
+/// stored, in any process on the database.
+impl Invalidated for ReadCache {
+    fn channels(&self) -> &'static [&'static str] {
+        &[PROJECTED_CHANNEL, POLICY_CHANNEL]
+    }
+
+    fn heard(&self, channel: &str, payload: &str) {
+        self.heard_of(channel, payload);
+    }
+
+    fn forget_all(&self) {
+        self.forget_everything();
+    }
+}
+
+/// Opens a decision's text and its lists (rationale, constraints,
+/// alternatives, consequences), as the decisions projector sealed them.
+pub fn open_decision(
+    keyring: &Keyring,
+    tenant: &str,
+    decision: &mut String,
+    lists: [&mut Vec<String>; 4],
+) -> Result<(), SealError> {
+    keyring.open_in_place(tenant, decision)?;
+    lists
+        .into_iter()
+        .try_for_each(|items| keyring.open_all(tenant, items))
 }
 
 /// A row of `projections.decisions` as bundles show it.
@@ -304,6 +315,21 @@ pub struct DecisionRow {
 }
 
 impl DecisionRow {
+    /// Opens the texts a sealed decision keeps sealed.
+    pub fn open(&mut self, keyring: &Keyring, tenant: &str) -> Result<(), SealError> {
+        open_decision(
+            keyring,
+            tenant,
+            &mut self.decision,
+            [
+                &mut self.rationale,
+                &mut self.constraints,
+                &mut self.alternatives,
+                &mut self.consequences,
+            ],
+        )
+    }
+
     pub fn into_visible(self, counter: &TokenCounter) -> Option<Visible> {
         let label = match &self.key {
             Some(key) => format!("decision {key}"),

@@ -7,7 +7,7 @@
 //! conversation.
 
 use chrono::{DateTime, Utc};
-use memd_projectors::{projections::TokenCounter, render};
+use memd_projectors::{projections::TokenCounter, render, seal::Keyring};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -106,6 +106,7 @@ const MAX_LIST: usize = 64;
 /// packet's default decisions come from.
 pub async fn build(
     pool: &PgPool,
+    keyring: &Keyring,
     tenant: &str,
     agent: Option<&str>,
     request: HandoffRequest,
@@ -135,13 +136,47 @@ pub async fn build(
     if task.is_none()
         && let Some(task_id) = &request.task_id
     {
-        let state: Option<(String, String)> = sqlx::query_as(
-            "SELECT title, details FROM projections.tasks WHERE tenant_id = $1 AND task_id = $2",
-        )
-        .bind(tenant)
-        .bind(task_id)
-        .fetch_optional(pool)
-        .await?;
+        // Another agent's private task is not the sender's to read: as if
+        // it did not exist.
+        let state: Option<(String, String, String, String)> =
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT title, details, channel, sensitivity FROM projections.tasks t
+                  WHERE tenant_id = $1 AND task_id = $2 AND {owner}",
+                owner = super::privacy::event_owner_condition("t", "first_seq", 3)
+            )))
+            .bind(tenant)
+            .bind(task_id)
+            .bind(agent)
+            .fetch_optional(pool)
+            .await?;
+        let state = match state {
+            Some((title, details, channel, sensitivity)) => {
+                // The packet must not carry the task's text to anyone who
+                // could not read the task itself.
+                let visible = super::privacy::Visibility::new(request.channel);
+                // `Sensitivity::ALL` is least sensitive first.
+                let rank = |s: &str| Sensitivity::ALL.iter().position(|k| k.as_str() == s);
+                if !visible.allows(&channel, &sensitivity)
+                    || rank(&sensitivity) > rank(request.sensitivity.as_str())
+                {
+                    return Ok(Err(FieldError::new(
+                        "task_id",
+                        format!(
+                            "task {task_id} is {channel} and {sensitivity}: a {} handoff of \
+                             sensitivity {} may not carry its text; give `task` yourself, or \
+                             send the handoff with a channel and sensitivity that may",
+                            request.channel.as_str(),
+                            request.sensitivity.as_str()
+                        ),
+                    )));
+                }
+                Some((
+                    keyring.open(tenant, &title)?.into_owned(),
+                    keyring.open(tenant, &details)?.into_owned(),
+                ))
+            }
+            None => None,
+        };
         task = state.map(|(title, details)| {
             if details.trim().is_empty() {
                 title
@@ -238,12 +273,13 @@ pub struct Handoff {
 /// addressed to it there.
 pub async fn for_receiver(
     pool: &PgPool,
+    keyring: &Keyring,
     tenant: &str,
     agent: &str,
     session: &str,
     handoff_id: Option<&str>,
 ) -> Result<Option<Handoff>, sqlx::Error> {
-    sqlx::query_as(
+    let handoff: Option<Handoff> = sqlx::query_as(
         "SELECT handoff_id, seq, ts, channel, sensitivity, from_agent, to_agent, task, task_id,
                 constraints, decision_ids, required_files, open_questions, refs
            FROM projections.handoffs
@@ -256,7 +292,19 @@ pub async fn for_receiver(
     .bind(session)
     .bind(handoff_id)
     .fetch_optional(pool)
-    .await
+    .await?;
+    let Some(mut handoff) = handoff else {
+        return Ok(None);
+    };
+    keyring.open_in_place(tenant, &mut handoff.task)?;
+    for items in [
+        &mut handoff.constraints,
+        &mut handoff.required_files,
+        &mut handoff.open_questions,
+    ] {
+        keyring.open_all(tenant, items)?;
+    }
+    Ok(Some(handoff))
 }
 
 impl Handoff {

@@ -137,6 +137,7 @@ pub async fn candidates(
     };
     let (common, mut candidates) = retrieve::candidate_pool(
         &reader.pool,
+        &reader.keyring,
         tenant,
         lexemes,
         visibility,
@@ -220,8 +221,16 @@ pub async fn candidates(
         .filter(|position| !known.contains(position))
         .collect();
     drop(vectors);
-    let mut added =
-        retrieve::at_positions(&reader.pool, tenant, lexemes, &missing, visibility, scope).await?;
+    let mut added = retrieve::at_positions(
+        &reader.pool,
+        &reader.keyring,
+        tenant,
+        lexemes,
+        &missing,
+        visibility,
+        scope,
+    )
+    .await?;
     for candidate in &mut added {
         candidate.semantic = found
             .get(&(candidate.seq, candidate.part))

@@ -30,7 +30,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use memd_projectors::projections::{Encoding, TokenCounter, chunks::ChunkProjector};
+use memd_projectors::{
+    projections::{Encoding, TokenCounter, chunks::ChunkProjector},
+    seal::Keyring,
+};
 use sqlx::PgPool;
 
 pub use acb::{AcbRequest, build_acb};
@@ -48,10 +51,17 @@ pub struct Reader {
     pub projectors: Vec<(&'static str, i32)>,
     /// Embedders, question vectors and the vector index.
     pub semantic: Arc<semantic::Semantic>,
+    /// Opens what is sealed at rest (high and secret memory).
+    pub keyring: Keyring,
 }
 
 impl Reader {
-    pub fn new(pool: PgPool, encoding: Encoding, semantic: Arc<semantic::Semantic>) -> Self {
+    pub fn new(
+        pool: PgPool,
+        encoding: Encoding,
+        semantic: Arc<semantic::Semantic>,
+        keyring: Keyring,
+    ) -> Self {
         let counter = TokenCounter::new(encoding);
         let projectors = memd_projectors::projections::all(encoding)
             .iter()
@@ -65,6 +75,7 @@ impl Reader {
             costs: bundle::Costs::new(&counter),
             chunker: ChunkProjector::new(counter),
             counter,
+            keyring,
         }
     }
 

@@ -28,7 +28,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{PgPool, Row};
 
-use memd_projectors::dedupe;
+use memd_projectors::{dedupe, seal::Keyring};
 
 use super::{
     policy::{Combine, Fusion, Scoring},
@@ -146,6 +146,15 @@ fn tsquery_literal(lexeme: &str) -> String {
     format!("'{}'", lexeme.replace('\\', "\\\\").replace('\'', "''"))
 }
 
+/// How a question's lexeme is looked up: as itself, and with a key also
+/// blinded, as the search vectors of sealed chunks hold it.
+fn lexeme_query(lexeme: &str, keyring: &Keyring) -> String {
+    match keyring.blind(lexeme) {
+        Some(blind) => format!("{} | {}", tsquery_literal(lexeme), tsquery_literal(&blind)),
+        None => tsquery_literal(lexeme),
+    }
+}
+
 /// What the pool may contain, beyond privacy.
 #[derive(Debug, Clone, Default)]
 pub struct Scope {
@@ -175,14 +184,19 @@ const COMMON_SHARE: f64 = 0.02;
 /// [`candidates`].
 pub async fn candidate_pool(
     pool: &PgPool,
+    keyring: &Keyring,
     tenant: &str,
     lexemes: &[String],
     visibility: Visibility<'_>,
     scope: &Scope,
     pool_max: usize,
 ) -> Result<(Vec<bool>, Vec<Candidate>), sqlx::Error> {
-    let common = common_lexemes(pool, tenant, lexemes, visibility, scope, pool_max).await?;
-    let found = candidates(pool, tenant, lexemes, &common, visibility, scope, pool_max).await?;
+    let common =
+        common_lexemes(pool, keyring, tenant, lexemes, visibility, scope, pool_max).await?;
+    let found = candidates(
+        pool, keyring, tenant, lexemes, &common, visibility, scope, pool_max,
+    )
+    .await?;
     Ok((common, found))
 }
 
@@ -196,6 +210,7 @@ pub async fn candidate_pool(
 /// other tenant's memory has a say), in one statement.
 async fn common_lexemes(
     pool: &PgPool,
+    keyring: &Keyring,
     tenant: &str,
     lexemes: &[String],
     visibility: Visibility<'_>,
@@ -242,7 +257,7 @@ async fn common_lexemes(
         .bind(COMMON_SAMPLE)
         .bind(share(lexemes.len(), pool_max) as i64);
     for lexeme in lexemes {
-        query = query.bind(tsquery_literal(lexeme));
+        query = query.bind(lexeme_query(lexeme, keyring));
     }
     let row = query.fetch_one(pool).await?;
     (0..lexemes.len())
@@ -263,8 +278,10 @@ fn share(lexemes: usize, pool_max: usize) -> usize {
 /// everyday words come together), so one branch of half their shares
 /// brings more distinct chunks than a branch each, for half the rows read.
 /// Every branch orders by seq, then part: the same log gives the same pool.
+#[allow(clippy::too_many_arguments)]
 async fn candidates(
     pool: &PgPool,
+    keyring: &Keyring,
     tenant: &str,
     lexemes: &[String],
     common: &[bool],
@@ -310,7 +327,7 @@ async fn candidates(
            FROM ({branches}) AS c",
         branches = branches.join(" UNION ALL ")
     );
-    let literals: Vec<String> = lexemes.iter().map(|l| tsquery_literal(l)).collect();
+    let literals: Vec<String> = lexemes.iter().map(|l| lexeme_query(l, keyring)).collect();
     // Not a prepared statement: planned with the actual lexemes, so each
     // branch gets the plan its lexeme's frequency calls for.
     let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -344,6 +361,7 @@ async fn candidates(
 /// filter is applied again here, as on the lexical path.
 pub async fn at_positions(
     pool: &PgPool,
+    keyring: &Keyring,
     tenant: &str,
     lexemes: &[String],
     positions: &[(i64, i32)],
@@ -366,7 +384,7 @@ pub async fn at_positions(
           WHERE {VISIBLE}"
     );
     let (seqs, parts): (Vec<i64>, Vec<i32>) = positions.iter().copied().unzip();
-    let queries: Vec<String> = lexemes.iter().map(|l| tsquery_literal(l)).collect();
+    let queries: Vec<String> = lexemes.iter().map(|l| lexeme_query(l, keyring)).collect();
     let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(tenant)
         .bind(visibility.channel_names())
@@ -431,6 +449,11 @@ fn ranked_first(rows: &[sqlx::postgres::PgRow]) -> Result<Vec<Candidate>, sqlx::
 /// channel may see whatever the question, while they fit.
 pub const PIN_TAGS: [&str; 2] = ["pinned", "pin"];
 
+/// [`PIN_TAGS`] as the partial index `chunks_pinned` states them: written
+/// into the statement, not bound, so that the planner can prove the index
+/// applies (a test checks the two agree).
+const PINNED: &str = "c.tags && '{pinned,pin}'::text[]";
+
 /// The newest `limit` pinned chunks ([`PIN_TAGS`]) the bundle may see, as
 /// candidates that rank first.
 pub async fn pinned(
@@ -442,15 +465,14 @@ pub async fn pinned(
     let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT {CANDIDATE_COLUMNS}, length(c.tsv) AS lexeme_count
            FROM projections.chunks c
-          WHERE {VISIBLE} AND c.tags && $6
-          ORDER BY c.seq DESC, c.part LIMIT $7"
+          WHERE {VISIBLE} AND {PINNED}
+          ORDER BY c.seq DESC, c.part LIMIT $6"
     )))
     .bind(tenant)
     .bind(visibility.channel_names())
     .bind(visibility.sensitivity_names())
     .bind(Vec::<String>::new())
     .bind(visibility.agent)
-    .bind(PIN_TAGS)
     .bind(limit)
     .fetch_all(pool)
     .await?;
@@ -462,6 +484,7 @@ pub async fn pinned(
 /// agent's private chunks are not even named.
 pub async fn withheld(
     pool: &PgPool,
+    keyring: &Keyring,
     tenant: &str,
     lexemes: &[String],
     visibility: Visibility<'_>,
@@ -472,7 +495,7 @@ pub async fn withheld(
     }
     let query = lexemes
         .iter()
-        .map(|l| tsquery_literal(l))
+        .map(|l| lexeme_query(l, keyring))
         .collect::<Vec<_>>()
         .join(" | ");
     sqlx::query_scalar(
@@ -707,6 +730,7 @@ pub struct Standing {
 /// id (other events are absent).
 pub async fn standings(
     pool: &PgPool,
+    keyring: &Keyring,
     tenant: &str,
     event_ids: &[&str],
 ) -> Result<HashMap<String, Standing>, sqlx::Error> {
@@ -728,12 +752,16 @@ pub async fn standings(
     .await?;
     rows.into_iter()
         .map(|row| {
+            let mut conflicts: Option<Value> = row.try_get("conflicts")?;
+            if let Some(conflicts) = &mut conflicts {
+                keyring.open_json(tenant, conflicts)?;
+            }
             Ok((
                 row.try_get("event_id")?,
                 Standing {
                     decision_status: row.try_get("status")?,
                     superseded_by: row.try_get("superseded_by")?,
-                    conflicts: row.try_get("conflicts")?,
+                    conflicts,
                 },
             ))
         })
@@ -755,6 +783,7 @@ pub struct Shown {
 /// Texts and display fields of the chunks a bundle keeps, by chunk id.
 pub async fn shown(
     pool: &PgPool,
+    keyring: &Keyring,
     tenant: &str,
     chunk_ids: &[&str],
 ) -> Result<HashMap<String, Shown>, sqlx::Error> {
@@ -775,10 +804,11 @@ pub async fn shown(
     .await?;
     rows.into_iter()
         .map(|row| {
+            let text: String = row.try_get("text")?;
             Ok((
                 row.try_get("chunk_id")?,
                 Shown {
-                    text: row.try_get("text")?,
+                    text: keyring.open(tenant, &text)?.into_owned(),
                     session_id: row.try_get("session_id")?,
                     actor_id: row.try_get("actor_id")?,
                     line_start: row.try_get("line_start")?,
@@ -822,6 +852,12 @@ mod tests {
             recency: 0.0,
             score: 0.0,
         }
+    }
+
+    #[test]
+    fn the_pinned_predicate_names_every_pin_tag() {
+        let listed = format!("'{{{}}}'", PIN_TAGS.join(","));
+        assert!(PINNED.contains(&listed), "{PINNED} vs {listed}");
     }
 
     #[test]

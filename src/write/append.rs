@@ -15,8 +15,13 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, SubsecRound, Utc};
-use memd_projectors::{StoredEvent, projections::chunks};
+use memd_projectors::{
+    StoredEvent,
+    projections::chunks,
+    seal::{Keyring, Sealer},
+};
 use serde::Serialize;
+use sha2::{Digest, Sha256};
 use sqlx::{PgPool, Row};
 
 use crate::domain::{
@@ -143,15 +148,43 @@ struct ArtifactColumns {
     kind: Vec<&'static str>,
 }
 
+/// The content as stored: sealed when `keyring` seals the event's
+/// sensitivity, together with its artifact (whose digest, in the event,
+/// becomes the sealed bytes'). `event.content` stays the plaintext.
+fn stored_content(keyring: &Keyring, tenant: &TenantId, event: &mut NewEvent) -> String {
+    let Some(sealer) = keyring.sealer(tenant.as_str(), event.sensitivity.as_str()) else {
+        return event.content.to_string();
+    };
+    seal_artifact(&sealer, event);
+    sealer.seal_content(&event.content).to_string()
+}
+
+fn seal_artifact(sealer: &Sealer, event: &mut NewEvent) {
+    let Some(artifact) = &mut event.artifact else {
+        return;
+    };
+    artifact.bytes = sealer.seal_bytes(&artifact.bytes).into_bytes();
+    artifact.sha256 = Sha256::digest(&artifact.bytes).into();
+    if let Some(digest) = event.content.get_mut("artifact_sha256") {
+        *digest = hex::encode(artifact.sha256).into();
+    }
+}
+
 /// Appends `events` for `tenant`, all or nothing, and returns, in order, each
 /// event's id, sequence number and commit time.
 #[tracing::instrument(skip_all, fields(tenant = %tenant, events = events.len()))]
 pub async fn append(
     pool: &PgPool,
+    keyring: &Keyring,
     tenant: &TenantId,
-    events: Vec<NewEvent>,
+    mut events: Vec<NewEvent>,
 ) -> Result<Vec<Appended>, AppendError> {
-    let contents: Vec<String> = events.iter().map(|e| e.content.to_string()).collect();
+    // Sealed before hashing: the chain covers what is stored, so `memd
+    // verify` needs no key.
+    let contents: Vec<String> = events
+        .iter_mut()
+        .map(|event| stored_content(keyring, tenant, event))
+        .collect();
     let keys: Vec<&str> = events
         .iter()
         .filter_map(|e| e.idempotency_key.as_deref())
@@ -262,6 +295,8 @@ pub async fn append(
                 content: std::mem::take(&mut event.content),
                 refs: event.refs.clone(),
                 artifact_id: artifact_id.clone(),
+                sealer: None,
+                keyring: Keyring::none(),
             },
         ));
 

@@ -18,6 +18,8 @@ use std::{
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot};
 
+use memd_projectors::seal::Keyring;
+
 use super::append::{AppendError, Appended, append};
 use crate::domain::{event::NewEvent, tenant::TenantId};
 
@@ -39,13 +41,16 @@ struct Pending {
 /// The write side's entry point for the API: appends through per-tenant writers.
 pub struct Appender {
     pool: PgPool,
+    /// Seals high and secret events before they are hashed and stored.
+    keyring: Keyring,
     writers: Arc<Mutex<HashMap<TenantId, mpsc::Sender<Pending>>>>,
 }
 
 impl Appender {
-    pub fn new(pool: PgPool) -> Self {
+    pub fn new(pool: PgPool, keyring: Keyring) -> Self {
         Self {
             pool,
+            keyring,
             writers: Arc::default(),
         }
     }
@@ -79,6 +84,7 @@ impl Appender {
         writers.insert(tenant.clone(), sender.clone());
         tokio::spawn(run_writer(
             self.pool.clone(),
+            self.keyring.clone(),
             tenant.clone(),
             receiver,
             sender.downgrade(),
@@ -90,6 +96,7 @@ impl Appender {
 
 async fn run_writer(
     pool: PgPool,
+    keyring: Keyring,
     tenant: TenantId,
     mut queue: mpsc::Receiver<Pending>,
     // Weak, so that when the Appender (and with it every sender) is dropped,
@@ -115,7 +122,7 @@ async fn run_writer(
                 Err(_) => break,
             }
         }
-        commit_group(&pool, &tenant, group).await;
+        commit_group(&pool, &keyring, &tenant, group).await;
         next = queue.try_recv().ok();
     }
     // Retire: leave the map first (new requests start a new writer), then
@@ -135,14 +142,21 @@ async fn run_writer(
         rest.push(pending);
     }
     if !rest.is_empty() {
-        commit_group(&pool, &tenant, rest).await;
+        commit_group(&pool, &keyring, &tenant, rest).await;
     }
 }
 
-async fn commit_group(pool: &PgPool, tenant: &TenantId, mut group: Vec<Pending>) {
+async fn commit_group(
+    pool: &PgPool,
+    keyring: &Keyring,
+    tenant: &TenantId,
+    mut group: Vec<Pending>,
+) {
     if group.len() == 1 {
         let pending = group.pop().expect("one request");
-        let result = append(pool, tenant, pending.events).await.map_err(Arc::new);
+        let result = append(pool, keyring, tenant, pending.events)
+            .await
+            .map_err(Arc::new);
         let _ = pending.reply.send(result);
         return;
     }
@@ -150,7 +164,7 @@ async fn commit_group(pool: &PgPool, tenant: &TenantId, mut group: Vec<Pending>)
         .iter()
         .flat_map(|p| p.events.iter().cloned())
         .collect();
-    match append(pool, tenant, merged).await {
+    match append(pool, keyring, tenant, merged).await {
         Ok(appended) => {
             let mut appended = appended.into_iter();
             for pending in group {
@@ -161,7 +175,9 @@ async fn commit_group(pool: &PgPool, tenant: &TenantId, mut group: Vec<Pending>)
         Err(err) => {
             tracing::warn!(error = %err, requests = group.len(), "group commit failed; retrying its requests one by one");
             for pending in group {
-                let result = append(pool, tenant, pending.events).await.map_err(Arc::new);
+                let result = append(pool, keyring, tenant, pending.events)
+                    .await
+                    .map_err(Arc::new);
                 let _ = pending.reply.send(result);
             }
         }

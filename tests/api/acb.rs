@@ -1060,6 +1060,35 @@ async fn every_part_of_a_long_superseded_decision_or_conflicting_summary_stays_o
 }
 
 #[sqlx::test]
+async fn looking_for_pinned_memory_reads_only_pinned_chunks(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let chatter: Vec<Value> = (0..200)
+        .map(|i| message("s1", &format!("message {i} about exports")))
+        .collect();
+    app.append(&token, &json!({ "events": chatter })).await;
+    wait_projected(&app.pool, "acme").await;
+    let mut conn = app.pool.acquire().await.unwrap();
+    sqlx::query("ANALYZE projections.chunks")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    // The predicate as `retrieve::pinned` writes it.
+    let plan: Vec<String> = sqlx::query_scalar(
+        "EXPLAIN SELECT chunk_id FROM projections.chunks c
+          WHERE c.tenant_id = 'acme' AND c.tags && '{pinned,pin}'::text[]
+          ORDER BY c.seq DESC, c.part LIMIT 50",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .unwrap();
+    assert!(plan.join("\n").contains("chunks_pinned"), "{plan:#?}");
+}
+
+#[sqlx::test]
 async fn pinned_memory_is_in_every_bundle_while_it_fits(
     _: PgPoolOptions,
     connect: PgConnectOptions,

@@ -303,7 +303,8 @@ async fn the_cli_issues_agent_tokens_never_with_scope_admin(
     let app = spawn_daemon_with(connect, ServeConfig::default()).await;
     app.tenant("acme").await;
     let url = app.database_url().await;
-    let (code, token, stderr) = memd_cli(&url, &["tenant", "token", "acme", "--agent", "alpha"]);
+    let (code, token, stderr) =
+        memd_cli(&url, &["tenant", "token", "acme", "--agent", "alpha"]).await;
     assert_eq!(code, 0, "{stderr}");
     let (agent, scope): (Option<String>, String) = sqlx::query_as(
         "SELECT agent_id, scope FROM api_tokens WHERE tenant_id = 'acme' AND agent_id IS NOT NULL",
@@ -320,7 +321,8 @@ async fn the_cli_issues_agent_tokens_never_with_scope_admin(
         &[
             "tenant", "token", "acme", "--agent", "alpha", "--scope", "admin",
         ],
-    );
+    )
+    .await;
     assert_ne!(code, 0);
     assert!(stderr.contains("cannot have scope admin"), "{stderr}");
 }

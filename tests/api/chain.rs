@@ -54,7 +54,7 @@ async fn an_untouched_log_verifies(_: PgPoolOptions, connect: PgConnectOptions) 
     assert_eq!(reports[0].events_ok, 8);
     assert_eq!(reports[1].events_ok, 1);
 
-    let (code, stdout, stderr) = memd_cli(&app.database_url().await, &["verify"]);
+    let (code, stdout, stderr) = memd_cli(&app.database_url().await, &["verify"]).await;
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(stdout.contains("ok      tenant=acme events=8"), "{stdout}");
 }
@@ -74,14 +74,15 @@ async fn an_altered_event_is_named(_: PgPoolOptions, connect: PgConnectOptions) 
             .await
             .unwrap();
 
-    let (code, stdout, _) = memd_cli(&app.database_url().await, &["verify"]);
+    let (code, stdout, _) = memd_cli(&app.database_url().await, &["verify"]).await;
     assert_eq!(code, 1, "{stdout}");
     assert!(
         stdout.contains(&format!("BROKEN  tenant=acme seq=3 event_id={event_id}")),
         "{stdout}"
     );
     assert!(stdout.contains("ok      tenant=globex"), "{stdout}");
-    let (code, stdout, _) = memd_cli(&app.database_url().await, &["verify", "--tenant", "globex"]);
+    let (code, stdout, _) =
+        memd_cli(&app.database_url().await, &["verify", "--tenant", "globex"]).await;
     assert_eq!(code, 0, "{stdout}");
 }
 

@@ -231,3 +231,44 @@ async fn a_packet_defaults_to_the_active_decisions_and_refuses_unknown_ones(
         .await;
     assert_eq!(handoffs, 1, "refused packets store nothing");
 }
+
+#[sqlx::test]
+async fn a_packet_never_carries_a_task_text_further_than_the_task_could_go(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let mut update = event(
+        "task_update",
+        json!({"task_id": "AUDIT-1", "status": "doing", "title": "Rotate the okapi credentials"}),
+        &[],
+    );
+    update["sensitivity"] = json!("high");
+    app.append(&token, &update).await;
+    wait_projected(&app.pool, "acme").await;
+
+    // A team handoff of no sensitivity would show a high task's text to
+    // agent-channel bundles, which may not read high memory.
+    let (status, error) = app
+        .post_handoff(
+            &token,
+            &json!({"from_agent": "a", "to_agent": "b", "task_id": "AUDIT-1",
+                    "channel": "team", "sensitivity": "none"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+    assert_eq!(error["error"]["field"], "task_id");
+    assert!(!error.to_string().contains("okapi"), "{error}");
+
+    // At the task's own sensitivity, the text comes along.
+    let (status, created) = app
+        .post_handoff(
+            &token,
+            &json!({"from_agent": "a", "to_agent": "b", "task_id": "AUDIT-1",
+                    "sensitivity": "high"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["packet"]["task"], "Rotate the okapi credentials");
+}

@@ -8,6 +8,7 @@ use memd::{
     startup::{Daemon, ServeConfig},
     tenants,
 };
+use memd_projectors::seal::Keyring;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::{PgPool, postgres::PgConnectOptions};
@@ -23,8 +24,45 @@ pub struct TestApp {
 }
 
 /// Starts the daemon on a free port over the test's (already migrated) database.
+/// The daemon seals high and secret memory with [`test_keyring`], so every
+/// test that stores such memory goes through encryption at rest.
 pub async fn spawn_daemon(connect: PgConnectOptions) -> TestApp {
-    spawn_daemon_with(connect, ServeConfig::default()).await
+    spawn_daemon_with(
+        connect,
+        ServeConfig {
+            keyring: test_keyring(),
+            ..ServeConfig::default()
+        },
+    )
+    .await
+}
+
+const TEST_KEY: [u8; 32] = [42; 32];
+
+/// The key tests seal with (a fixed one: tests compare stored bytes).
+pub fn test_keyring() -> Keyring {
+    Keyring::from_bytes(&TEST_KEY)
+}
+
+/// [`test_keyring`] as a key file, for the CLI.
+pub fn test_key_file() -> std::path::PathBuf {
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("memd-test.key");
+    if !path.exists() {
+        // Written aside and renamed: tests in other processes may read it.
+        let aside = path.with_extension(format!("{}.tmp", std::process::id()));
+        std::fs::write(&aside, format!("memd-key-v1:{}\n", hex::encode(TEST_KEY)))
+            .expect("write the test key");
+        std::fs::rename(&aside, &path).expect("place the test key");
+    }
+    path
+}
+
+/// An event's content as stored, opened with the test key.
+pub fn opened(tenant: &str, mut content: Value) -> Value {
+    test_keyring()
+        .open_content(tenant, &mut content)
+        .expect("sealed with the test key");
+    content
 }
 
 pub async fn spawn_daemon_with(connect: PgConnectOptions, config: ServeConfig) -> TestApp {
@@ -122,6 +160,34 @@ impl TestApp {
         format!("{base}/{name}")
     }
 
+    /// `GET /readyz`'s body.
+    pub async fn readyz(&self) -> Value {
+        self.client
+            .get(format!("{}/readyz", self.base_url))
+            .send()
+            .await
+            .expect("readyz answers")
+            .json()
+            .await
+            .expect("readyz is JSON")
+    }
+
+    /// A `pg_dump` of the test's database, as text.
+    pub async fn pg_dump(&self) -> String {
+        let output = tokio::process::Command::new("pg_dump")
+            .arg("--dbname")
+            .arg(self.database_url().await)
+            .output()
+            .await
+            .expect("pg_dump runs");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
     /// Stops the daemon gracefully and waits until it has finished.
     pub async fn stop(&mut self) {
         if let Some(stop) = self.stop.take() {
@@ -155,13 +221,22 @@ pub fn tool_result(path: &str, output: &str) -> Value {
     })
 }
 
-/// Runs the `memd` binary against `database_url`; returns (exit code, stdout, stderr).
-pub fn memd_cli(database_url: &str, args: &[&str]) -> (i32, String, String) {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_memd"))
+/// Runs the `memd` binary against `database_url`; returns (exit code,
+/// stdout, stderr). Awaited, not blocking: a daemon in the same test runs on
+/// this runtime, and a blocked thread would stop it mid-transaction while the
+/// command waits on its locks. Killed after [`CLI_TIMEOUT`], failing the test
+/// instead of hanging it.
+pub async fn memd_cli(database_url: &str, args: &[&str]) -> (i32, String, String) {
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_memd"))
         .args(args)
         .env("DATABASE_URL", database_url)
+        .env("MEMD_KEY_FILE", test_key_file())
         .env("RUST_LOG", "warn")
-        .output()
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(CLI_TIMEOUT, child)
+        .await
+        .unwrap_or_else(|_| panic!("memd {args:?} ran past {CLI_TIMEOUT:?}"))
         .expect("run memd");
     (
         output.status.code().unwrap_or(-1),
@@ -169,6 +244,9 @@ pub fn memd_cli(database_url: &str, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
 }
+
+/// How long a `memd` command of a test may run.
+pub const CLI_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Waits until every projector has applied `tenant`'s log up to its head.
 pub async fn wait_projected(pool: &PgPool, tenant: &str) {

@@ -65,7 +65,7 @@ fn text(result: &CallToolResult) -> String {
 }
 
 #[sqlx::test]
-async fn the_five_tools_are_listed_with_schemas_a_model_can_act_on(
+async fn the_tools_are_listed_with_schemas_a_model_can_act_on(
     _: PgPoolOptions,
     connect_options: PgConnectOptions,
 ) {
@@ -89,6 +89,8 @@ async fn the_five_tools_are_listed_with_schemas_a_model_can_act_on(
             "memory_build_acb",
             "memory_create_handoff",
             "memory_get_artifact",
+            "memory_list_tasks",
+            "memory_list_views",
             "memory_query_decisions",
             "memory_record_event",
         ]
@@ -165,6 +167,23 @@ async fn an_agent_records_recalls_decides_hands_off_and_reads_artifacts_over_mcp
     )
     .await;
     let decision_id = decided["event_id"].as_str().unwrap().to_owned();
+    for (kind, content) in [
+        (
+            "task_update",
+            json!({"task_id": "export-fix", "status": "done", "title": "Fix the export"}),
+        ),
+        (
+            "view_update",
+            json!({"view": "rules", "text": "Answer in English."}),
+        ),
+    ] {
+        ok(
+            &client,
+            "memory_record_event",
+            json!({"session_id": "s1", "kind": kind, "content": content}),
+        )
+        .await;
+    }
     let output: String = (0..5000)
         .map(|i| format!("export row {i}: ok é€\n"))
         .collect();
@@ -214,6 +233,17 @@ async fn an_agent_records_recalls_decides_hands_off_and_reads_artifacts_over_mcp
     );
     assert_eq!(decisions["decisions"][0]["status"], "active");
     assert_eq!(decisions["decisions"][0]["refs"], json!([said_id]));
+
+    // Every task's state, done ones too (bundles show open and doing only),
+    // and the views.
+    let tasks = ok(&client, "memory_list_tasks", json!({"status": "done"})).await;
+    assert_eq!(tasks["tasks"][0]["task_id"], "export-fix");
+    assert_eq!(tasks["tasks"][0]["title"], "Fix the export");
+    let open = ok(&client, "memory_list_tasks", json!({"status": "open"})).await;
+    assert_eq!(open["tasks"], json!([]));
+    let views = ok(&client, "memory_list_views", json!({})).await;
+    assert_eq!(views["views"][0]["view"], "rules");
+    assert_eq!(views["views"][0]["text"], "Answer in English.");
 
     // The large output, read back whole in pages that never split a character.
     let artifact = recorded["artifact_id"].as_str().expect("artifact id");
@@ -297,6 +327,8 @@ async fn tools_refuse_bad_input_by_field_lesser_scopes_and_other_tenants_ids(
     .await;
     assert_eq!(error["field"], "max_tokens");
     let error = refused(&a, "memory_query_decisions", json!({"status": "pending"})).await;
+    assert_eq!(error["field"], "status");
+    let error = refused(&a, "memory_list_tasks", json!({"status": "stuck"})).await;
     assert_eq!(error["field"], "status");
 
     // Tenant A's memory: a secret-looking vault note and a large output.

@@ -130,7 +130,8 @@ async fn policies_export_to_a_file_and_import_back(_: PgPoolOptions, connect: Pg
     let file = std::env::temp_dir().join(format!("memd-policy-{}.json", ulid::Ulid::generate()));
     let file_arg = file.to_str().unwrap();
 
-    let (code, _, stderr) = memd_cli(&url, &["policy", "export", file_arg, "--tenant", "acme"]);
+    let (code, _, stderr) =
+        memd_cli(&url, &["policy", "export", file_arg, "--tenant", "acme"]).await;
     assert_eq!(code, 0, "{stderr}");
     let exported: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     let (_, served) = app.get_json("/api/v1/policy", &token).await;
@@ -140,7 +141,8 @@ async fn policies_export_to_a_file_and_import_back(_: PgPoolOptions, connect: Pg
     edited["max_tokens"] = json!(12_000);
     edited["scoring"]["alpha"] = json!(0.8);
     std::fs::write(&file, edited.to_string()).unwrap();
-    let (code, _, stderr) = memd_cli(&url, &["policy", "import", file_arg, "--tenant", "acme"]);
+    let (code, _, stderr) =
+        memd_cli(&url, &["policy", "import", file_arg, "--tenant", "acme"]).await;
     assert_eq!(code, 0, "{stderr}");
     let (_, served) = app.get_json("/api/v1/policy", &token).await;
     assert_eq!(served, edited);
@@ -161,7 +163,8 @@ async fn policies_export_to_a_file_and_import_back(_: PgPoolOptions, connect: Pg
 
     // A bad file is refused with the field named; the stored policy stays.
     std::fs::write(&file, r#"{"scoring": {"alpha": 7}}"#).unwrap();
-    let (code, _, stderr) = memd_cli(&url, &["policy", "import", file_arg, "--tenant", "acme"]);
+    let (code, _, stderr) =
+        memd_cli(&url, &["policy", "import", file_arg, "--tenant", "acme"]).await;
     assert_ne!(code, 0);
     assert!(stderr.contains("scoring.alpha"), "{stderr}");
     let (_, served) = app.get_json("/api/v1/policy", &token).await;

@@ -411,8 +411,10 @@ async fn tasks_keep_their_latest_state_and_views_their_latest_text(
     .await
     .unwrap();
     assert_eq!(status, "done");
+    let keys = crate::helpers::test_keyring();
+    let title = keys.open("acme", &title).unwrap();
     assert_eq!(title, "Port the CLI", "an update without a title keeps it");
-    assert_eq!(details, "shipped");
+    assert_eq!(keys.open("acme", &details).unwrap(), "shipped");
     assert_eq!(sensitivity, "high", "the most sensitive update wins");
     assert_eq!((updates, last_event), (3, done));
 

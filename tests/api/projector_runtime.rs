@@ -100,9 +100,14 @@ async fn append_messages(pool: &PgPool, tenant: &str, count: usize) {
             NewEvent::parse(request, &redactor).unwrap()
         })
         .collect();
-    write::append(pool, &TenantId::parse(tenant).unwrap(), events)
-        .await
-        .unwrap();
+    write::append(
+        pool,
+        &memd_projectors::seal::Keyring::none(),
+        &TenantId::parse(tenant).unwrap(),
+        events,
+    )
+    .await
+    .unwrap();
 }
 
 /// Fails the test unless every event of `tenant` up to `head` was applied

@@ -102,7 +102,7 @@ async fn a_rebuild_from_zero_equals_incremental_projection(
     assert!(chunks > 40, "{chunks} chunks");
 
     let (code, stdout, stderr) =
-        memd_cli(&app.database_url().await, &["rebuild", "--tenant", "acme"]);
+        memd_cli(&app.database_url().await, &["rebuild", "--tenant", "acme"]).await;
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(stdout.contains("rebuilt tenant=acme events=42"), "{stdout}");
     assert!(stdout.contains("events/s"), "{stdout}");
@@ -123,7 +123,8 @@ async fn a_rebuild_from_zero_equals_incremental_projection(
     let (code, _, stderr) = memd_cli(
         &app.database_url().await,
         &["rebuild", "--projector", "decisions"],
-    );
+    )
+    .await;
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(
         rebuild::digests(&app.pool, &engine, &live, "acme")
@@ -134,9 +135,52 @@ async fn a_rebuild_from_zero_equals_incremental_projection(
     let (code, _, stderr) = memd_cli(
         &app.database_url().await,
         &["rebuild", "--projector", "nope"],
-    );
+    )
+    .await;
     assert_ne!(code, 0);
     assert!(stderr.contains("unknown projector"), "{stderr}");
+}
+
+#[sqlx::test]
+async fn an_operator_command_gives_up_on_a_held_lock_with_a_clear_message(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let mut app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    app.append(&token, &message("s1", "hello")).await;
+    wait_projected(&app.pool, "acme").await;
+    app.stop().await;
+    let url = app.database_url().await;
+    // Rebuild waits for the tenant's live cursors, which a projector holds
+    // in the middle of a batch; drift check reads the live tables, which a
+    // schema change locks.
+    for (command, lock) in [
+        (
+            "rebuild",
+            "SELECT 1 FROM projections.cursors WHERE tenant_id = 'acme' FOR UPDATE",
+        ),
+        (
+            "drift-check",
+            "LOCK TABLE projections.chunks IN ACCESS EXCLUSIVE MODE",
+        ),
+    ] {
+        let mut holder = app.pool.begin().await.unwrap();
+        sqlx::query(lock).execute(&mut *holder).await.unwrap();
+        let (code, stdout, stderr) = memd_cli(
+            &url,
+            &[command, "--tenant", "acme", "--lock-timeout-ms", "300"],
+        )
+        .await;
+        assert_ne!(code, 0, "{command}: {stdout}{stderr}");
+        assert!(
+            stderr.contains("gave up waiting for a lock"),
+            "{command}: {stderr}"
+        );
+        holder.rollback().await.unwrap();
+    }
+    let (code, stdout, stderr) = memd_cli(&url, &["drift-check", "--tenant", "acme"]).await;
+    assert_eq!(code, 0, "once the lock is released: {stdout}{stderr}");
 }
 
 #[sqlx::test]
@@ -150,7 +194,7 @@ async fn drift_check_passes_on_live_projections_and_names_every_tampered_row(
     wait_projected(&app.pool, "acme").await;
     let url = app.database_url().await;
 
-    let (code, stdout, stderr) = memd_cli(&url, &["drift-check"]);
+    let (code, stdout, stderr) = memd_cli(&url, &["drift-check"]).await;
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(stdout.contains("no drift"), "{stdout}");
 
@@ -180,7 +224,7 @@ async fn drift_check_passes_on_live_projections_and_names_every_tampered_row(
     .await
     .unwrap();
 
-    let (code, stdout, _) = memd_cli(&url, &["drift-check", "--tenant", "acme"]);
+    let (code, stdout, _) = memd_cli(&url, &["drift-check", "--tenant", "acme"]).await;
     assert_eq!(code, 1, "{stdout}");
     assert!(stdout.contains("DRIFT FOUND"), "{stdout}");
     assert!(
@@ -197,7 +241,7 @@ async fn drift_check_passes_on_live_projections_and_names_every_tampered_row(
         "{stdout}"
     );
 
-    let (code, json_out, _) = memd_cli(&url, &["drift-check", "--json"]);
+    let (code, json_out, _) = memd_cli(&url, &["drift-check", "--json"]).await;
     assert_eq!(code, 1);
     let report: Value = serde_json::from_str(&json_out).unwrap();
     let differing: i64 = report["tables"]
@@ -209,9 +253,9 @@ async fn drift_check_passes_on_live_projections_and_names_every_tampered_row(
     assert_eq!(differing, 3);
 
     // A rebuild repairs it, and the check passes again.
-    let (code, _, _) = memd_cli(&url, &["rebuild"]);
+    let (code, _, _) = memd_cli(&url, &["rebuild"]).await;
     assert_eq!(code, 0);
-    let (code, stdout, _) = memd_cli(&url, &["drift-check"]);
+    let (code, stdout, _) = memd_cli(&url, &["drift-check"]).await;
     assert_eq!(code, 0, "{stdout}");
 }
 
@@ -243,7 +287,8 @@ async fn views_export_to_markdown_and_edits_import_back_as_events(
     let dir = std::env::temp_dir().join(format!("memd-views-{}", ulid::Ulid::generate()));
     let dir_arg = dir.to_str().unwrap();
 
-    let (code, stdout, stderr) = memd_cli(&url, &["views", "export", dir_arg, "--tenant", "acme"]);
+    let (code, stdout, stderr) =
+        memd_cli(&url, &["views", "export", dir_arg, "--tenant", "acme"]).await;
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("rules"), "{stdout}");
     assert_eq!(
@@ -262,7 +307,8 @@ async fn views_export_to_markdown_and_edits_import_back_as_events(
         &[
             "views", "import", dir_arg, "--tenant", "acme", "--actor", "alice",
         ],
-    );
+    )
+    .await;
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("preferences unchanged"), "{stdout}");
     assert!(stdout.contains("rules updated"), "{stdout}");
@@ -287,7 +333,7 @@ async fn views_export_to_markdown_and_edits_import_back_as_events(
     );
 
     // Importing again changes nothing.
-    let (_, stdout, _) = memd_cli(&url, &["views", "import", dir_arg, "--tenant", "acme"]);
+    let (_, stdout, _) = memd_cli(&url, &["views", "import", dir_arg, "--tenant", "acme"]).await;
     assert_eq!(stdout.matches("unchanged").count(), 3, "{stdout}");
     std::fs::remove_dir_all(dir).unwrap();
 }

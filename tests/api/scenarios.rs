@@ -159,13 +159,9 @@ async fn the_cli_runs_black_box_against_a_daemon_by_url_and_reports(
         "--report".into(),
         report.display().to_string(),
     ];
-    // On a blocking thread: the daemon it talks to runs on this test's runtime.
-    let (code, stdout, stderr) = tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        memd_cli(&database_url, &args)
-    })
-    .await
-    .unwrap();
+    // Awaited: the daemon it talks to runs on this test's runtime.
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, stdout, stderr) = memd_cli(&database_url, &args).await;
     assert_eq!(
         code, 1,
         "a failing scenario fails the run: {stdout}\n{stderr}"

@@ -26,12 +26,16 @@ fn model_dir() -> PathBuf {
     )
 }
 
+/// A daemon with `embedder`, sealing high memory at rest (so sealed
+/// events are embedded from their opened text, and their vectors obey the
+/// same privacy rules).
 fn semantic(embedder: &str) -> ServeConfig {
     ServeConfig {
         semantic: SemanticConfig {
             embedder: Some(embedder.to_owned()),
             model_dir: model_dir(),
         },
+        keyring: crate::helpers::test_keyring(),
         ..ServeConfig::default()
     }
 }
@@ -289,19 +293,17 @@ async fn without_model_files_the_daemon_serves_lexical_bundles_and_says_why(
         ..ServeConfig::default()
     };
     let mut app = spawn_daemon_with(connect, config).await;
-    let ready: Value = app
-        .client
-        .get(format!("{}/readyz", app.base_url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let ready = app.readyz().await;
     assert_eq!(ready["status"], "ready");
     assert_eq!(ready["semantic"]["enabled"], false);
     let reason = ready["semantic"]["reason"].as_str().unwrap();
     assert!(reason.contains("ops/fetch-model.sh"), "{reason}");
+    // No key file either: said as plainly.
+    assert_eq!(ready["encryption_at_rest"]["enabled"], false);
+    let how = ready["encryption_at_rest"]["how_to_enable"]
+        .as_str()
+        .unwrap();
+    assert!(how.contains("memd key generate"), "{how}");
 
     let token = app.tenant("acme").await;
     app.append(
@@ -450,7 +452,8 @@ async fn switching_embedders_rebuilds_only_the_embeddings_and_bundles_keep_worki
             "--model-dir",
             model_dir().to_str().unwrap(),
         ],
-    );
+    )
+    .await;
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(
         stdout.contains("tenant=acme embedder=hashed switched"),

@@ -302,25 +302,65 @@ async fn every_endpoint_refuses_missing_malformed_and_unknown_tokens_and_lesser_
 }
 
 #[sqlx::test]
+async fn a_revoked_token_is_refused_by_every_daemon_on_the_database_at_once(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    // Caches that would trust a resolved token for ten minutes: only the
+    // revocation notice can make the daemons refuse it sooner.
+    let trusting = || ServeConfig {
+        token_cache_ttl: Duration::from_secs(600),
+        keyring: crate::helpers::test_keyring(),
+        ..ServeConfig::default()
+    };
+    let first = spawn_daemon_with(connect.clone(), trusting()).await;
+    let second = spawn_daemon_with(connect, trusting()).await;
+    let token = first.tenant("acme").await;
+    for app in [&first, &second] {
+        app.append(&token, &message("s1", "cached now")).await;
+    }
+    let url = first.database_url().await;
+    let (code, _, stderr) = memd_cli(&url, &["tenant", "revoke", &token]).await;
+    assert_eq!(code, 0, "{stderr}");
+    for app in [&first, &second] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (status, _) = app.post_events(&token, &message("s1", "after")).await;
+            if status == StatusCode::UNAUTHORIZED {
+                break;
+            }
+            assert_eq!(status, StatusCode::CREATED);
+            assert!(
+                Instant::now() < deadline,
+                "a revoked token still works on {}",
+                app.base_url
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+#[sqlx::test]
 async fn revoked_tokens_stop_working_and_rotation_keeps_the_tenant_reachable(
     _: PgPoolOptions,
     connect: PgConnectOptions,
 ) {
     let app = spawn_daemon(connect).await;
     let url = app.database_url().await;
-    let (code, first, stderr) = memd_cli(&url, &["tenant", "create", "acme"]);
+    let (code, first, stderr) = memd_cli(&url, &["tenant", "create", "acme"]).await;
     assert_eq!(code, 0, "{stderr}");
     let first = first.trim().to_owned();
     app.append(&first, &message("s1", "before rotation")).await;
 
-    let (code, second, stderr) = memd_cli(&url, &["tenant", "token", "acme", "--scope", "read"]);
+    let (code, second, stderr) =
+        memd_cli(&url, &["tenant", "token", "acme", "--scope", "read"]).await;
     assert_eq!(code, 0, "{stderr}");
     let second = second.trim().to_owned();
-    let (code, stdout, stderr) = memd_cli(&url, &["tenant", "revoke", &first]);
+    let (code, stdout, stderr) = memd_cli(&url, &["tenant", "revoke", &first]).await;
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("acme"), "{stdout}");
-    // The daemon had the first token cached; it is refused within the
-    // cache's lifetime (5 s).
+    // The daemon had the first token cached; the revocation notice makes it
+    // refuse it.
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let (status, _) = app.post_events(&first, &message("s1", "after")).await;
@@ -336,17 +376,18 @@ async fn revoked_tokens_stop_working_and_rotation_keeps_the_tenant_reachable(
         .await;
     assert_eq!(status, StatusCode::OK, "the new token still works");
 
-    let (code, _, stderr) = memd_cli(&url, &["tenant", "revoke", &first]);
+    let (code, _, stderr) = memd_cli(&url, &["tenant", "revoke", &first]).await;
     assert_ne!(code, 0, "revoking twice is reported");
     assert!(stderr.contains("no active token"), "{stderr}");
-    let (code, _, stderr) = memd_cli(&url, &["tenant", "revoke", "not-a-token"]);
+    let (code, _, stderr) = memd_cli(&url, &["tenant", "revoke", "not-a-token"]).await;
     assert_ne!(code, 0);
     assert!(stderr.contains("not a memd token"), "{stderr}");
 
-    let (code, stdout, stderr) = memd_cli(&url, &["tenant", "revoke", "--all", "--tenant", "acme"]);
+    let (code, stdout, stderr) =
+        memd_cli(&url, &["tenant", "revoke", "--all", "--tenant", "acme"]).await;
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("revoked 1 token(s) of acme"), "{stdout}");
-    let (code, _, _) = memd_cli(&url, &["tenant", "token", "nobody"]);
+    let (code, _, _) = memd_cli(&url, &["tenant", "token", "nobody"]).await;
     assert_ne!(code, 0, "no tokens for tenants that do not exist");
 }
 

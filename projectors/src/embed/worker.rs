@@ -22,6 +22,7 @@ use crate::{
     projections::embeddings::{self, EmbeddingProjector},
     projector::BoxFuture,
     runtime::Work,
+    seal::Keyring,
 };
 
 /// A tenant's embedders as chosen.
@@ -42,7 +43,13 @@ pub struct EmbeddingWork {
 
 impl EmbeddingWork {
     /// `default` is the embedder of tenants that chose none.
-    pub fn new(default: Option<&'static str>, embedders: &[Arc<dyn Embedder>]) -> Self {
+    /// `keyring` opens sealed events, so high and secret memory is embedded
+    /// too (vectors hold no text).
+    pub fn new(
+        default: Option<&'static str>,
+        embedders: &[Arc<dyn Embedder>],
+        keyring: &Keyring,
+    ) -> Self {
         let engines = embedders
             .iter()
             .filter_map(|embedder| {
@@ -51,7 +58,8 @@ impl EmbeddingWork {
                     embedder.name(),
                     Engine::new(vec![Arc::new(projector)])
                         .with_batch_size(embeddings::BATCH_EVENTS)
-                        .with_channel(EMBEDDED_CHANNEL),
+                        .with_channel(EMBEDDED_CHANNEL)
+                        .with_keyring(keyring.clone()),
                 ))
             })
             .collect();

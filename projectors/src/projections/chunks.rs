@@ -377,7 +377,7 @@ impl Projector for ChunkProjector {
             if rows.chunk_id.is_empty() {
                 return Ok(());
             }
-            rows.insert(tx, tenant).await
+            rows.insert(tx, tenant, events).await
         })
     }
 }
@@ -407,6 +407,9 @@ struct Rows {
     importance: Vec<f32>,
     content_hash: Vec<Vec<u8>>,
     word_hashes: Vec<Vec<u8>>,
+    /// What PostgreSQL derives a sealed chunk's lexemes from (its source and
+    /// plaintext), for the blind index; `None` for chunks kept in the clear.
+    sealed_search_text: Vec<Option<String>>,
 }
 
 impl Rows {
@@ -425,35 +428,106 @@ impl Rows {
         self.kind.push(event.kind.clone());
         self.tags
             .push(serde_json::to_string(&event.tags).expect("strings serialize"));
-        self.source.push(chunk.source);
         self.line_start.push(chunk.line_start);
         self.line_end.push(chunk.line_end);
-        self.text.push(chunk.text);
         self.token_est.push(chunk.token_est);
         self.importance.push(chunk.importance);
-        self.content_hash.push(chunk.content_hash);
-        self.word_hashes.push(chunk.word_hashes);
+        match &event.sealer {
+            None => {
+                self.text.push(chunk.text);
+                self.content_hash.push(chunk.content_hash);
+                self.word_hashes.push(chunk.word_hashes);
+                self.sealed_search_text.push(None);
+            }
+            Some(sealer) => {
+                let mut words: Vec<u64> = dedupe::decode(&chunk.word_hashes)
+                    .into_iter()
+                    .map(|word| sealer.keyed_word(word))
+                    .collect();
+                words.sort_unstable();
+                self.text.push(sealer.seal(&chunk.text));
+                self.content_hash
+                    .push(sealer.keyed_digest(&chunk.content_hash));
+                self.word_hashes.push(dedupe::encode(&words));
+                // As the search vector reads a chunk: source, then text.
+                self.sealed_search_text.push(Some(format!(
+                    "{} {}",
+                    chunk.source.as_deref().unwrap_or_default(),
+                    chunk.text
+                )));
+            }
+        }
+        self.source.push(chunk.source);
     }
 
-    async fn insert(self, tx: &mut PgConnection, tenant: &str) -> Result<(), sqlx::Error> {
+    /// The blind index of each sealed chunk (`None` for the others): the
+    /// lexemes PostgreSQL derives, as the search vector would, each blinded
+    /// with its position kept (cover-density ranking reads positions).
+    async fn sealed_tsvs(
+        &self,
+        tx: &mut PgConnection,
+        events: &[StoredEvent],
+    ) -> Result<Vec<Option<String>>, sqlx::Error> {
+        let Some(sealer) = events.iter().find_map(|e| e.sealer.clone()) else {
+            return Ok(vec![None; self.chunk_id.len()]);
+        };
+        let rows: Vec<(i64, String, Vec<i16>)> = sqlx::query_as(
+            "SELECT u.o, t.lexeme, coalesce(t.positions, '{}')
+               FROM unnest($1::text[]) WITH ORDINALITY AS u (doc, o)
+              CROSS JOIN LATERAL unnest(to_tsvector('english', projections.searchable(u.doc))) AS t
+              WHERE u.doc IS NOT NULL",
+        )
+        .bind(&self.sealed_search_text)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut tsvs: Vec<Option<String>> = self
+            .sealed_search_text
+            .iter()
+            .map(|doc| doc.as_ref().map(|_| String::new()))
+            .collect();
+        for (ordinal, lexeme, positions) in rows {
+            let tsv = tsvs[ordinal as usize - 1]
+                .as_mut()
+                .expect("rows come only for sealed chunks");
+            if !tsv.is_empty() {
+                tsv.push(' ');
+            }
+            tsv.push('\'');
+            tsv.push_str(&sealer.blind(&lexeme));
+            tsv.push('\'');
+            for (index, position) in positions.iter().enumerate() {
+                tsv.push(if index == 0 { ':' } else { ',' });
+                tsv.push_str(&position.to_string());
+            }
+        }
+        Ok(tsvs)
+    }
+
+    async fn insert(
+        self,
+        tx: &mut PgConnection,
+        tenant: &str,
+        events: &[StoredEvent],
+    ) -> Result<(), sqlx::Error> {
+        let sealed_tsvs = self.sealed_tsvs(tx, events).await?;
         sqlx::query(
             "INSERT INTO chunks (tenant_id, chunk_id, event_id, seq, part, ts, session_id, channel,
                                  sensitivity, actor_type, actor_id, kind, tags, source, line_start,
                                  line_end, text, token_est, importance, content_hash, word_hashes,
-                                 agent_id)
+                                 agent_id, sealed_tsv)
              SELECT $1, u.chunk_id, u.event_id, u.seq, u.part, u.ts, u.session_id, u.channel,
                     u.sensitivity, u.actor_type, u.actor_id, u.kind,
                     ARRAY(SELECT jsonb_array_elements_text(u.tags::jsonb)), u.source, u.line_start,
                     u.line_end, u.text, u.token_est, u.importance, u.content_hash, u.word_hashes,
-                    u.agent_id
+                    u.agent_id, u.sealed_tsv::tsvector
                FROM unnest($2::text[], $3::text[], $4::bigint[], $5::int[], $6::timestamptz[],
                            $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
                            $12::text[], $13::text[], $14::text[], $15::int[], $16::int[],
                            $17::text[], $18::int[], $19::real[], $20::bytea[], $21::bytea[],
-                           $22::text[])
+                           $22::text[], $23::text[])
                     AS u (chunk_id, event_id, seq, part, ts, session_id, channel, sensitivity,
                           actor_type, actor_id, kind, tags, source, line_start, line_end, text,
-                          token_est, importance, content_hash, word_hashes, agent_id)",
+                          token_est, importance, content_hash, word_hashes, agent_id, sealed_tsv)",
         )
         .bind(tenant)
         .bind(self.chunk_id)
@@ -477,6 +551,7 @@ impl Rows {
         .bind(self.content_hash)
         .bind(self.word_hashes)
         .bind(self.agent_id)
+        .bind(sealed_tsvs)
         .execute(tx)
         .await?;
         Ok(())

@@ -12,6 +12,7 @@ use sqlx::{PgConnection, Row};
 use crate::{
     event::StoredEvent,
     projector::{BoxFuture, Projector, Table},
+    seal::SealError,
 };
 
 const TABLES: &[Table] = &[
@@ -169,16 +170,31 @@ impl<'a> Ledger<'a> {
         .bind(&keys)
         .fetch_all(&mut *tx)
         .await?;
+        // Sealed decisions are compared with summaries as plaintext.
+        let keyring = events
+            .first()
+            .map(|e| e.keyring.clone())
+            .unwrap_or_default();
+        let unseal =
+            |error: SealError| sqlx::Error::Protocol(format!("decision of {tenant}: {error}"));
         for row in rows {
             let id: String = row.get("decision_id");
             let key: String = row.get("key");
+            let mut decision: String = row.get("decision");
+            let mut value: Option<Value> = row.get("value");
+            keyring
+                .open_in_place(tenant, &mut decision)
+                .map_err(unseal)?;
+            if let Some(value) = &mut value {
+                keyring.open_json(tenant, value).map_err(unseal)?;
+            }
             ledger.known.insert(id.clone(), (Some(key.clone()), true));
             ledger.active_by_key.insert(
                 key,
                 Active {
                     decision_id: id,
-                    decision: row.get("decision"),
-                    value: row.get("value"),
+                    decision,
+                    value,
                     refs: row.get("refs"),
                 },
             );
@@ -417,16 +433,21 @@ impl DecisionRows {
         self.scope
             .push(event.text("scope").unwrap_or("project").to_owned());
         self.decision
-            .push(event.text("decision").unwrap_or_default().to_owned());
-        self.value
-            .push(event.content.get("value").map(Value::to_string));
-        self.rationale.push(json_list(&event.strings("rationale")));
-        self.constraints
-            .push(json_list(&event.strings("constraints")));
-        self.alternatives
-            .push(json_list(&event.strings("alternatives")));
-        self.consequences
-            .push(json_list(&event.strings("consequences")));
+            .push(event.protect(event.text("decision").unwrap_or_default().to_owned()));
+        self.value.push(
+            event
+                .content
+                .get("value")
+                .map(|value| event.protect_json(value.clone()).to_string()),
+        );
+        for (column, field) in [
+            (&mut self.rationale, "rationale"),
+            (&mut self.constraints, "constraints"),
+            (&mut self.alternatives, "alternatives"),
+            (&mut self.consequences, "consequences"),
+        ] {
+            column.push(json_list(&event.protect_all(event.strings(field))));
+        }
         self.confidence
             .push(event.content.get("confidence").and_then(Value::as_f64));
         self.refs.push(json_list(&event.refs));
@@ -516,11 +537,15 @@ async fn insert_summaries(
         session_id.push(event.session_id.clone());
         channel.push(event.channel.clone());
         sensitivity.push(event.sensitivity.clone());
-        text.push(event.text("text").unwrap_or_default().to_owned());
+        text.push(event.protect(event.text("text").unwrap_or_default().to_owned()));
         refs.push(json_list(&event.refs));
-        claims.push(event_claims.to_string());
+        claims.push(event.protect_json(event_claims).to_string());
         conflicted.push(!event_conflicts.is_empty());
-        conflicts.push(Value::Array(event_conflicts).to_string());
+        conflicts.push(
+            event
+                .protect_json(Value::Array(event_conflicts))
+                .to_string(),
+        );
     }
     sqlx::query(
         "INSERT INTO summaries (tenant_id, event_id, seq, ts, session_id, channel, sensitivity,

@@ -7,6 +7,7 @@ use sqlx::PgConnection;
 use crate::{
     event::StoredEvent,
     projector::{BoxFuture, Projector, Table},
+    seal::Keyring,
 };
 
 const TABLES: &[Table] = &[Table {
@@ -60,6 +61,14 @@ impl Projector for TaskProjector {
             .into_iter()
             .map(|task| (task.task_id.clone(), task))
             .collect();
+            // Folded as plaintext, sealed again as written.
+            let keyring = updates[0].1.keyring.clone();
+            for task in tasks.values_mut() {
+                keyring
+                    .open_in_place(tenant, &mut task.title)
+                    .and_then(|()| keyring.open_in_place(tenant, &mut task.details))
+                    .map_err(|error| sqlx::Error::Protocol(format!("task of {tenant}: {error}")))?;
+            }
             for (task_id, event) in updates {
                 match tasks.get_mut(task_id) {
                     Some(task) => task.update(event),
@@ -68,7 +77,7 @@ impl Projector for TaskProjector {
                     }
                 }
             }
-            upsert(tx, tenant, tasks.into_values()).await
+            upsert(tx, tenant, &keyring, tasks.into_values()).await
         })
     }
 }
@@ -140,6 +149,7 @@ impl Task {
 async fn upsert(
     tx: &mut PgConnection,
     tenant: &str,
+    keyring: &Keyring,
     tasks: impl Iterator<Item = Task>,
 ) -> Result<(), sqlx::Error> {
     let json = |items: &[String]| serde_json::to_string(items).expect("strings serialize");
@@ -158,8 +168,16 @@ async fn upsert(
     for task in tasks {
         task_id.push(task.task_id);
         status.push(task.status);
-        title.push(task.title);
-        details.push(task.details);
+        match keyring.sealer(tenant, &task.sensitivity) {
+            Some(sealer) => {
+                title.push(sealer.seal(&task.title));
+                details.push(sealer.seal(&task.details));
+            }
+            None => {
+                title.push(task.title);
+                details.push(task.details);
+            }
+        }
         refs.push(json(&task.refs));
         event_ids.push(json(&task.event_ids));
         session_id.push(task.session_id);

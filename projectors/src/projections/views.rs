@@ -58,7 +58,7 @@ impl Projector for ViewProjector {
             let mut sensitivity = Vec::new();
             for (name, (body, event)) in latest {
                 view.push(name);
-                text.push(body);
+                text.push(event.protect(body.to_owned()));
                 event_id.push(event.event_id.as_str());
                 seq.push(event.seq);
                 ts.push(event.ts);

@@ -1,0 +1,248 @@
+//! Signed checkpoints (RFC 6962's signed tree heads, for a hash chain).
+//!
+//! The hash chain alone catches an edited row only while nobody recomputes
+//! the hashes after it; anyone who can write the database can. A checkpoint
+//! is a tenant's head (seq and hash) at a time, signed with the Ed25519 key
+//! derived from memd's key file, which is not in the database. An operator
+//! keeps checkpoints elsewhere (`memd checkpoint --out DIR`); later,
+//! `memd verify --checkpoint FILE...` proves the log still extends each:
+//! the event at the checkpoint's seq must still have the hash it signed, and
+//! the chain must still verify. A rewrite that rehashes the tail cannot
+//! produce a matching signature without the key.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, SubsecRound, Utc};
+use memd_projectors::seal::{Keyring, signature_holds};
+use serde::{Deserialize, Serialize};
+use sqlx::{PgPool, Row};
+
+use crate::domain::tenant::TenantId;
+
+/// The signed statement's format tag (first line of what is signed).
+pub const FORMAT: &str = "memd-checkpoint-v1";
+
+/// A tenant's head, signed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Checkpoint {
+    /// Always `memd-checkpoint-v1`.
+    pub format: String,
+    pub tenant: String,
+    /// The last event it covers.
+    pub seq: i64,
+    /// That event's hash (hex): it covers every event before it.
+    pub head_hash: String,
+    pub signed_at: DateTime<Utc>,
+    /// Ed25519 public key (hex) that signed it; trust it only if it is
+    /// the key you expect (`memd key public`).
+    pub public_key: String,
+    /// Ed25519 signature (hex) of [`Checkpoint::message`].
+    pub signature: String,
+}
+
+impl Checkpoint {
+    /// What is signed: one line each of format, tenant, seq, head hash and
+    /// time (RFC 3339, microseconds, UTC).
+    pub fn message(&self) -> String {
+        statement(&self.tenant, self.seq, &self.head_hash, self.signed_at)
+    }
+
+    /// Whether it is signed by `trusted` (hex public key).
+    pub fn signed_by(&self, trusted: &str) -> bool {
+        self.format == FORMAT
+            && self.public_key.eq_ignore_ascii_case(trusted)
+            && signature_holds(trusted, self.message().as_bytes(), &self.signature)
+    }
+}
+
+fn statement(tenant: &str, seq: i64, head_hash: &str, signed_at: DateTime<Utc>) -> String {
+    format!(
+        "{FORMAT}\n{tenant}\n{seq}\n{head_hash}\n{}",
+        signed_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+    )
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error(
+        "no key to sign with: checkpoints need memd's key file (--key-file, MEMD_KEY_FILE; memd key generate)"
+    )]
+    NoKey,
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// Signs the current head of `tenant` (or of every tenant with events) and
+/// stores it; a head already checkpointed is returned as it was signed.
+pub async fn take(
+    pool: &PgPool,
+    keyring: &Keyring,
+    tenant: Option<&TenantId>,
+) -> Result<Vec<Checkpoint>, CheckpointError> {
+    let public_key = keyring.public_key().ok_or(CheckpointError::NoKey)?;
+    let heads: Vec<(String, i64, Vec<u8>)> = sqlx::query_as(
+        "SELECT tenant_id, seq, hash FROM tenant_heads
+          WHERE seq > 0 AND ($1::text IS NULL OR tenant_id = $1)
+          ORDER BY tenant_id",
+    )
+    .bind(tenant.map(TenantId::as_str))
+    .fetch_all(pool)
+    .await?;
+    let mut taken = Vec::with_capacity(heads.len());
+    for (tenant, seq, hash) in heads {
+        // PostgreSQL keeps microseconds: sign exactly what is stored.
+        let signed_at = Utc::now().trunc_subsecs(6);
+        let head_hash = hex::encode(&hash);
+        let signature = keyring
+            .sign(statement(&tenant, seq, &head_hash, signed_at).as_bytes())
+            .ok_or(CheckpointError::NoKey)?;
+        let row = sqlx::query(
+            "WITH new AS (
+                 INSERT INTO checkpoints (tenant_id, seq, head_hash, signed_at, public_key, signature)
+                 VALUES ($1, $2, $3, $4, decode($5, 'hex'), decode($6, 'hex'))
+                 ON CONFLICT (tenant_id, seq) DO NOTHING
+                 RETURNING tenant_id, seq, head_hash, signed_at, public_key, signature)
+             SELECT * FROM new
+             UNION ALL
+             SELECT tenant_id, seq, head_hash, signed_at, public_key, signature FROM checkpoints
+              WHERE tenant_id = $1 AND seq = $2 AND NOT EXISTS (SELECT FROM new)",
+        )
+        .bind(&tenant)
+        .bind(seq)
+        .bind(&hash)
+        .bind(signed_at)
+        .bind(&public_key)
+        .bind(&signature)
+        .fetch_one(pool)
+        .await?;
+        taken.push(from_row(&row)?);
+    }
+    Ok(taken)
+}
+
+/// The newest checkpoint of `tenant`, if any.
+pub async fn latest(pool: &PgPool, tenant: &str) -> Result<Option<Checkpoint>, sqlx::Error> {
+    let row = sqlx::query(
+        "SELECT tenant_id, seq, head_hash, signed_at, public_key, signature FROM checkpoints
+          WHERE tenant_id = $1 ORDER BY seq DESC LIMIT 1",
+    )
+    .bind(tenant)
+    .fetch_optional(pool)
+    .await?;
+    row.as_ref().map(from_row).transpose()
+}
+
+fn from_row(row: &sqlx::postgres::PgRow) -> Result<Checkpoint, sqlx::Error> {
+    Ok(Checkpoint {
+        format: FORMAT.to_owned(),
+        tenant: row.try_get("tenant_id")?,
+        seq: row.try_get("seq")?,
+        head_hash: hex::encode(row.try_get::<Vec<u8>, _>("head_hash")?),
+        signed_at: row.try_get("signed_at")?,
+        public_key: hex::encode(row.try_get::<Vec<u8>, _>("public_key")?),
+        signature: hex::encode(row.try_get::<Vec<u8>, _>("signature")?),
+    })
+}
+
+/// What checking one checkpoint against the log found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    /// The log still extends it.
+    Holds,
+    /// Not signed by the trusted key (or not a memd checkpoint): it proves
+    /// nothing.
+    BadSignature,
+    /// The log no longer extends it.
+    Broken { reason: String },
+}
+
+/// A checkpoint and what was found.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    pub checkpoint: Checkpoint,
+    pub finding: Finding,
+    /// For a broken one: the newest earlier checkpoint of its tenant that
+    /// still holds; the first rewritten event comes after its seq.
+    pub last_holding_seq: Option<i64>,
+}
+
+/// Checks each checkpoint: signed by `trusted` (hex public key), and the
+/// event at its seq still has the hash it signed. (The chain from there on
+/// is `memd verify`'s walk.)
+pub async fn check(
+    pool: &PgPool,
+    trusted: &str,
+    checkpoints: Vec<Checkpoint>,
+) -> Result<Vec<Checked>, sqlx::Error> {
+    // Oldest first per tenant, so a break is bracketed by the last holding one.
+    let mut by_tenant: BTreeMap<String, Vec<Checkpoint>> = BTreeMap::new();
+    for checkpoint in checkpoints {
+        by_tenant
+            .entry(checkpoint.tenant.clone())
+            .or_default()
+            .push(checkpoint);
+    }
+    let mut checked = Vec::new();
+    for (tenant, mut checkpoints) in by_tenant {
+        checkpoints.sort_by_key(|c| c.seq);
+        let mut last_holding = None;
+        for checkpoint in checkpoints {
+            let finding = if !checkpoint.signed_by(trusted) {
+                Finding::BadSignature
+            } else {
+                let stored: Option<Vec<u8>> =
+                    sqlx::query_scalar("SELECT hash FROM events WHERE tenant_id = $1 AND seq = $2")
+                        .bind(&tenant)
+                        .bind(checkpoint.seq)
+                        .fetch_optional(pool)
+                        .await?;
+                match stored {
+                    Some(hash) if hex::encode(&hash) == checkpoint.head_hash => Finding::Holds,
+                    Some(hash) => Finding::Broken {
+                        reason: format!(
+                            "event {} of {tenant} now has hash {}, the checkpoint signed {}: \
+                             the log was rewritten at or before seq {}",
+                            checkpoint.seq,
+                            hex::encode(hash),
+                            checkpoint.head_hash,
+                            checkpoint.seq
+                        ),
+                    },
+                    None => Finding::Broken {
+                        reason: format!(
+                            "{tenant} has no event {} any more: the log was cut",
+                            checkpoint.seq
+                        ),
+                    },
+                }
+            };
+            let holds = finding == Finding::Holds;
+            checked.push(Checked {
+                checkpoint: checkpoint.clone(),
+                last_holding_seq: (!holds && finding != Finding::BadSignature)
+                    .then_some(last_holding)
+                    .flatten(),
+                finding,
+            });
+            if holds {
+                last_holding = Some(checkpoint.seq);
+            }
+        }
+    }
+    Ok(checked)
+}
+
+/// Reads checkpoints from a file: one checkpoint, or a JSON array of them.
+pub fn read_file(path: &std::path::Path) -> anyhow::Result<Vec<Checkpoint>> {
+    use anyhow::Context;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading checkpoint file {}", path.display()))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    let checkpoints = match value {
+        serde_json::Value::Array(_) => serde_json::from_value(value),
+        _ => serde_json::from_value(value).map(|one| vec![one]),
+    }
+    .with_context(|| format!("{} does not hold memd checkpoints", path.display()))?;
+    Ok(checkpoints)
+}
