@@ -971,8 +971,16 @@ async fn recent_window(
         }
         // Newest first overall: an event's later parts before its earlier ones.
         parts.reverse();
+        // A chunk the projections have not written yet cannot be looked up:
+        // such an item cites its event alone, which can.
+        let chunk_exists = event.seq <= projected_seq;
         for part in parts {
             let chunk_id = part.chunk_id;
+            let refs = if chunk_exists {
+                vec![chunk_id.clone(), event.event_id.clone()]
+            } else {
+                vec![event.event_id.clone()]
+            };
             let meta = render::chunk_meta(
                 &event.actor_id,
                 &event.kind,
@@ -986,7 +994,7 @@ async fn recent_window(
                 meta,
                 text: render::body(&part.text),
                 tokens: part.token_est.max(0) as usize,
-                refs: vec![chunk_id.clone(), event.event_id.clone()],
+                refs,
                 fields: details(&[
                     ("chunk_id", json!(chunk_id)),
                     ("event_id", json!(event.event_id)),
