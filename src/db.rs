@@ -75,6 +75,43 @@ impl ScratchDatabase {
         })
     }
 
+    /// The database `name` on the server of `database_url`, created if it
+    /// does not exist: a benchmark's history kept between runs, to measure
+    /// again without loading it again. Never dropped by [`Self::finish`].
+    pub async fn named(database_url: &str, name: &str) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            !name.is_empty()
+                && name.len() <= 63
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+            "database name {name:?}: use 1 to 63 lowercase letters, digits and _"
+        );
+        let base: PgConnectOptions = database_url
+            .parse()
+            .context("DATABASE_URL is not a PostgreSQL URL")?;
+        let admin = base.clone().database("postgres");
+        let pool = connect(admin.clone(), 1)
+            .await
+            .context("connecting to PostgreSQL")?;
+        let exists: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+                .bind(name)
+                .fetch_one(&pool)
+                .await?;
+        if !exists {
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                .execute(&pool)
+                .await?;
+        }
+        pool.close().await;
+        Ok(Self {
+            options: base.database(name),
+            admin,
+            name: name.to_owned(),
+        })
+    }
+
     pub async fn drop_now(self) -> anyhow::Result<()> {
         let pool = connect(self.admin, 1).await?;
         sqlx::query(sqlx::AssertSqlSafe(format!(

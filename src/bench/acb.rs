@@ -40,6 +40,8 @@ pub struct Options {
     pub seconds: f64,
     pub restarts: usize,
     pub max_tokens: u32,
+    /// A database kept between runs, instead of a scratch one.
+    pub keep_database: Option<String>,
     /// The daemon's embedder (retrieval is hybrid unless none).
     pub semantic: SemanticConfig,
 }
@@ -109,9 +111,17 @@ impl Seen {
 }
 
 pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Result<()> {
-    let scratch = ScratchDatabase::create(database_url, "memd_bench").await?;
+    let (scratch, kept) = match &options.keep_database {
+        Some(name) => (ScratchDatabase::named(database_url, name).await?, true),
+        None => (
+            ScratchDatabase::create(database_url, "memd_bench").await?,
+            false,
+        ),
+    };
     let result = measure(&scratch, &options).await;
-    scratch.drop_now().await?;
+    if !kept {
+        scratch.drop_now().await?;
+    }
     let (rows, environment) = result?;
     write_report(out, &render(&rows, &options, &environment))
 }
@@ -124,13 +134,30 @@ async fn measure(
     db::migrate(&pool).await?;
     let environment = environment(&pool).await?;
     let tenant = TenantId::parse(TENANT).expect("valid tenant id");
-    let token = tenants::create_tenant(&pool, &tenant, Scope::Admin)
-        .await?
-        .expose()
-        .to_string();
+    // A kept database may hold the history already, up to some size.
+    let (token, mut loaded) = match tenants::issue_token(&pool, &tenant, Scope::Admin, None).await?
+    {
+        Some(token) => {
+            let history: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM public.events WHERE tenant_id = $1 AND session_id <> 'views'",
+            )
+            .bind(TENANT)
+            .fetch_one(&pool)
+            .await?;
+            (token, history as u64)
+        }
+        None => (
+            tenants::create_tenant(&pool, &tenant, Scope::Admin).await?,
+            0,
+        ),
+    };
+    let token = token.expose().to_string();
     let mut rows = Vec::new();
-    let mut loaded = 0;
     for &size in &options.sizes {
+        anyhow::ensure!(
+            size >= loaded,
+            "the kept database holds {loaded} events, more than the size {size}"
+        );
         // The daemon projects while the history loads.
         let daemon = start_daemon(pool.clone(), options.semantic.clone()).await?;
         if loaded == 0 {
@@ -401,6 +428,13 @@ fn render(rows: &[Row], options: &Options, environment: &str) -> String {
         options.seconds,
         options.restarts
     );
+    if let Some(name) = &options.keep_database {
+        let _ = writeln!(
+            out,
+            "The history is kept in the database `{name}` between runs (`--keep-database`): what an earlier \
+             run loaded, projected and embedded is measured again, not loaded again.\n"
+        );
+    }
     let _ = writeln!(
         out,
         "| events | scenario | clients | bundles | bundles/s | p50 ms | p95 ms | p99 ms | errors | mean tokens | mean candidate pool |"

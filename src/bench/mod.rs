@@ -69,6 +69,12 @@ pub enum BenchCommand {
         /// `max_tokens` of every bundle.
         #[arg(long, default_value_t = 65_000)]
         max_tokens: u32,
+        /// Keep the history in this database (created if missing) instead
+        /// of a scratch one dropped at the end; a later run with the same
+        /// name loads only what is missing (embedding 100k events takes
+        /// a quarter of an hour here).
+        #[arg(long)]
+        keep_database: Option<String>,
         /// Where to write the results.
         #[arg(long, default_value = "bench/acb.md")]
         out: PathBuf,
@@ -177,6 +183,7 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
             seconds,
             restarts,
             max_tokens,
+            keep_database,
             out,
             embedder,
         } => {
@@ -187,6 +194,7 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
                     seconds,
                     restarts,
                     max_tokens,
+                    keep_database,
                     semantic: embedder.config()?,
                 },
                 &out,

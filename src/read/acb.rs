@@ -473,8 +473,25 @@ pub async fn build_acb(
                 .semantic
                 .unavailable(head.embedding.embedder.as_deref())
                 .is_some());
-    let question =
-        (!fast).then(|| hybrid::start_question(reader, retrieval_query, &head.embedding, &policy));
+    // A receiving agent's bundle takes no chat messages as evidence.
+    let scope = Scope {
+        excluded_kinds: if handoff.is_some() {
+            vec!["message"]
+        } else {
+            Vec::new()
+        },
+    };
+    let question = (!fast).then(|| {
+        hybrid::start_question(
+            reader,
+            tenant,
+            retrieval_query,
+            &head.embedding,
+            &policy,
+            visibility,
+            &scope,
+        )
+    });
 
     let (state, cached) = reader
         .cache
@@ -603,13 +620,6 @@ pub async fn build_acb(
         )
         .await?;
     if let Some(question) = question {
-        let scope = Scope {
-            excluded_kinds: if handoff.is_some() {
-                vec!["message"]
-            } else {
-                Vec::new()
-            },
-        };
         stages.prepare = stopwatch.lap();
         let hybrid::Pool {
             candidates,

@@ -18,7 +18,7 @@ use super::{
     policy::{Fusion, Policy},
     privacy::Visibility,
     retrieve::{self, Candidate, Scope},
-    vectors::Current,
+    vectors::{Current, Neighbour, SharedVectors},
 };
 
 /// `provenance.semantic`: what the semantic side did for this bundle.
@@ -63,21 +63,49 @@ pub struct Pool {
     pub semantic: SemanticReport,
 }
 
-/// The question's vector, started as soon as a bundle knows it retrieves:
-/// the model runs on its own thread while PostgreSQL answers the bundle's
-/// statements, instead of after them.
+/// The question's vector and its nearest chunks, started as soon as a
+/// bundle knows it retrieves: the model and then the vector search run on
+/// their own task while PostgreSQL answers the bundle's statements and the
+/// lexical candidate statement, instead of after them.
 pub struct Question {
-    embedder: &'static str,
-    vector: tokio::task::JoinHandle<Result<Arc<Vec<f32>>, EmbedError>>,
+    nearest: tokio::task::JoinHandle<Result<Nearest, Failure>>,
 }
 
-/// Starts embedding `query` with the tenant's embedder, or says why the
-/// bundle's retrieval is lexical only.
+/// What the semantic side found before the two sides meet.
+struct Nearest {
+    vector: Arc<Vec<f32>>,
+    found: Found,
+}
+
+enum Found {
+    /// The tenant's vectors (to score lexical candidates by meaning too),
+    /// how many there are, and the nearest visible ones.
+    Searched {
+        index: SharedVectors,
+        vectors: usize,
+        neighbours: Vec<Neighbour>,
+    },
+    /// The index is loading in the background; lexical candidates only.
+    Loading { behind: i64 },
+}
+
+enum Failure {
+    /// The bundle goes on with lexical candidates, and says why.
+    Embedding(EmbedError),
+    Database(sqlx::Error),
+}
+
+/// Starts embedding `query` with the tenant's embedder and searching its
+/// vectors as `visibility` and `scope` allow, or says why the bundle's
+/// retrieval is lexical only.
 pub fn start_question(
     reader: &Reader,
+    tenant: &str,
     query: &str,
     embedding: &EmbeddingHead,
     policy: &Policy,
+    visibility: Visibility<'_>,
+    scope: &Scope,
 ) -> Result<Question, String> {
     if policy.scoring.semantic_weight <= 0.0 || semantic_wanted(policy) == 0 {
         return Err(
@@ -95,10 +123,51 @@ pub fn start_question(
     else {
         return Err("no embedder".to_owned());
     };
-    let (semantic, query) = (reader.semantic.clone(), query.to_owned());
+    let table = embeddings::projector_name(embedder).expect("a loaded embedder has a table");
+    let (semantic, pool, tenant, query) = (
+        reader.semantic.clone(),
+        reader.pool.clone(),
+        tenant.to_owned(),
+        query.to_owned(),
+    );
+    let (channel, agent, scope) = (
+        visibility.channel,
+        visibility.agent.map(str::to_owned),
+        scope.clone(),
+    );
+    let (seq, version, wanted) = (
+        embedding.seq,
+        embedding.version.unwrap_or(0),
+        semantic_wanted(policy),
+    );
     Ok(Question {
-        embedder,
-        vector: tokio::spawn(async move { semantic.query_vector(embedder, &query).await }),
+        nearest: tokio::spawn(async move {
+            let vector = semantic
+                .query_vector(embedder, &query)
+                .await
+                .map_err(Failure::Embedding)?;
+            let found = match semantic
+                .index
+                .current(&pool, &tenant, table, seq, version)
+                .await
+                .map_err(Failure::Database)?
+            {
+                Current::Ready(index) => {
+                    let vectors = index.read().await;
+                    let visibility = Visibility::new(channel).for_agent(agent.as_deref());
+                    let neighbours = vectors.search(&vector, wanted, visibility, &scope);
+                    let count = vectors.len();
+                    drop(vectors);
+                    Found::Searched {
+                        index,
+                        vectors: count,
+                        neighbours,
+                    }
+                }
+                Current::Loading { behind } => Found::Loading { behind },
+            };
+            Ok(Nearest { vector, found })
+        }),
     })
 }
 
@@ -135,7 +204,7 @@ pub async fn candidates(
     } else {
         pool_max
     };
-    let (common, mut candidates) = retrieve::candidate_pool(
+    let lexical = retrieve::candidate_pool(
         &reader.pool,
         &reader.keyring,
         tenant,
@@ -143,11 +212,11 @@ pub async fn candidates(
         visibility,
         scope,
         lexical_max,
-    )
-    .await?;
+    );
     let question = match question {
         Ok(question) => question,
         Err(reason) => {
+            let (common, candidates) = lexical.await?;
             report.reason = Some(reason);
             return Ok(Pool {
                 candidates,
@@ -156,53 +225,49 @@ pub async fn candidates(
             });
         }
     };
-    let name = question.embedder;
-    let vector = match question.vector.await {
-        Ok(vector) => vector,
-        Err(join) => Err(EmbedError::Run(join.to_string())),
+    let (lexical, nearest) = tokio::join!(lexical, question.nearest);
+    let (common, mut candidates) = lexical?;
+    let nearest = match nearest {
+        Ok(nearest) => nearest,
+        Err(join) => Err(Failure::Embedding(EmbedError::Run(join.to_string()))),
     };
-    let query_vector = match vector {
-        Ok(vector) => vector,
-        Err(err) => {
-            tracing::warn!(tenant, error = %err, "embedding the question failed; lexical only");
-            report.reason = Some(format!("embedding the question failed: {err}"));
-            return Ok(Pool {
-                candidates,
-                common,
-                semantic: report,
-            });
-        }
+    let lexical_only = |report: SemanticReport, candidates, common| {
+        Ok(Pool {
+            candidates,
+            common,
+            semantic: report,
+        })
     };
-    let table = embeddings::projector_name(name).expect("a loaded embedder has a table");
-    let index = match reader
-        .semantic
-        .index
-        .current(
-            &reader.pool,
-            tenant,
-            table,
-            embedding.seq,
-            embedding.version.unwrap_or(0),
-        )
-        .await?
-    {
-        Current::Ready(index) => index,
-        Current::Loading { behind } => {
+    let (query_vector, index, vectors, neighbours) = match nearest {
+        Ok(Nearest {
+            vector,
+            found:
+                Found::Searched {
+                    index,
+                    vectors,
+                    neighbours,
+                },
+        }) => (vector, index, vectors, neighbours),
+        Ok(Nearest {
+            found: Found::Loading { behind },
+            ..
+        }) => {
             report.reason = Some(format!(
                 "vector index loading in the background ({behind} events of projection behind)"
             ));
-            return Ok(Pool {
-                candidates,
-                common,
-                semantic: report,
-            });
+            return lexical_only(report, candidates, common);
         }
+        Err(Failure::Embedding(err)) => {
+            tracing::warn!(tenant, error = %err, "embedding the question failed; lexical only");
+            report.reason = Some(format!("embedding the question failed: {err}"));
+            return lexical_only(report, candidates, common);
+        }
+        Err(Failure::Database(err)) => return Err(err),
     };
-    let vectors = index.read().await;
     report.used = true;
     report.fusion = Some(policy.scoring.fusion);
-    report.vectors = vectors.len();
-    let neighbours = vectors.search(&query_vector, wanted, visibility, scope);
+    report.vectors = vectors;
+    let vectors = index.read().await;
     report.semantic_candidates = neighbours.len();
     for candidate in &mut candidates {
         candidate.semantic = vectors

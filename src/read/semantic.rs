@@ -62,6 +62,8 @@ pub struct Semantic {
     /// The tenants' embedder unless they chose another.
     default: Option<&'static str>,
     embedders: HashMap<&'static str, Arc<dyn Embedder>>,
+    /// One question queue per embedder.
+    questions: HashMap<&'static str, QuestionQueue>,
     /// Embedders that could not be loaded, and why.
     unavailable: Vec<(&'static str, String)>,
     pub index: VectorIndex,
@@ -120,9 +122,14 @@ impl Semantic {
                 }
             }
         }
+        let questions = embedders
+            .iter()
+            .map(|(name, embedder)| (*name, QuestionQueue::start(embedder.clone())))
+            .collect();
         let semantic = Self {
             default,
             embedders,
+            questions,
             unavailable,
             index: VectorIndex::default(),
             queries: Mutex::new(QueryCache::default()),
@@ -182,7 +189,7 @@ impl Semantic {
     }
 
     /// The question's vector by `embedder`, from the cache or computed off
-    /// the executor.
+    /// the executor by the embedder's question queue.
     pub async fn query_vector(
         &self,
         embedder: &'static str,
@@ -192,23 +199,102 @@ impl Semantic {
         if let Some(found) = self.queries.lock().expect("query cache").get(&key) {
             return Ok(found);
         }
-        let model = self
-            .embedders
+        let queue = self
+            .questions
             .get(embedder)
-            .cloned()
             .ok_or_else(|| EmbedError::Missing(embedder.to_owned()))?;
-        let owned = text.to_owned();
-        let vector = tokio::task::spawn_blocking(move || model.embed(&[owned.as_str()]))
-            .await
-            .map_err(|e| EmbedError::Run(e.to_string()))??
-            .pop()
-            .ok_or_else(|| EmbedError::Run("no vector".to_owned()))?;
-        let vector = Arc::new(vector);
+        let vector = Arc::new(queue.embed(text.to_owned()).await?);
         self.queries
             .lock()
             .expect("query cache")
             .put(key, vector.clone());
         Ok(vector)
+    }
+}
+
+/// Most questions one forward pass takes.
+const QUESTION_BATCH: usize = 32;
+
+/// A question waiting for its vector.
+struct Asked {
+    text: String,
+    reply: tokio::sync::oneshot::Sender<Result<Vec<f32>, String>>,
+}
+
+/// Questions to one embedder, answered by a thread of their own in
+/// batches: every question that arrived while the previous forward pass ran
+/// goes into the next one (the same question asked twice is embedded once).
+/// Alone, a question is embedded at once, as before; under load, one pass
+/// reads the weights for many, and the model never takes more than one
+/// core from PostgreSQL and the bundles. A text's vector does not depend on
+/// its batch (embedders never pad), so batching changes no bundle.
+struct QuestionQueue {
+    sender: std::sync::mpsc::Sender<Asked>,
+}
+
+impl QuestionQueue {
+    fn start(model: Arc<dyn Embedder>) -> Self {
+        let (sender, receiver) = std::sync::mpsc::channel::<Asked>();
+        std::thread::Builder::new()
+            .name(format!("memd-question-{}", model.name()))
+            .spawn(move || {
+                // Ends when the daemon drops its `Semantic`.
+                while let Ok(first) = receiver.recv() {
+                    let mut batch = vec![first];
+                    while batch.len() < QUESTION_BATCH {
+                        match receiver.try_recv() {
+                            Ok(asked) => batch.push(asked),
+                            Err(_) => break,
+                        }
+                    }
+                    answer(model.as_ref(), batch);
+                }
+            })
+            .expect("spawning the question thread");
+        Self { sender }
+    }
+
+    async fn embed(&self, text: String) -> Result<Vec<f32>, EmbedError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.sender
+            .send(Asked { text, reply })
+            .map_err(|_| EmbedError::Run("the question thread has stopped".to_owned()))?;
+        answer
+            .await
+            .map_err(|_| EmbedError::Run("the question thread has stopped".to_owned()))?
+            .map_err(EmbedError::Run)
+    }
+}
+
+/// Embeds a batch of questions, each distinct text once, and replies to
+/// each asker.
+fn answer(model: &dyn Embedder, batch: Vec<Asked>) {
+    let mut texts: Vec<&str> = batch.iter().map(|asked| asked.text.as_str()).collect();
+    texts.sort_unstable();
+    texts.dedup();
+    let vectors = model.embed(&texts).and_then(|vectors| {
+        if vectors.len() == texts.len() {
+            Ok(vectors)
+        } else {
+            Err(EmbedError::Run("fewer vectors than questions".to_owned()))
+        }
+    });
+    let found: Result<HashMap<String, Vec<f32>>, String> = vectors
+        .map(|vectors| {
+            texts
+                .iter()
+                .map(|text| (*text).to_owned())
+                .zip(vectors)
+                .collect()
+        })
+        .map_err(|err| err.to_string());
+    for asked in batch {
+        let vector = match &found {
+            Ok(found) => Ok(found[&asked.text].clone()),
+            Err(err) => Err(err.clone()),
+        };
+        // An asker that gave up (its bundle was cancelled) needs no answer.
+        let _ = asked.reply.send(vector);
     }
 }
 
@@ -251,6 +337,28 @@ mod tests {
         let reason = status.reason.unwrap();
         assert!(reason.contains("ops/fetch-model.sh"), "{reason}");
         assert_eq!(status.loaded, ["hashed"], "the weight-free one still runs");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn questions_asked_together_get_the_vectors_they_get_alone() {
+        let semantic = Arc::new(Semantic::load(&SemanticConfig::hashed()));
+        let model = semantic.embedder("hashed").unwrap().clone();
+        // Many at once (some the same text) so that the queue batches them.
+        let texts: Vec<String> = (0..64)
+            .map(|i| format!("why did export {} fail for account {}?", i % 40, i % 7))
+            .collect();
+        let asked: Vec<_> = texts
+            .iter()
+            .map(|text| {
+                let (semantic, text) = (semantic.clone(), text.clone());
+                tokio::spawn(async move { semantic.query_vector("hashed", &text).await })
+            })
+            .collect();
+        for (text, asked) in texts.iter().zip(asked) {
+            let batched = asked.await.unwrap().unwrap();
+            let alone = model.embed(&[text.as_str()]).unwrap().pop().unwrap();
+            assert_eq!(*batched, alone, "{text}");
+        }
     }
 
     #[test]
