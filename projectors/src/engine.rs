@@ -154,6 +154,16 @@ impl Engine {
 
     /// Applies one batch of `tenant`'s log to the live projections.
     pub async fn step(&self, pool: &PgPool, tenant: &str) -> Result<Step, ProjectError> {
+        self.step_at_most(pool, tenant, self.batch_size).await
+    }
+
+    /// [`Self::step`] with a batch of at most `batch_size` events.
+    pub async fn step_at_most(
+        &self,
+        pool: &PgPool,
+        tenant: &str,
+        batch_size: i64,
+    ) -> Result<Step, ProjectError> {
         let mut tx = Schema::live().begin(pool).await?;
         let mut cursors = self.lock_cursors(&mut tx, tenant, Wait::SkipLocked).await?;
         if cursors.is_empty() {
@@ -166,7 +176,7 @@ impl Engine {
             tenant,
             from,
             i64::MAX,
-            self.batch_size,
+            batch_size.max(1),
         )
         .await?;
         let ready = contiguous(from, &events);

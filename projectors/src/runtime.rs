@@ -56,6 +56,10 @@ pub trait Work: Send + Sync + 'static {
     /// Tenants with something to apply.
     fn lagging<'a>(&'a self, pool: &'a PgPool) -> BoxFuture<'a, Result<Vec<String>, sqlx::Error>>;
 
+    /// An append was announced (any tenant's, by any process): work that
+    /// yields to the write path notes when. Most work ignores it.
+    fn appended(&self) {}
+
     /// Applies batches until `tenant` is caught up, another worker has it,
     /// the log has a hole, or `stopped` is set.
     fn catch_up<'a>(
@@ -208,6 +212,7 @@ async fn run(
             },
             received = notified => match received {
                 Ok(Some(notification)) => {
+                    engine.appended();
                     if let Some((tenant, _seq)) = notification.payload().rsplit_once(':') {
                         dispatch(tenant.to_owned());
                     }

@@ -5,12 +5,25 @@
 //! [`EmbeddingWork`]), so embedding never holds up chunks, decisions or the
 //! write path.
 //!
+//! **Writes first.** On a small machine the model's arithmetic competes
+//! with appends for the same cores, even at the lowest CPU priority (two
+//! vCPUs share caches, memory bandwidth and often one physical core). So
+//! while appends are being announced, the worker embeds in short batches
+//! and rests between them, using at most [`BUSY_DUTY`] of the time; once
+//! the log has been quiet for [`QUIET`], it embeds at full speed again.
+//! Bundles meanwhile find the newest chunks by their words (the lag is in
+//! `provenance.semantic`).
+//!
 //! **Swap.** `memd embedder use NAME` (or the admin route) sets `building`.
 //! Its projection is built beside the active one while bundles keep using
 //! the active one; once it has caught up with the log, one transaction
 //! makes it active and drops the old projection's rows and cursor.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 use sqlx::PgPool;
 use tokio::sync::watch;
@@ -34,11 +47,48 @@ pub struct Choice {
     pub building: Option<String>,
 }
 
+/// How long after the last announced append the write path counts as
+/// busy.
+pub const QUIET: Duration = Duration::from_millis(500);
+/// The share of time embedding may take while the write path is busy.
+pub const BUSY_DUTY: f64 = 0.1;
+/// Events per batch while the write path is busy: a short forward pass, so
+/// the rests between batches are short too.
+pub const BUSY_BATCH_EVENTS: i64 = 16;
+
+/// When appends were last announced, and so whether embedding should give
+/// way to them.
+#[derive(Debug, Default)]
+pub struct WriteActivity {
+    last: Mutex<Option<Instant>>,
+}
+
+impl WriteActivity {
+    pub fn appended(&self) {
+        *self.last.lock().expect("write activity lock") = Some(Instant::now());
+    }
+
+    /// Whether an append was announced within [`QUIET`].
+    pub fn busy(&self) -> bool {
+        self.last
+            .lock()
+            .expect("write activity lock")
+            .is_some_and(|last| last.elapsed() < QUIET)
+    }
+
+    /// How long to rest after a batch that took `worked`, so that embedding
+    /// takes at most [`BUSY_DUTY`] of the time while writes are busy.
+    pub fn rest_after(worked: Duration) -> Duration {
+        worked.mul_f64((1.0 - BUSY_DUTY) / BUSY_DUTY)
+    }
+}
+
 /// The embeddings projections of every tenant, for the embedders this
 /// process can run.
 pub struct EmbeddingWork {
     default: Option<&'static str>,
     engines: HashMap<&'static str, Engine>,
+    writes: WriteActivity,
 }
 
 impl EmbeddingWork {
@@ -63,7 +113,11 @@ impl EmbeddingWork {
                 ))
             })
             .collect();
-        Self { default, engines }
+        Self {
+            default,
+            engines,
+            writes: WriteActivity::default(),
+        }
     }
 
     /// The engine of one embedder's projection, if it runs here.
@@ -93,6 +147,10 @@ impl EmbeddingWork {
 }
 
 impl Work for EmbeddingWork {
+    fn appended(&self) {
+        self.writes.appended();
+    }
+
     fn lagging<'a>(&'a self, pool: &'a PgPool) -> BoxFuture<'a, Result<Vec<String>, sqlx::Error>> {
         Box::pin(async move {
             let (names, versions): (Vec<&str>, Vec<i32>) = self
@@ -133,10 +191,28 @@ impl Work for EmbeddingWork {
                 let Some(engine) = self.engines.get(name.as_str()) else {
                     continue;
                 };
-                while let Step::Advanced { .. } = engine.step(pool, tenant).await? {
-                    if *stopped.borrow() {
-                        return Ok(());
+                loop {
+                    let busy = self.writes.busy();
+                    let batch = if busy {
+                        BUSY_BATCH_EVENTS
+                    } else {
+                        engine.batch_size()
+                    };
+                    let started = Instant::now();
+                    let step = engine.step_at_most(pool, tenant, batch).await?;
+                    if !matches!(step, Step::Advanced { .. }) || *stopped.borrow() {
+                        break;
                     }
+                    if busy {
+                        let mut stopped = stopped.clone();
+                        tokio::select! {
+                            _ = stopped.changed() => return Ok(()),
+                            () = tokio::time::sleep(WriteActivity::rest_after(started.elapsed())) => {}
+                        }
+                    }
+                }
+                if *stopped.borrow() {
+                    return Ok(());
                 }
             }
             if let Some(building) = &choice.building
@@ -231,4 +307,27 @@ pub async fn switch_if_built(
     tx.commit().await?;
     tracing::info!(tenant, from = old, to = building, "embedder switched");
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_write_path_is_busy_only_shortly_after_an_append() {
+        let writes = WriteActivity::default();
+        assert!(!writes.busy(), "no append yet");
+        writes.appended();
+        assert!(writes.busy());
+        *writes.last.lock().unwrap() = Some(Instant::now() - QUIET - Duration::from_millis(1));
+        assert!(!writes.busy(), "quiet for longer than QUIET");
+    }
+
+    #[test]
+    fn rests_keep_embedding_to_its_share_of_a_busy_time() {
+        let worked = Duration::from_millis(120);
+        let rest = WriteActivity::rest_after(worked);
+        let share = worked.as_secs_f64() / (worked + rest).as_secs_f64();
+        assert!((share - BUSY_DUTY).abs() < 1e-9, "{share}");
+    }
 }
