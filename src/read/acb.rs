@@ -26,7 +26,7 @@ use sqlx::Row;
 use super::{
     PROJECTED_SEQ, Reader,
     bundle::{self, Candidates, Item, Section},
-    cache::{DecisionRow, Visible},
+    cache::{DecisionRow, TenantState, Visible},
     handoff,
     hybrid::{self, EmbeddingHead, SemanticReport},
     policy::{MAX_CANDIDATE_POOL, Policy, Scoring, SectionName},
@@ -504,37 +504,7 @@ pub async fn build_acb(
         )
         .await?;
 
-    let mut sections: Vec<Candidates> = Vec::new();
-
-    // Views: identity, then every other view as rules.
-    let mut identity = Vec::new();
-    let mut rules = Vec::new();
-    for view in &state.views {
-        if !visibility.allows_view(&view.view, &view.visible.sensitivity) {
-            let section = if view.view == "identity" {
-                SectionName::Identity
-            } else {
-                SectionName::Rules
-            };
-            omissions.privacy(section, view.visible.item.id.clone());
-            continue;
-        }
-        if view.view == "identity" {
-            identity.push(view.visible.item.clone());
-        } else {
-            rules.push(view.visible.item.clone());
-        }
-    }
-    sections.push(Candidates {
-        name: SectionName::Identity,
-        items: identity,
-        chronological: false,
-    });
-    sections.push(Candidates {
-        name: SectionName::Rules,
-        items: rules,
-        chronological: false,
-    });
+    let mut sections: Vec<Candidates> = view_sections(&state, visibility, &mut omissions).into();
 
     // Handoff packet.
     if let Some(packet) = &handoff
@@ -547,20 +517,7 @@ pub async fn build_acb(
         });
     }
 
-    // Tasks: the active ones (a receiving agent: its packet's task only).
-    let mut tasks = Vec::new();
-    for task in &state.tasks {
-        if let Some(packet) = &handoff
-            && packet.task_id.as_deref() != Some(task.item.id.as_str())
-        {
-            continue;
-        }
-        if visible(visibility, task) {
-            tasks.push(task.item.clone());
-        } else {
-            omissions.privacy(SectionName::TaskState, task.item.id.clone());
-        }
-    }
+    let tasks = task_items(&state, handoff.as_ref(), visibility, &mut omissions);
     let task_ids: HashSet<String> = tasks.iter().map(|t| t.id.clone()).collect();
 
     // The recent window, from the log.
@@ -586,23 +543,26 @@ pub async fn build_acb(
     let history = request
         .include_history
         .unwrap_or_else(|| asks_for_history(query));
-    let mut semantic = SemanticReport {
-        reason: fast.then(|| "fast path: no retrieval".to_owned()),
-        ..SemanticReport::default()
+    let mut retrieval = Retrieval {
+        semantic: SemanticReport {
+            reason: fast.then(|| "fast path: no retrieval".to_owned()),
+            ..SemanticReport::default()
+        },
+        ..Retrieval::default()
     };
-    let mut evidence = Evidence::default();
-    let mut pool_size = 0;
-    let mut common_terms = Vec::new();
+    let mut evidence = Evidence {
+        token_limit: max_tokens,
+        limit: match &handoff {
+            Some(_) => policy.handoff_evidence_max as usize,
+            None => policy.retrieved_max as usize,
+        },
+        ..Evidence::default()
+    };
     // What comes first, on either path, while it fits: a receiving agent's
     // packet evidence, otherwise the tenant's pinned memory.
-    evidence.token_limit = max_tokens;
     let first = match &handoff {
-        Some(packet) => {
-            evidence.limit = policy.handoff_evidence_max as usize;
-            retrieve::by_refs(&reader.pool, tenant, &packet.refs, visibility).await?
-        }
+        Some(packet) => retrieve::by_refs(&reader.pool, tenant, &packet.refs, visibility).await?,
         None => {
-            evidence.limit = policy.retrieved_max as usize;
             let limit = (policy.retrieved_max / 2).max(1).into();
             retrieve::pinned(&reader.pool, tenant, visibility, limit).await?
         }
@@ -621,11 +581,7 @@ pub async fn build_acb(
         .await?;
     if let Some(question) = question {
         stages.prepare = stopwatch.lap();
-        let hybrid::Pool {
-            candidates,
-            common,
-            semantic: report,
-        } = hybrid::candidates(
+        let pool = hybrid::candidates(
             reader,
             tenant,
             question,
@@ -638,22 +594,8 @@ pub async fn build_acb(
         )
         .await?;
         stages.candidates = stopwatch.lap();
-        semantic = report;
-        common_terms = head
-            .lexemes
-            .iter()
-            .zip(&common)
-            .filter(|(_, common)| **common)
-            .map(|(lexeme, _)| lexeme.clone())
-            .collect();
-        pool_size = candidates.len();
-        let ranked = retrieve::rank(
-            candidates,
-            head.lexemes.len(),
-            head.head_seq,
-            head.newest,
-            &policy.scoring,
-        );
+        let ranked;
+        (ranked, retrieval) = rank_pool(pool, &head, &policy);
         stages.rank = stopwatch.lap();
         evidence
             .consider(
@@ -683,11 +625,186 @@ pub async fn build_acb(
         }
     }
 
-    // Decisions: a receiving agent's are its packet's; otherwise the active
-    // ones, those the query retrieved first (best first), then the newest;
-    // with history, superseded ones the query retrieved too.
+    let decisions = decision_items(
+        reader,
+        tenant,
+        &state,
+        handoff.as_ref(),
+        &evidence,
+        history,
+        visibility,
+        &mut omissions,
+    )
+    .await?;
+    sections.push(Candidates {
+        name: SectionName::TaskState,
+        items: tasks,
+        chronological: false,
+    });
+    sections.push(Candidates {
+        name: SectionName::DecisionLedger,
+        items: decisions,
+        chronological: false,
+    });
+    evidence.finish(reader, tenant, &mut omissions).await?;
+    if fast {
+        stages.prepare = stopwatch.lap();
+    } else {
+        stages.choose = stopwatch.lap();
+    }
+    let retrieved = evidence.items.len();
+    let collapsed = evidence.collapsed;
+    sections.push(Candidates {
+        name: SectionName::RetrievedEvidence,
+        items: evidence.items,
+        chronological: false,
+    });
+    sections.push(Candidates {
+        name: SectionName::RecentWindow,
+        items: recent,
+        chronological: true,
+    });
+
+    let (sections, token_used_est, left) =
+        bundle::pack(&policy, max_tokens, &reader.costs, sections);
+    stages.pack = stopwatch.lap();
+    for left in left {
+        for id in left.ids {
+            omissions.add("budget", Some(left.section), id, Map::new());
+        }
+    }
+    let prompt = request.render.then(|| bundle::render(&sections));
+    stages.render = stopwatch.lap();
+    let acb = Acb {
+        acb_id: crate::domain::new_id("acb"),
+        budget_tokens: max_tokens,
+        token_used_est,
+        sections,
+        omissions: omissions.list,
+        provenance: Provenance {
+            intent: request.intent,
+            path: if fast { "fast" } else { "retrieval" },
+            query_terms: head.lexemes,
+            common_terms: retrieval.common_terms,
+            semantic: retrieval.semantic,
+            candidate_pool_size: retrieval.pool_size,
+            candidate_pool_max: policy.candidate_pool_max,
+            retrieved,
+            filters: visibility.filters(),
+            scoring: policy.scoring,
+            dedupe: DedupeReport {
+                collapsed,
+                similarity: policy.duplicate_similarity,
+            },
+            history,
+            handoff_id: handoff.map(|h| h.handoff_id),
+            head_seq: head.head_seq,
+            projected_seq: head.projected_seq.min(head.head_seq),
+            lag_events: (head.head_seq - head.projected_seq).max(0),
+            consistency: ConsistencyReport {
+                requested: request.consistency,
+                caught_up: head.projected_seq >= head.head_seq,
+                waited_ms: waited.as_secs_f64() * 1e3,
+            },
+            cache: if cached { "hit" } else { "miss" },
+            encoding: reader.counter.encoding().name(),
+            elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
+            stages_ms: stages,
+            policy_version: policy.version,
+        },
+        prompt,
+    };
+    tracing::debug!(
+        tenant,
+        acb_id = %acb.acb_id,
+        tokens = acb.token_used_est,
+        path = acb.provenance.path,
+        pool = acb.provenance.candidate_pool_size,
+        elapsed_ms = acb.provenance.elapsed_ms,
+        "bundle built"
+    );
+    Ok(acb)
+}
+
+/// Identity (the `identity` view) and rules (every other view), as far as
+/// the channel may see them.
+fn view_sections(
+    state: &TenantState,
+    visibility: Visibility<'_>,
+    omissions: &mut Omissions,
+) -> [Candidates; 2] {
+    let mut identity = Vec::new();
+    let mut rules = Vec::new();
+    for view in &state.views {
+        let is_identity = view.view == "identity";
+        if !visibility.allows_view(&view.view, &view.visible.sensitivity) {
+            let section = if is_identity {
+                SectionName::Identity
+            } else {
+                SectionName::Rules
+            };
+            omissions.privacy(section, view.visible.item.id.clone());
+        } else if is_identity {
+            identity.push(view.visible.item.clone());
+        } else {
+            rules.push(view.visible.item.clone());
+        }
+    }
+    [
+        Candidates {
+            name: SectionName::Identity,
+            items: identity,
+            chronological: false,
+        },
+        Candidates {
+            name: SectionName::Rules,
+            items: rules,
+            chronological: false,
+        },
+    ]
+}
+
+/// The active tasks the channel may see (a receiving agent: its packet's
+/// task only).
+fn task_items(
+    state: &TenantState,
+    handoff: Option<&handoff::Handoff>,
+    visibility: Visibility<'_>,
+    omissions: &mut Omissions,
+) -> Vec<Item> {
+    let mut tasks = Vec::new();
+    for task in &state.tasks {
+        if let Some(packet) = handoff
+            && packet.task_id.as_deref() != Some(task.item.id.as_str())
+        {
+            continue;
+        }
+        if visible(visibility, task) {
+            tasks.push(task.item.clone());
+        } else {
+            omissions.privacy(SectionName::TaskState, task.item.id.clone());
+        }
+    }
+    tasks
+}
+
+/// The decision ledger's items: a receiving agent's are its packet's;
+/// otherwise the active ones, those the query retrieved first (best
+/// first), then the newest; with history, superseded ones the query
+/// retrieved too.
+#[allow(clippy::too_many_arguments)]
+async fn decision_items(
+    reader: &Reader,
+    tenant: &str,
+    state: &TenantState,
+    handoff: Option<&handoff::Handoff>,
+    evidence: &Evidence,
+    history: bool,
+    visibility: Visibility<'_>,
+    omissions: &mut Omissions,
+) -> Result<Vec<Item>, sqlx::Error> {
     let mut decisions: Vec<(usize, i64, Item)> = Vec::new();
-    match &handoff {
+    match handoff {
         Some(packet) => {
             for (position, row) in decision_rows(reader, tenant, &packet.decision_ids)
                 .await?
@@ -736,94 +853,39 @@ pub async fn build_acb(
         }
     }
     decisions.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-    sections.push(Candidates {
-        name: SectionName::TaskState,
-        items: tasks,
-        chronological: false,
-    });
-    sections.push(Candidates {
-        name: SectionName::DecisionLedger,
-        items: decisions.into_iter().map(|(_, _, item)| item).collect(),
-        chronological: false,
-    });
-    evidence.finish(reader, tenant, &mut omissions).await?;
-    if fast {
-        stages.prepare = stopwatch.lap();
-    } else {
-        stages.choose = stopwatch.lap();
-    }
-    let retrieved = evidence.items.len();
-    let collapsed = evidence.collapsed;
-    sections.push(Candidates {
-        name: SectionName::RetrievedEvidence,
-        items: evidence.items,
-        chronological: false,
-    });
-    sections.push(Candidates {
-        name: SectionName::RecentWindow,
-        items: recent,
-        chronological: true,
-    });
+    Ok(decisions.into_iter().map(|(_, _, item)| item).collect())
+}
 
-    let (sections, token_used_est, left) =
-        bundle::pack(&policy, max_tokens, &reader.costs, sections);
-    stages.pack = stopwatch.lap();
-    for left in left {
-        for id in left.ids {
-            omissions.add("budget", Some(left.section), id, Map::new());
-        }
-    }
-    let prompt = request.render.then(|| bundle::render(&sections));
-    stages.render = stopwatch.lap();
-    let acb = Acb {
-        acb_id: crate::domain::new_id("acb"),
-        budget_tokens: max_tokens,
-        token_used_est,
-        sections,
-        omissions: omissions.list,
-        provenance: Provenance {
-            intent: request.intent,
-            path: if fast { "fast" } else { "retrieval" },
-            query_terms: head.lexemes,
-            common_terms,
-            semantic,
-            candidate_pool_size: pool_size,
-            candidate_pool_max: policy.candidate_pool_max,
-            retrieved,
-            filters: visibility.filters(),
-            scoring: policy.scoring,
-            dedupe: DedupeReport {
-                collapsed,
-                similarity: policy.duplicate_similarity,
-            },
-            history,
-            handoff_id: handoff.map(|h| h.handoff_id),
-            head_seq: head.head_seq,
-            projected_seq: head.projected_seq.min(head.head_seq),
-            lag_events: (head.head_seq - head.projected_seq).max(0),
-            consistency: ConsistencyReport {
-                requested: request.consistency,
-                caught_up: head.projected_seq >= head.head_seq,
-                waited_ms: waited.as_secs_f64() * 1e3,
-            },
-            cache: if cached { "hit" } else { "miss" },
-            encoding: reader.counter.encoding().name(),
-            elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
-            stages_ms: stages,
-            policy_version: policy.version,
-        },
-        prompt,
+/// What the retrieval path reports in `provenance`.
+#[derive(Default)]
+struct Retrieval {
+    semantic: SemanticReport,
+    pool_size: usize,
+    common_terms: Vec<String>,
+}
+
+/// The rank stage: the candidate pool scored and ordered, best first, and
+/// what provenance says of the pool.
+fn rank_pool(pool: hybrid::Pool, head: &Head, policy: &Policy) -> (Vec<Candidate>, Retrieval) {
+    let retrieval = Retrieval {
+        semantic: pool.semantic,
+        pool_size: pool.candidates.len(),
+        common_terms: head
+            .lexemes
+            .iter()
+            .zip(&pool.common)
+            .filter(|(_, common)| **common)
+            .map(|(lexeme, _)| lexeme.clone())
+            .collect(),
     };
-    tracing::debug!(
-        tenant,
-        acb_id = %acb.acb_id,
-        tokens = acb.token_used_est,
-        path = acb.provenance.path,
-        pool = acb.provenance.candidate_pool_size,
-        elapsed_ms = acb.provenance.elapsed_ms,
-        "bundle built"
+    let ranked = retrieve::rank(
+        pool.candidates,
+        head.lexemes.len(),
+        head.head_seq,
+        head.newest,
+        &policy.scoring,
     );
-    Ok(acb)
+    (ranked, retrieval)
 }
 
 fn visible(visibility: Visibility<'_>, item: &Visible) -> bool {

@@ -624,7 +624,10 @@ const RRF_K: f64 = 60.0;
 /// Each candidate's `relevance` from its lexical and semantic scores,
 /// divided by the pool's best so it lies in [0, 1]. With no semantic score
 /// in the pool (semantic retrieval off, or nothing embedded yet) it is the
-/// lexical score alone, as it would be without embeddings.
+/// lexical score alone, as it would be without embeddings. A candidate
+/// without a vector in a pool that has some (the embeddings projection has
+/// not reached it yet: the newest memory, typically) is judged by its words
+/// alone too, rather than as if it meant nothing.
 pub fn fuse(candidates: &mut [Candidate], scoring: &Scoring) {
     let semantic_on =
         scoring.semantic_weight > 0.0 && candidates.iter().any(|c| c.semantic.is_some());
@@ -652,16 +655,18 @@ pub fn fuse(candidates: &mut [Candidate], scoring: &Scoring) {
                 .fold(f64::NEG_INFINITY, f64::max);
             let spread = highest - mean;
             for candidate in candidates.iter_mut() {
-                let semantic = candidate.semantic.map_or(0.0, |s| {
-                    if spread > 0.0 {
-                        ((s - mean) / spread).max(0.0)
-                    } else {
-                        1.0
+                candidate.relevance = match candidate.semantic {
+                    None => candidate.lexical,
+                    Some(s) => {
+                        let semantic = if spread > 0.0 {
+                            ((s - mean) / spread).max(0.0)
+                        } else {
+                            1.0
+                        };
+                        (lexical_weight * candidate.lexical + semantic_weight * semantic)
+                            / (lexical_weight + semantic_weight)
                     }
-                });
-                candidate.relevance = (lexical_weight * candidate.lexical
-                    + semantic_weight * semantic)
-                    / (lexical_weight + semantic_weight);
+                };
             }
         }
         Fusion::Rrf => {
@@ -671,8 +676,13 @@ pub fn fuse(candidates: &mut [Candidate], scoring: &Scoring) {
                 let part = |weight: f64, rank: Option<usize>| {
                     rank.map_or(0.0, |rank| weight / (RRF_K + rank as f64 + 1.0))
                 };
+                // Not embedded yet: its lexical rank stands for both.
+                let semantic_rank = match candidate.semantic {
+                    None => lexical_ranks[index],
+                    Some(_) => semantic_ranks[index],
+                };
                 candidate.relevance = part(lexical_weight, lexical_ranks[index])
-                    + part(semantic_weight, semantic_ranks[index]);
+                    + part(semantic_weight, semantic_rank);
             }
         }
     }
@@ -1012,6 +1022,35 @@ mod tests {
         let top: Vec<&str> = ranked[..2].iter().map(|c| c.chunk_id.as_str()).collect();
         assert_eq!(top, ["c0", "c4"], "each side's best leads");
         assert!(ranked[0].lexical == 1.0 && ranked[0].semantic == Some(0.2));
+    }
+
+    #[test]
+    fn memory_not_embedded_yet_is_judged_by_its_words_not_as_meaningless() {
+        let newest = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        // The embeddings projection has reached one old chunk; the new one,
+        // holding every word of the question, has no vector yet.
+        let mut embedded = candidate("embedded", &[0], 5, 24, 0.0);
+        embedded.semantic = Some(0.6);
+        let waiting = candidate("waiting", &[0, 1], 5, 0, 0.0);
+        for fusion in [Fusion::Weighted, Fusion::Rrf] {
+            let scoring = Scoring {
+                fusion,
+                ..Scoring::default()
+            };
+            let ranked = rank(
+                vec![embedded.clone(), waiting.clone()],
+                2,
+                100,
+                newest,
+                &scoring,
+            );
+            assert_eq!(ranked[0].chunk_id, "waiting", "{fusion:?}");
+            assert!(
+                ranked[0].relevance >= scoring.min_relevance,
+                "{fusion:?}: {}",
+                ranked[0].relevance
+            );
+        }
     }
 
     #[test]

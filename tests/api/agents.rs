@@ -17,7 +17,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::{
     acb::section,
-    helpers::{TestApp, memd_cli, spawn_daemon_with, tool_result, wait_projected},
+    helpers::{TestApp, memd_cli, spawn_daemon_with, tool_result, wait_embedded, wait_projected},
 };
 
 fn said(channel: &str, text: &str) -> Value {
@@ -140,6 +140,8 @@ async fn an_agents_token_never_reaches_another_agents_private_memory(
         .map(|a| a.map(str::to_owned))
     );
     wait_projected(&app.pool, "acme").await;
+    // Vectors too: what follows is about who sees what, not about lag.
+    wait_embedded(&app, "acme", "hashed").await;
 
     // An agent's token cannot speak or read as another agent.
     let mut as_alpha = said("private", "I am alpha, honestly");

@@ -267,6 +267,32 @@ pub async fn wait_projected(pool: &PgPool, tenant: &str) {
     }
 }
 
+/// Waits until `tenant`'s embeddings (of `embedder`) reach its log's head.
+pub async fn wait_embedded(app: &TestApp, tenant: &str, embedder: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let behind: bool = sqlx::query_scalar(
+            "SELECT coalesce(c.seq, 0) < h.seq FROM tenant_heads h
+               LEFT JOIN projections.cursors c
+                 ON c.tenant_id = h.tenant_id AND c.projector = 'embeddings_' || $2
+              WHERE h.tenant_id = $1",
+        )
+        .bind(tenant)
+        .bind(embedder)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+        if !behind {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{tenant}'s {embedder} embeddings did not catch up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// An event of `kind` with `content` and `refs`, from an agent in session s1.
 pub fn event(kind: &str, content: Value, refs: &[&str]) -> Value {
     json!({

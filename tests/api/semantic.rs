@@ -15,7 +15,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::{
     acb::section,
-    helpers::{TestApp, memd_cli, spawn_daemon_with, wait_projected},
+    helpers::{TestApp, memd_cli, spawn_daemon_with, wait_embedded, wait_projected},
 };
 
 /// The model folder `ops/fetch-model.sh` fills (MEMD_MODEL_DIR overrides).
@@ -49,32 +49,6 @@ fn said(session: &str, channel: &str, sensitivity: &str, text: &str) -> Value {
         "kind": "message",
         "content": {"text": text},
     })
-}
-
-/// Waits until `tenant`'s embeddings (of `embedder`) reach its log's head.
-async fn wait_embedded(app: &TestApp, tenant: &str, embedder: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let behind: bool = sqlx::query_scalar(
-            "SELECT coalesce(c.seq, 0) < h.seq FROM tenant_heads h
-               LEFT JOIN projections.cursors c
-                 ON c.tenant_id = h.tenant_id AND c.projector = 'embeddings_' || $2
-              WHERE h.tenant_id = $1",
-        )
-        .bind(tenant)
-        .bind(embedder)
-        .fetch_one(&app.pool)
-        .await
-        .unwrap();
-        if !behind {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{tenant}'s {embedder} embeddings did not catch up"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn evidence_texts(acb: &Value) -> Vec<String> {
