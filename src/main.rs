@@ -202,6 +202,23 @@ enum Command {
         #[arg(long)]
         public_key: Option<String>,
     },
+    /// Check an inclusion proof (`GET /api/v1/events/{id}/proof`) against a
+    /// signed checkpoint, offline: the checkpoint is signed by the trusted
+    /// key, signs the tree root (format v2) at the proof's size, and the
+    /// proof's hashes lead from the event's hash to that root. No database.
+    VerifyProof {
+        /// The proof, as the route answered it (JSON).
+        #[arg(long)]
+        proof: PathBuf,
+        /// The checkpoint whose `seq` is the proof's `tree_size`.
+        #[arg(long)]
+        checkpoint: PathBuf,
+        /// The checkpoint public key you trust (hex, `memd key public`);
+        /// default: the one the checkpoint names (then only the key's
+        /// holder could have signed it, but check the key is memd's).
+        #[arg(long)]
+        public_key: Option<String>,
+    },
     /// Sign each tenant's head now (or one tenant's) and store the
     /// checkpoint; with --out, also write them as files to keep elsewhere.
     Checkpoint {
@@ -431,6 +448,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         println!("wrote {}: start memd with --key-file {0}", out.display());
         return Ok(ExitCode::SUCCESS);
     }
+    if let Command::VerifyProof {
+        proof,
+        checkpoint,
+        public_key,
+    } = &cli.command
+    {
+        return verify_proof(proof, checkpoint, public_key.as_deref());
+    }
     let keyring = cli.keyring()?;
     let lock_timeout_ms = cli.lock_timeout_ms;
     match cli.command {
@@ -441,6 +466,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             None => anyhow::bail!("no key file (--key-file, MEMD_KEY_FILE)"),
         },
         Command::Key { .. } => unreachable!("generate is handled above"),
+        Command::VerifyProof { .. } => unreachable!("handled above, without a database"),
         Command::Serve {
             listen,
             no_migrate,
@@ -1023,4 +1049,52 @@ async fn embedder_command(
         }
     }
     Ok(())
+}
+
+/// `memd verify-proof`: prints what holds, or why not (exit 1).
+fn verify_proof(
+    proof: &std::path::Path,
+    checkpoint: &std::path::Path,
+    trusted: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    use memd::audit::tree::InclusionProof;
+    let proof: InclusionProof = serde_json::from_str(
+        &std::fs::read_to_string(proof).with_context(|| format!("reading {}", proof.display()))?,
+    )
+    .with_context(|| format!("{} is not an inclusion proof", proof.display()))?;
+    let checkpoints = memd::audit::checkpoint::read_file(checkpoint)?;
+    let [checkpoint] = checkpoints.as_slice() else {
+        anyhow::bail!("{} must hold exactly one checkpoint", checkpoint.display());
+    };
+    let trusted = trusted.unwrap_or(&checkpoint.public_key);
+    let refuse = |why: String| {
+        println!("FAILED  {why}");
+        Ok(ExitCode::FAILURE)
+    };
+    if !checkpoint.signed_by(trusted) {
+        return refuse(format!("the checkpoint is not signed by key {trusted}"));
+    }
+    let Some(tree_root) = &checkpoint.tree_root else {
+        return refuse("the checkpoint signs no tree root (format v1)".to_owned());
+    };
+    if checkpoint.tenant != proof.tenant || checkpoint.seq as u64 != proof.tree_size {
+        return refuse(format!(
+            "the proof is for {} at tree size {}, the checkpoint for {} at seq {}",
+            proof.tenant, proof.tree_size, checkpoint.tenant, checkpoint.seq
+        ));
+    }
+    if !proof.root.eq_ignore_ascii_case(tree_root) {
+        return refuse("the proof leads to another root than the checkpoint signed".to_owned());
+    }
+    if !proof.holds() {
+        return refuse(format!(
+            "the proof's hashes do not lead from event {} to the root",
+            proof.event_id
+        ));
+    }
+    println!(
+        "ok      event {} (seq {}, hash {}) is in {}'s log as of the checkpoint at seq {} signed by {}",
+        proof.event_id, proof.seq, proof.event_hash, proof.tenant, checkpoint.seq, trusted
+    );
+    Ok(ExitCode::SUCCESS)
 }

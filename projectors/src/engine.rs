@@ -363,6 +363,7 @@ mod tests {
             content: serde_json::json!({"text": "x"}),
             refs: vec![],
             artifact_id: None,
+            hash: vec![],
             sealer: None,
             keyring: Keyring::none(),
         }

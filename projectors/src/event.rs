@@ -25,6 +25,10 @@ pub struct StoredEvent {
     pub content: Value,
     pub refs: Vec<String>,
     pub artifact_id: Option<String>,
+    /// Its chain hash (empty where a reader did not select it): the leaf
+    /// of the tenant's Merkle tree.
+    #[sqlx(default)]
+    pub hash: Vec<u8>,
     /// Seals what projectors derive from this event, when its content is
     /// sealed at rest (high or secret, and this process has the key);
     /// `content` itself is always the opened plaintext.
@@ -95,7 +99,7 @@ pub async fn read_after(
 ) -> Result<Vec<StoredEvent>, sqlx::Error> {
     let mut events: Vec<StoredEvent> = sqlx::query_as(
         "SELECT seq, event_id, created_at, ts, session_id, channel, actor_type, actor_id, agent_id, kind,
-                sensitivity, tags, content, refs, artifact_id
+                sensitivity, tags, content, refs, artifact_id, hash
            FROM public.events
           WHERE tenant_id = $1 AND seq > $2 AND seq <= $3
           ORDER BY seq

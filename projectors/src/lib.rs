@@ -22,6 +22,7 @@ pub mod drift;
 pub mod embed;
 pub mod engine;
 pub mod event;
+pub mod merkle;
 pub mod projections;
 pub mod projector;
 pub mod rebuild;

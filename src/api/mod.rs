@@ -14,6 +14,7 @@ mod health;
 mod log;
 pub mod openapi;
 mod policy;
+mod proofs;
 pub mod rate_limit;
 pub(crate) mod tasks;
 
@@ -185,6 +186,18 @@ pub const ROUTES: &[Route] = &[
         path: "/api/v1/checkpoints/latest",
         bearer: true,
         handler: |m| on(m, checkpoints::get_latest),
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/events/{id}/proof",
+        bearer: true,
+        handler: |m| on(m, proofs::get_inclusion),
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/tree/consistency",
+        bearer: true,
+        handler: |m| on(m, proofs::get_consistency),
     },
     Route {
         method: Method::GET,

@@ -20,7 +20,7 @@ use utoipa::{
 use super::{
     acb, admin, artifacts, checkpoints, decisions,
     error::{BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
-    events, handoffs, health, log, policy, tasks,
+    events, handoffs, health, log, policy, proofs, tasks,
 };
 
 /// What `info.description` says: what an integrator needs before the first call.
@@ -61,6 +61,8 @@ bursts of twice that; over them the answer is 429 with `Retry-After`.";
         policy::put_policy,
         artifacts::get_artifact,
         checkpoints::get_latest,
+        proofs::get_inclusion,
+        proofs::get_consistency,
         admin::post_rebuild,
         admin::post_drift_check,
         admin::get_job,

@@ -19,19 +19,26 @@ use sqlx::{PgPool, Row};
 
 use crate::domain::tenant::TenantId;
 
-/// The signed statement's format tag (first line of what is signed).
-pub const FORMAT: &str = "memd-checkpoint-v1";
+/// The signed statement's format tag (first line of what is signed): v2
+/// also signs the root of the tenant's Merkle tree at `seq`, against which
+/// inclusion proofs are checked; v1 (without it) still verifies.
+pub const FORMAT: &str = "memd-checkpoint-v2";
+pub const FORMAT_V1: &str = "memd-checkpoint-v1";
 
 /// A tenant's head, signed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Checkpoint {
-    /// Always `memd-checkpoint-v1`.
+    /// `memd-checkpoint-v2` (`-v1` for checkpoints signed before the tree).
     pub format: String,
     pub tenant: String,
     /// The last event it covers.
     pub seq: i64,
     /// That event's hash (hex): it covers every event before it.
     pub head_hash: String,
+    /// The root (hex) of the Merkle tree of the first `seq` events (v2):
+    /// what an inclusion proof leads to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree_root: Option<String>,
     pub signed_at: DateTime<Utc>,
     /// Ed25519 public key (hex) that signed it; trust it only if it is
     /// the key you expect (`memd key public`).
@@ -44,22 +51,42 @@ impl Checkpoint {
     /// What is signed: one line each of format, tenant, seq, head hash and
     /// time (RFC 3339, microseconds, UTC).
     pub fn message(&self) -> String {
-        statement(&self.tenant, self.seq, &self.head_hash, self.signed_at)
+        statement(
+            &self.tenant,
+            self.seq,
+            &self.head_hash,
+            self.tree_root.as_deref(),
+            self.signed_at,
+        )
     }
 
     /// Whether it is signed by `trusted` (hex public key).
     pub fn signed_by(&self, trusted: &str) -> bool {
-        self.format == FORMAT
+        let well_formed = match self.format.as_str() {
+            FORMAT => self.tree_root.is_some(),
+            FORMAT_V1 => self.tree_root.is_none(),
+            _ => false,
+        };
+        well_formed
             && self.public_key.eq_ignore_ascii_case(trusted)
             && signature_holds(trusted, self.message().as_bytes(), &self.signature)
     }
 }
 
-fn statement(tenant: &str, seq: i64, head_hash: &str, signed_at: DateTime<Utc>) -> String {
-    format!(
-        "{FORMAT}\n{tenant}\n{seq}\n{head_hash}\n{}",
-        signed_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
-    )
+/// v2 (with a tree root): format, tenant, seq, head hash, tree root, time;
+/// v1: the same without the root.
+fn statement(
+    tenant: &str,
+    seq: i64,
+    head_hash: &str,
+    tree_root: Option<&str>,
+    signed_at: DateTime<Utc>,
+) -> String {
+    let time = signed_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    match tree_root {
+        Some(root) => format!("{FORMAT}\n{tenant}\n{seq}\n{head_hash}\n{root}\n{time}"),
+        None => format!("{FORMAT_V1}\n{tenant}\n{seq}\n{head_hash}\n{time}"),
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +97,8 @@ pub enum CheckpointError {
     NoKey,
     #[error(transparent)]
     Database(#[from] sqlx::Error),
+    #[error("the tree root: {0}")]
+    Tree(#[from] super::tree::ProofError),
 }
 
 /// Signs the current head of `tenant` (or of every tenant with events) and
@@ -93,18 +122,28 @@ pub async fn take(
         // PostgreSQL keeps microseconds: sign exactly what is stored.
         let signed_at = Utc::now().trunc_subsecs(6);
         let head_hash = hex::encode(&hash);
+        let tree_root = super::tree::root(pool, &tenant, seq as u64).await?;
         let signature = keyring
-            .sign(statement(&tenant, seq, &head_hash, signed_at).as_bytes())
+            .sign(
+                statement(
+                    &tenant,
+                    seq,
+                    &head_hash,
+                    Some(&hex::encode(tree_root)),
+                    signed_at,
+                )
+                .as_bytes(),
+            )
             .ok_or(CheckpointError::NoKey)?;
         let row = sqlx::query(
             "WITH new AS (
-                 INSERT INTO checkpoints (tenant_id, seq, head_hash, signed_at, public_key, signature)
-                 VALUES ($1, $2, $3, $4, decode($5, 'hex'), decode($6, 'hex'))
+                 INSERT INTO checkpoints (tenant_id, seq, head_hash, signed_at, public_key, signature, tree_root)
+                 VALUES ($1, $2, $3, $4, decode($5, 'hex'), decode($6, 'hex'), $7)
                  ON CONFLICT (tenant_id, seq) DO NOTHING
-                 RETURNING tenant_id, seq, head_hash, signed_at, public_key, signature)
+                 RETURNING tenant_id, seq, head_hash, signed_at, public_key, signature, tree_root)
              SELECT * FROM new
              UNION ALL
-             SELECT tenant_id, seq, head_hash, signed_at, public_key, signature FROM checkpoints
+             SELECT tenant_id, seq, head_hash, signed_at, public_key, signature, tree_root FROM checkpoints
               WHERE tenant_id = $1 AND seq = $2 AND NOT EXISTS (SELECT FROM new)",
         )
         .bind(&tenant)
@@ -113,6 +152,7 @@ pub async fn take(
         .bind(signed_at)
         .bind(&public_key)
         .bind(&signature)
+        .bind(tree_root.as_slice())
         .fetch_one(pool)
         .await?;
         taken.push(from_row(&row)?);
@@ -123,8 +163,8 @@ pub async fn take(
 /// The newest checkpoint of `tenant`, if any.
 pub async fn latest(pool: &PgPool, tenant: &str) -> Result<Option<Checkpoint>, sqlx::Error> {
     let row = sqlx::query(
-        "SELECT tenant_id, seq, head_hash, signed_at, public_key, signature FROM checkpoints
-          WHERE tenant_id = $1 ORDER BY seq DESC LIMIT 1",
+        "SELECT tenant_id, seq, head_hash, signed_at, public_key, signature, tree_root
+           FROM checkpoints WHERE tenant_id = $1 ORDER BY seq DESC LIMIT 1",
     )
     .bind(tenant)
     .fetch_optional(pool)
@@ -133,11 +173,18 @@ pub async fn latest(pool: &PgPool, tenant: &str) -> Result<Option<Checkpoint>, s
 }
 
 fn from_row(row: &sqlx::postgres::PgRow) -> Result<Checkpoint, sqlx::Error> {
+    let tree_root: Option<Vec<u8>> = row.try_get("tree_root")?;
     Ok(Checkpoint {
-        format: FORMAT.to_owned(),
+        format: if tree_root.is_some() {
+            FORMAT
+        } else {
+            FORMAT_V1
+        }
+        .to_owned(),
         tenant: row.try_get("tenant_id")?,
         seq: row.try_get("seq")?,
         head_hash: hex::encode(row.try_get::<Vec<u8>, _>("head_hash")?),
+        tree_root: tree_root.map(hex::encode),
         signed_at: row.try_get("signed_at")?,
         public_key: hex::encode(row.try_get::<Vec<u8>, _>("public_key")?),
         signature: hex::encode(row.try_get::<Vec<u8>, _>("signature")?),

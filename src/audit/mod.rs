@@ -2,6 +2,7 @@
 //! checkpoints that prove the chain was not rewritten since.
 
 pub mod checkpoint;
+pub mod tree;
 mod verify;
 
 pub use verify::{ChainBreak, ChainReport, verify_chains};

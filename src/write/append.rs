@@ -295,6 +295,7 @@ pub async fn append(
                 content: std::mem::take(&mut event.content),
                 refs: event.refs.clone(),
                 artifact_id: artifact_id.clone(),
+                hash: hash.to_vec(),
                 sealer: None,
                 keyring: Keyring::none(),
             },

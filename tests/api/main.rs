@@ -17,6 +17,7 @@ mod openapi;
 mod policy;
 mod projections;
 mod projector_runtime;
+mod proofs;
 mod rebuild;
 mod scenarios;
 mod sealing;

@@ -6,6 +6,7 @@ pub mod embeddings;
 pub mod handoffs;
 pub mod tasks;
 pub mod tokens;
+pub mod tree;
 pub mod views;
 
 use std::sync::Arc;
@@ -14,7 +15,14 @@ use crate::projector::Projector;
 pub use tokens::{Encoding, TokenCounter};
 
 /// The names of [`all`]'s projectors, without loading a token encoding.
-pub const NAMES: &[&str] = &["chunks", "decisions", "tasks", "views", "handoffs"];
+pub const NAMES: &[&str] = &[
+    "chunks",
+    "decisions",
+    "tasks",
+    "views",
+    "handoffs",
+    "event_tree",
+];
 
 /// Every projector memd runs, in the order they are applied within a batch.
 pub fn all(encoding: Encoding) -> Vec<Arc<dyn Projector>> {
@@ -24,6 +32,7 @@ pub fn all(encoding: Encoding) -> Vec<Arc<dyn Projector>> {
         Arc::new(tasks::TaskProjector),
         Arc::new(views::ViewProjector),
         Arc::new(handoffs::HandoffProjector),
+        Arc::new(tree::TreeProjector),
     ]
 }
 
