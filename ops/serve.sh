@@ -18,4 +18,11 @@ if [ -z "${MEMD_KEY_FILE:-}" ]; then
     target/release/memd key generate --out "$MEMD_KEY_FILE"
   fi
 fi
-exec target/release/memd serve "$@"
+# The schema and the grants, as the database's owner (DATABASE_URL); then the
+# daemon logs in as memd_app, a role that can append and project but never
+# rewrite the log (README, Audit). MEMD_DAEMON_DATABASE_URL overrides its URL
+# (by default DATABASE_URL with the user memd_app: set it when the server
+# asks memd_app for a password).
+target/release/memd migrate
+DAEMON_DATABASE_URL="${MEMD_DAEMON_DATABASE_URL:-$(printf '%s' "$DATABASE_URL" | sed -E 's#^(postgres(ql)?://)([^@/]*@)?#\1memd_app@#')}"
+exec target/release/memd serve --database-url "$DAEMON_DATABASE_URL" "$@"

@@ -10,16 +10,48 @@ use sqlx::{
     postgres::{PgConnectOptions, PgPool, PgPoolOptions},
 };
 
+pub mod roles;
+
 /// The schema in `migrations/`, compiled into the binary.
 pub static MIGRATOR: Migrator = sqlx::migrate!();
 
 /// Applies memd's migrations, then creates the background-job tables of
 /// apalis (in the `apalis` schema, with their own migration history).
+///
+/// Run as the database's owner, it also grants the daemon's role
+/// ([`roles`]). Run as a role that may not change the schema (the daemon's
+/// own), it changes nothing and only checks that every migration has been
+/// applied, so `memd serve` can log in as `memd_app`.
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
+    if !roles::owns_schema(pool).await? {
+        let applied: Vec<i64> = sqlx::query_scalar(
+            "SELECT version FROM _sqlx_migrations WHERE success",
+        )
+        .fetch_all(pool)
+        .await
+        .context(
+            "reading which migrations are applied (run `memd migrate` as the database owner)",
+        )?;
+        let pending: Vec<String> = MIGRATOR
+            .iter()
+            .filter(|m| !applied.contains(&m.version))
+            .map(|m| m.version.to_string())
+            .collect();
+        anyhow::ensure!(
+            pending.is_empty(),
+            "migrations {} are not applied and this role may not apply them: \
+             run `memd migrate` as the database owner",
+            pending.join(", ")
+        );
+        return Ok(());
+    }
     MIGRATOR.run(pool).await.context("applying migrations")?;
     crate::admin::jobs::setup(pool)
         .await
         .context("creating the job queue tables")?;
+    roles::grant(pool)
+        .await
+        .context("granting the daemon's role (memd_app)")?;
     Ok(())
 }
 

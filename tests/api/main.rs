@@ -19,6 +19,7 @@ mod projections;
 mod projector_runtime;
 mod proofs;
 mod rebuild;
+mod roles;
 mod scenarios;
 mod sealing;
 mod secrets;
