@@ -22,6 +22,7 @@ pub mod audit;
 pub mod bench;
 pub mod db;
 pub mod domain;
+pub mod drill;
 pub mod invalidation;
 pub mod mcp;
 pub mod read;

@@ -228,6 +228,12 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Fault drills: kill the daemon under load, check nothing acknowledged
+    /// was lost (figures to bench/drills.md).
+    Drill {
+        #[command(subcommand)]
+        command: memd::drill::DrillCommand,
+    },
     /// Measure memd against the raw PostgreSQL it runs on.
     Bench {
         #[command(subcommand)]
@@ -684,6 +690,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Bench { command } => bench::run(command, &cli.database_url).await?,
+        Command::Drill { command } => memd::drill::run(command, &cli.database_url).await?,
         Command::Scenario {
             command:
                 ScenarioCommand::Run {

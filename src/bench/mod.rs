@@ -3,7 +3,7 @@
 
 mod acb;
 mod append;
-mod harness;
+pub(crate) mod harness;
 pub mod histories;
 mod locomo;
 mod project;

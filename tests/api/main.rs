@@ -8,6 +8,7 @@ mod append_only;
 mod chain;
 mod checkpoints;
 mod concurrency;
+mod drills;
 mod events;
 mod handoffs;
 mod helpers;
