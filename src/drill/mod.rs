@@ -333,7 +333,7 @@ fn render(figures: &[Round], clients: usize, environment: &str) -> String {
          event ever acknowledged (or acknowledged on retry) is looked up by its key (*lost*), keys stored twice are \
          counted (*duplicated*), the hash chain is verified and the projections drift-checked. Counts are \
          cumulative over rounds except *acknowledged* and *retried*.\n\n\
-         | round | events acknowledged | requests unanswered, retried | of them replayed | events stored | lost | duplicated | restart ms | chain | drift |\n\
+         | round | events acknowledged | requests unanswered, retried | events replayed on retry | events stored | lost | duplicated | restart ms | chain | drift |\n\
          |---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
         command.join(" "),
         chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),

@@ -37,7 +37,7 @@ async fn a_killed_daemon_loses_and_doubles_nothing_it_acknowledged(
         .find(|line| line.starts_with("| 1 |"))
         .unwrap_or_else(|| panic!("no round in {report}"));
     let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-    // | round | acknowledged | unanswered | replayed | stored | lost | duplicated | restart | chain | drift |
+    // | round | acknowledged | unanswered | replayed events | stored | lost | duplicated | restart | chain | drift |
     assert!(cells[2].parse::<u64>().unwrap() > 0, "{row}");
     assert_eq!((cells[6], cells[7]), ("0", "0"), "lost, duplicated: {row}");
     assert_eq!((cells[9], cells[10]), ("ok", "none"), "{row}");
