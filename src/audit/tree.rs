@@ -7,7 +7,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use memd_projectors::merkle::{self, Hash, STORED_LEVEL, Subtree};
+use memd_projectors::{
+    merkle::{self, Hash, STORED_LEVEL, Subtree},
+    projections::tree as event_tree,
+};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
@@ -275,20 +278,8 @@ fn computed<'a>(
             return Ok(hash);
         }
         let (from, to) = (index << level, (index + 1) << level);
-        let hashes: Vec<Vec<u8>> = sqlx::query_scalar(
-            "SELECT hash FROM events WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq",
-        )
-        .bind(tenant)
-        .bind(from as i64)
-        .bind(to as i64)
-        .fetch_all(pool)
-        .await?;
-        if hashes.len() as u64 != to - from {
-            return Err(sqlx::Error::Protocol(format!(
-                "events {}..={to} of {tenant} are not all in the log",
-                from + 1
-            )));
-        }
+        let hashes =
+            event_tree::event_hashes(&mut *pool.acquire().await?, tenant, from, to).await?;
         let leaves: Vec<Hash> = hashes.iter().map(|h| merkle::leaf_hash(h)).collect();
         let hash = merkle::complete_root(&leaves);
         known.insert((level, index), hash);

@@ -102,8 +102,10 @@ impl Projector for TreeProjector {
     }
 }
 
-/// The chain hashes of leaves `from..to` (events `from+1..=to`), in order.
-async fn event_hashes(
+/// The chain hashes of leaves `from..to` (events `from+1..=to`), in order;
+/// an error if the log does not hold them all. Also what proofs read for
+/// subtrees this projection does not keep.
+pub async fn event_hashes(
     tx: &mut PgConnection,
     tenant: &str,
     from: u64,
