@@ -67,6 +67,18 @@ pub async fn connect(
         .await
 }
 
+/// The URL of database `name` on the server of `url` (its query kept).
+pub fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(base, query)| (base, Some(query)));
+    let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
+    match query {
+        Some(query) => format!("{server}/{name}?{query}"),
+        None => format!("{server}/{name}"),
+    }
+}
+
 /// Creates the database named in `url` when it does not exist yet, so a first
 /// `memd serve` works on a bare PostgreSQL server.
 pub async fn create_database_if_missing(url: &str) -> Result<(), sqlx::Error> {
@@ -88,28 +100,12 @@ pub struct ScratchDatabase {
 impl ScratchDatabase {
     /// A new database on the server of `database_url`, named `<prefix>_<ulid>`.
     pub async fn create(database_url: &str, prefix: &str) -> anyhow::Result<Self> {
-        let base: PgConnectOptions = database_url
-            .parse()
-            .context("DATABASE_URL is not a PostgreSQL URL")?;
-        let admin = base.clone().database("postgres");
-        let name = crate::domain::new_id(prefix).to_lowercase();
-        let pool = connect(admin.clone(), 1)
-            .await
-            .context("connecting to PostgreSQL")?;
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&pool)
-            .await?;
-        pool.close().await;
-        Ok(Self {
-            options: base.database(&name),
-            admin,
-            name,
-        })
+        Self::named(database_url, &crate::domain::new_id(prefix).to_lowercase()).await
     }
 
     /// The database `name` on the server of `database_url`, created if it
     /// does not exist: a benchmark's history kept between runs, to measure
-    /// again without loading it again. Never dropped by [`Self::finish`].
+    /// again without loading it again (the caller decides whether to drop it).
     pub async fn named(database_url: &str, name: &str) -> anyhow::Result<Self> {
         anyhow::ensure!(
             !name.is_empty()
@@ -122,24 +118,12 @@ impl ScratchDatabase {
         let base: PgConnectOptions = database_url
             .parse()
             .context("DATABASE_URL is not a PostgreSQL URL")?;
-        let admin = base.clone().database("postgres");
-        let pool = connect(admin.clone(), 1)
+        create_database_if_missing(&with_database(database_url, name))
             .await
             .context("connecting to PostgreSQL")?;
-        let exists: bool =
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-                .bind(name)
-                .fetch_one(&pool)
-                .await?;
-        if !exists {
-            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-                .execute(&pool)
-                .await?;
-        }
-        pool.close().await;
         Ok(Self {
-            options: base.database(name),
-            admin,
+            options: base.clone().database(name),
+            admin: base.database("postgres"),
             name: name.to_owned(),
         })
     }

@@ -83,8 +83,8 @@ pub async fn get_inclusion(
 ) -> Result<Response, ApiError> {
     require_scope(&caller, Scope::Read)?;
     let tenant = caller.tenant.as_str();
-    let seq: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "SELECT seq FROM events WHERE tenant_id = $1 AND event_id = $2 AND {owner}",
+    let (seq, hash): (i64, Vec<u8>) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT seq, hash FROM events WHERE tenant_id = $1 AND event_id = $2 AND {owner}",
         owner = owner_condition(3)
     )))
     .bind(tenant)
@@ -97,7 +97,7 @@ pub async fn get_inclusion(
         Some(size) => size,
         None => tree::log_size(&state.pool, tenant).await?,
     };
-    let proof = tree::inclusion(&state.pool, tenant, &event_id, seq, tree_size)
+    let proof = tree::inclusion(&state.pool, tenant, &event_id, seq, &hash, tree_size)
         .await
         .map_err(|err| out_of_range("tree_size", err))?;
     Ok(Json(proof).into_response())

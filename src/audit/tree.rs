@@ -121,12 +121,14 @@ pub async fn root(pool: &PgPool, tenant: &str, size: u64) -> Result<Hash, ProofE
     Ok(merkle::root(size, &|s| subtrees[&s]))
 }
 
-/// The inclusion proof of the event at `seq` in the tree of `tree_size`.
+/// The inclusion proof of the event at `seq` (its chain hash
+/// `event_hash`) in the tree of `tree_size`.
 pub async fn inclusion(
     pool: &PgPool,
     tenant: &str,
     event_id: &str,
     seq: i64,
+    event_hash: &[u8],
     tree_size: u64,
 ) -> Result<InclusionProof, ProofError> {
     check_size(pool, tenant, tree_size).await?;
@@ -142,12 +144,6 @@ pub async fn inclusion(
     });
     let subtrees = resolve(pool, tenant, needed).await?;
     let lookup = |s: Subtree| subtrees[&s];
-    let event_hash: Vec<u8> =
-        sqlx::query_scalar("SELECT hash FROM events WHERE tenant_id = $1 AND seq = $2")
-            .bind(tenant)
-            .bind(seq)
-            .fetch_one(pool)
-            .await?;
     Ok(InclusionProof {
         tenant: tenant.to_owned(),
         event_id: event_id.to_owned(),

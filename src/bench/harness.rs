@@ -170,9 +170,14 @@ pub async fn wait_projected(pool: &PgPool) -> anyhow::Result<()> {
 /// The first lines of every report: which benchmark, the command that
 /// produced it, when, and on what machine.
 pub fn report_header(bench: &str, environment: &str) -> String {
+    titled_header(&format!("memd bench {bench}"), environment)
+}
+
+/// [`report_header`] under any title (`memd drill kill`).
+pub fn titled_header(title: &str, environment: &str) -> String {
     let command: Vec<String> = std::env::args().collect();
     format!(
-        "# memd bench {bench}\n\nCommand: `{}`  \nDate: {}  \nMachine: {environment}  \n",
+        "# {title}\n\nCommand: `{}`  \nDate: {}  \nMachine: {environment}  \n",
         command.join(" "),
         chrono::Utc::now().format("%Y-%m-%d %H:%M UTC")
     )

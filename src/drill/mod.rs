@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::{
     audit,
-    bench::harness::{environment, write_report},
+    bench::harness::{environment, titled_header, write_report},
     db::{self, ScratchDatabase},
     domain::tenant::{Scope, TenantId},
     startup::ProjectionConfig,
@@ -79,18 +79,6 @@ async fn kill(database_url: &str, rounds: usize, clients: usize, out: &Path) -> 
     write_report(out, &render(&figures, clients, &environment))
 }
 
-/// The URL of database `name` on the server of `url`.
-fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = url
-        .split_once('?')
-        .map_or((url, None), |(b, q)| (b, Some(q)));
-    let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
-    match query {
-        Some(query) => format!("{server}/{name}?{query}"),
-        None => format!("{server}/{name}"),
-    }
-}
-
 /// A daemon in a process of its own (this binary's `serve`), on a free port.
 struct Child {
     process: tokio::process::Child,
@@ -122,7 +110,7 @@ async fn start(url: &str) -> anyhow::Result<(Child, Duration)> {
         .spawn()
         .context("starting memd serve")?;
     let base_url = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
+    let client = client();
     let deadline = started + Duration::from_secs(60);
     loop {
         if let Ok(response) = client.get(format!("{base_url}/readyz")).send().await
@@ -136,6 +124,15 @@ async fn start(url: &str) -> anyhow::Result<(Child, Duration)> {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// An HTTP client that gives up on a request after 10 s: a daemon that
+/// stops answering fails the drill instead of hanging it.
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("an HTTP client")
 }
 
 /// What the clients saw: events acknowledged (by idempotency key), and
@@ -154,10 +151,7 @@ fn event(key: String, text: String) -> Value {
 /// Sends appends from `clients` tasks until the daemon stops answering.
 async fn load(base_url: &str, token: &str, round: usize, clients: usize) -> Seen {
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .expect("client");
+    let client = client();
     let tasks: Vec<_> = (0..clients)
         .map(|writer| {
             let (seen, client, url, token) = (
@@ -225,7 +219,7 @@ async fn kill_rounds(
         .await?
         .expose()
         .to_string();
-    let url = with_database(database_url, &scratch.name);
+    let url = db::with_database(database_url, &scratch.name);
     let engine = ProjectionConfig::default().engine();
     let mut acknowledged: HashSet<String> = HashSet::new();
     let mut figures = Vec::new();
@@ -244,7 +238,7 @@ async fn kill_rounds(
 
         // A restart, and the retry of every request that got no answer.
         let (mut child, restart) = start(&url).await?;
-        let client = reqwest::Client::new();
+        let client = client();
         let mut replayed = 0;
         for body in &seen.unanswered {
             let answer: Value = client
@@ -322,10 +316,10 @@ async fn kill_rounds(
 
 fn render(figures: &[Round], clients: usize, environment: &str) -> String {
     use std::fmt::Write as _;
-    let command: Vec<String> = std::env::args().collect();
-    let mut out = format!(
-        "# memd drill kill\n\nCommand: `{}`  \nDate: {}  \nMachine: {environment}  \n\n\
-         Each round starts `memd serve` as a process of its own on a scratch database, {clients} clients send \
+    let mut out = titled_header("memd drill kill", environment);
+    let _ = write!(
+        out,
+        "\nEach round starts `memd serve` as a process of its own on a scratch database, {clients} clients send \
          appends (two single events, then a batch of {BATCH}, over and over; every event with an idempotency key), \
          and the daemon is killed with SIGKILL 1.0 to 2.4 s in. A new daemon is started (*restart*: from spawning \
          the process to `/readyz` answering 200), and every request that got no answer is sent again unchanged, as \
@@ -334,9 +328,7 @@ fn render(figures: &[Round], clients: usize, environment: &str) -> String {
          counted (*duplicated*), the hash chain is verified and the projections drift-checked. Counts are \
          cumulative over rounds except *acknowledged* and *retried*.\n\n\
          | round | events acknowledged | requests unanswered, retried | events replayed on retry | events stored | lost | duplicated | restart ms | chain | drift |\n\
-         |---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
-        command.join(" "),
-        chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
+         |---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n"
     );
     for (i, f) in figures.iter().enumerate() {
         let _ = writeln!(

@@ -154,10 +154,7 @@ impl TestApp {
             .await
             .expect("database name");
         let server = std::env::var("DATABASE_URL").expect("DATABASE_URL is set for sqlx::test");
-        let (base, _) = server
-            .rsplit_once('/')
-            .expect("DATABASE_URL has a database path");
-        format!("{base}/{name}")
+        db::with_database(&server, &name)
     }
 
     /// `GET /readyz`'s body.
