@@ -55,16 +55,45 @@ pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Connects a pool to an existing database.
+/// Connects a pool to an existing database; a connection is waited for up
+/// to 10 s (operator commands, which had rather wait than fail).
 pub async fn connect(
     options: PgConnectOptions,
     max_connections: u32,
 ) -> Result<PgPool, sqlx::Error> {
+    connect_waiting_at_most(options, max_connections, Duration::from_secs(10)).await
+}
+
+/// [`connect`], with a bound on the wait for a connection: the daemon's
+/// requests fail fast (503) while the database is down instead of hanging.
+pub async fn connect_waiting_at_most(
+    options: PgConnectOptions,
+    max_connections: u32,
+    acquire_timeout: Duration,
+) -> Result<PgPool, sqlx::Error> {
     PgPoolOptions::new()
         .max_connections(max_connections)
-        .acquire_timeout(Duration::from_secs(10))
+        .acquire_timeout(acquire_timeout)
         .connect_with(options)
         .await
+}
+
+/// Whether `err` means the database cannot serve now but should again soon:
+/// no connection to be had, or a session the server ended (a shutdown or
+/// restart, an administrator's termination), or the server full.
+pub fn unavailable(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            // Class 08: connection exception. 57P01-57P03: admin shutdown,
+            // crash shutdown, cannot connect now. 53300: too many connections.
+            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03" | "53300")
+        }),
+        _ => false,
+    }
 }
 
 /// The URL of database `name` on the server of `url` (its query kept).

@@ -113,6 +113,11 @@ enum Command {
         /// Database connections in the pool.
         #[arg(long, env = "MEMD_DB_CONNECTIONS", default_value_t = 16)]
         db_connections: u32,
+        /// How long a request waits for a database connection before it is
+        /// answered 503 with `Retry-After` (ms). While PostgreSQL is down,
+        /// every request waits this long: keep it well under clients' timeouts.
+        #[arg(long, env = "MEMD_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 2_000)]
+        db_acquire_timeout_ms: u64,
         /// Do not run projection workers here (run `memd project` elsewhere).
         #[arg(long)]
         no_projectors: bool,
@@ -479,6 +484,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             max_body_bytes,
             redact_patterns,
             db_connections,
+            db_acquire_timeout_ms,
             no_projectors,
             rate_limit_rps,
             rate_limit_bytes,
@@ -499,7 +505,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .await
                     .context("creating the database")?;
             }
-            let pool = connect(options, db_connections).await?;
+            let pool = db::connect_waiting_at_most(
+                options,
+                db_connections,
+                Duration::from_millis(db_acquire_timeout_ms),
+            )
+            .await?;
             if !no_migrate {
                 db::migrate(&pool).await?;
             }

@@ -59,8 +59,10 @@ pub struct BodyTooLarge(ErrorBody);
 #[allow(dead_code)]
 pub struct RateLimited(ErrorBody);
 
-/// `unavailable`: the database cannot be reached; retry.
+/// `unavailable`: the database cannot be reached; nothing was done. Retry
+/// after `Retry-After` seconds.
 #[derive(utoipa::ToResponse)]
+#[response(headers(("Retry-After" = u64, description = "Seconds to wait before retrying")))]
 #[allow(dead_code)]
 pub struct Unavailable(ErrorBody);
 
@@ -192,19 +194,20 @@ impl From<memd_projectors::seal::SealError> for ApiError {
 }
 
 impl ApiError {
-    /// Connection trouble is the client's cue to retry (503); anything else is a bug (500).
+    /// Connection trouble is the client's cue to retry (503, `Retry-After`);
+    /// anything else is a bug (500).
     fn from_database(err: &sqlx::Error) -> Self {
-        match err {
-            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => {
-                tracing::warn!(error = %ErrorChain(err), "database unavailable");
-                Self::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable",
-                    "the database is unavailable; retry",
-                )
-            }
-            _ => Self::internal(err),
+        if !crate::db::unavailable(err) {
+            return Self::internal(err);
         }
+        tracing::warn!(error = %ErrorChain(err), "database unavailable");
+        let mut unavailable = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "the database is unavailable; retry",
+        );
+        unavailable.retry_after = Some(1);
+        unavailable
     }
 }
 

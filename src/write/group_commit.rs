@@ -172,6 +172,13 @@ async fn commit_group(
                 let _ = pending.reply.send(Ok(mine));
             }
         }
+        // The database is down: every request would wait and fail alike.
+        Err(AppendError::Database(err)) if crate::db::unavailable(&err) => {
+            let err = Arc::new(AppendError::Database(err));
+            for pending in group {
+                let _ = pending.reply.send(Err(err.clone()));
+            }
+        }
         Err(err) => {
             tracing::warn!(error = %err, requests = group.len(), "group commit failed; retrying its requests one by one");
             for pending in group {
