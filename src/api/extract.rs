@@ -67,10 +67,20 @@ async fn body_bytes(req: Request, state: &ApiState) -> Result<Bytes, ApiError> {
     Ok(bytes)
 }
 
+/// Every request body of the API is a JSON object. (serde would read a
+/// struct from an array of its fields in order, so `[]` must be refused
+/// here, not left to each handler.)
 fn parse(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
-    serde_json::from_slice(bytes).map_err(|err| {
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|err| {
         ApiError::invalid(FieldError::new("body", format!("is not valid JSON: {err}")))
-    })
+    })?;
+    if !value.is_object() {
+        return Err(ApiError::invalid(FieldError::new(
+            "body",
+            "must be a JSON object",
+        )));
+    }
+    Ok(value)
 }
 
 /// Query parameters, parsed with errors naming `query` (a malformed value,

@@ -173,6 +173,12 @@ async fn admin_jobs_refuse_bad_input_other_tenants_and_lesser_scopes(
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_eq!(body["error"]["field"], "tenant");
+    // A struct would read from an array of its fields (found by schemathesis).
+    for path in ["rebuild", "drift-check"] {
+        let (status, body) = app.post_admin(path, &token, Some(json!([]))).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+        assert_eq!(body["error"]["field"], "body", "{path}");
+    }
     let (status, body) = app.post_admin("rebuild", &writer, None).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     assert_eq!(body["error"]["code"], "insufficient_scope");
