@@ -327,3 +327,32 @@ async fn the_append_answer_names_the_chunks_the_event_becomes(
     assert_eq!(parts(0), 1);
     assert!(parts(1) > 1, "a long output is several chunks");
 }
+
+/// Found by schemathesis: PostgreSQL prints a stored float as its exact
+/// decimal digits, which a fast float parser can read as out of range; the
+/// event must read back as it was written, and its hash must still verify.
+#[sqlx::test]
+async fn extreme_numbers_read_back_as_written_and_keep_the_chain_whole(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let mut event = message("s1", "numbers at the edges");
+    event["content"]["largest"] = json!(f64::MAX);
+    event["content"]["most_negative"] = json!(f64::MIN);
+    event["content"]["smallest"] = json!(f64::from_bits(1));
+    let appended = app.append(&token, &event).await;
+    let id = appended["event_id"].as_str().unwrap();
+    let response = app.get(&format!("/api/v1/events/{id}"), &token).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let stored: Value = response.json().await.unwrap();
+    assert_eq!(stored["content"]["largest"].as_f64(), Some(f64::MAX));
+    assert_eq!(stored["content"]["most_negative"].as_f64(), Some(f64::MIN));
+    assert_eq!(
+        stored["content"]["smallest"].as_f64(),
+        Some(f64::from_bits(1))
+    );
+    let reports = memd::audit::verify_chains(&app.pool, None).await.unwrap();
+    assert!(reports.iter().all(|r| r.broken.is_none()), "{reports:?}");
+}
