@@ -199,6 +199,7 @@ pub async fn get_job(
 #[serde(deny_unknown_fields)]
 pub(super) struct EmbedderRequest {
     /// `minilm` or `hashed`.
+    #[schema(pattern = "^(minilm|hashed)$")]
     embedder: String,
 }
 

@@ -42,7 +42,8 @@ pub struct DecisionQuery {
     /// Only decisions with this status.
     #[param(value_type = Option<DecisionStatus>)]
     pub status: Option<String>,
-    /// Only decisions of this scope (`project`, ...).
+    /// Only decisions of this scope.
+    #[param(pattern = "^(project|user|global)$")]
     pub scope: Option<String>,
     /// Only decisions of this key (`export.page_size`, ...).
     pub key: Option<String>,
@@ -194,7 +195,7 @@ pub async fn get_decisions_query(
     post,
     path = "/api/v1/decisions",
     tag = "decisions",
-    request_body(content = Value, description = "Envelope and decision fields, flat", example = json!({
+    request_body(content = Object, description = "Envelope and decision fields, flat", example = json!({
         "session_id": "s1", "actor": {"type": "agent", "id": "coder"}, "refs": ["evt_01M82PVAD4YW2NRKRS6SSKPC1F"],
         "decision": "Export invoices in pages of 200", "key": "export.page_size", "scope": "project",
         "rationale": ["timeouts above 500 rows"]})),

@@ -37,6 +37,7 @@ pub struct ProofQuery {
 #[into_params(parameter_in = Query)]
 pub struct ConsistencyQuery {
     /// The earlier tree's size (an older checkpoint's `seq`), at least 1.
+    #[param(minimum = 1)]
     pub first: u64,
     /// The later tree's size (a newer checkpoint's `seq`; default: the
     /// whole log now).

@@ -43,7 +43,7 @@ const STATUSES: [&str; 3] = ["open", "doing", "done"];
     post,
     path = "/api/v1/tasks",
     tag = "tasks",
-    request_body(content = Value, description = "Envelope and task fields, flat", example = json!({
+    request_body(content = Object, description = "Envelope and task fields, flat", example = json!({
         "session_id": "s1", "actor": {"type": "agent", "id": "coder"},
         "task_id": "export-fix", "status": "doing", "title": "Fix the nightly export"})),
     responses(
@@ -74,6 +74,7 @@ pub async fn post_task(
 #[into_params(parameter_in = Query)]
 pub struct TaskQuery {
     /// Only tasks in this state: open, doing or done.
+    #[param(pattern = "^(open|doing|done)$")]
     pub status: Option<String>,
     #[param(minimum = 1, maximum = 1000, default = 100)]
     pub limit: Option<i64>,

@@ -88,6 +88,7 @@ pub struct EventRequest {
     /// Optional: the tenant comes from the bearer token. If given it must match.
     pub tenant_id: Option<String>,
     /// The conversation it belongs to; 1-256 bytes.
+    #[schema(min_length = 1, max_length = 256)]
     pub session_id: String,
     pub channel: Channel,
     pub actor: ActorRequest,

@@ -69,6 +69,7 @@ pub struct AcbRequest {
     /// Optional: the tenant comes from the bearer token.
     pub tenant_id: Option<String>,
     /// The conversation: its recent events form the recent window.
+    #[schema(min_length = 1, max_length = 256)]
     pub session_id: Option<String>,
     /// The agent the bundle is for: finds handoff packets addressed to it,
     /// and another agent's private memory is not its to see. An agent's

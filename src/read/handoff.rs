@@ -26,9 +26,11 @@ pub struct HandoffRequest {
     /// Optional: the tenant comes from the bearer token.
     pub tenant_id: Option<String>,
     /// The sending agent, 1-256 bytes; the event's actor.
+    #[schema(min_length = 1, max_length = 256)]
     pub from_agent: String,
     /// The receiving agent, 1-256 bytes: its bundle (`agent_id`) in
     /// `session_id` will hold the packet.
+    #[schema(min_length = 1, max_length = 256)]
     pub to_agent: String,
     /// The receiving session; a new one (`handoff_<ulid>`) when absent.
     pub session_id: Option<String>,

@@ -234,6 +234,7 @@ pub struct Policy {
     /// the same fact said twice; only the better ranked one is kept.
     pub duplicate_similarity: f64,
     /// How long `"consistency": "strong"` waits for projections.
+    #[schema(maximum = 30_000)]
     pub strong_consistency_timeout_ms: u64,
     pub handoff_evidence_max: u32,
     /// The stored policy's version (raised by every change; 0: the
