@@ -1,60 +1,27 @@
-//! `memd drill`: fault drills anyone can re-run, bounded in rounds and time,
-//! talking only to 127.0.0.1, each writing its figures (with the command
-//! that made them) to a Markdown file.
-//!
-//! - `kill`: `kill -9` of a real daemon process under mixed load (single and
-//!   batched appends, every event with an idempotency key), then a restart
-//!   and the retry of every request that got no answer, as a client would.
-//!   After each round: acknowledged events still stored, no duplicates,
-//!   `verify` and `drift-check` clean.
+//! `memd drill kill`: `kill -9` of a real daemon process under mixed load
+//! (single and batched appends, every event with an idempotency key), then a
+//! restart and the retry of every request that got no answer, as a client
+//! would. After each round: acknowledged events still stored, no
+//! duplicates, `verify` and `drift-check` clean.
 
 use std::{
     collections::HashSet,
-    path::{Path, PathBuf},
+    path::Path,
     sync::{Arc, Mutex},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use anyhow::Context;
-use clap::Subcommand;
 use serde_json::{Value, json};
 
+use super::{
+    Daemon, chain_and_drift, client, event, lost_and_duplicated, none_or_found, ok_or_broken,
+    prepare, write_section,
+};
 use crate::{
-    audit,
-    bench::harness::{environment, titled_header, write_report},
+    bench::harness::titled_header,
     db::{self, ScratchDatabase},
-    domain::tenant::{Scope, TenantId},
-    startup::ProjectionConfig,
-    tenants,
 };
 
-#[derive(Subcommand)]
-pub enum DrillCommand {
-    /// `kill -9` the daemon under mixed load, restart it, retry what got no
-    /// answer; check nothing acknowledged was lost or doubled.
-    Kill {
-        /// Rounds of load, kill, restart, retry and checks.
-        #[arg(long, default_value_t = 10)]
-        rounds: usize,
-        /// Concurrent clients sending appends.
-        #[arg(long, default_value_t = 8)]
-        clients: usize,
-        #[arg(long, default_value = "bench/drills.md")]
-        out: PathBuf,
-    },
-}
-
-pub async fn run(command: DrillCommand, database_url: &str) -> anyhow::Result<()> {
-    match command {
-        DrillCommand::Kill {
-            rounds,
-            clients,
-            out,
-        } => kill(database_url, rounds, clients, &out).await,
-    }
-}
-
-const TENANT: &str = "drill";
 /// Events in a batched request.
 const BATCH: usize = 10;
 
@@ -71,68 +38,17 @@ struct Round {
     drift_ok: bool,
 }
 
-async fn kill(database_url: &str, rounds: usize, clients: usize, out: &Path) -> anyhow::Result<()> {
+pub(super) async fn run(
+    database_url: &str,
+    rounds: usize,
+    clients: usize,
+    out: &Path,
+) -> anyhow::Result<()> {
     let scratch = ScratchDatabase::create(database_url, "memd_drill").await?;
     let result = kill_rounds(database_url, &scratch, rounds, clients).await;
     scratch.drop_now().await?;
     let (figures, environment) = result?;
-    write_report(out, &render(&figures, clients, &environment))
-}
-
-/// A daemon in a process of its own (this binary's `serve`), on a free port.
-struct Child {
-    process: tokio::process::Child,
-    base_url: String,
-}
-
-async fn start(url: &str) -> anyhow::Result<(Child, Duration)> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let started = Instant::now();
-    let process = tokio::process::Command::new(std::env::current_exe()?)
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--no-migrate",
-            "--embedder",
-            "none",
-            "--rate-limit-rps",
-            "0",
-            "--rate-limit-bytes",
-            "0",
-        ])
-        .env("DATABASE_URL", url)
-        .env("RUST_LOG", "error")
-        .stdout(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .context("starting memd serve")?;
-    let base_url = format!("http://127.0.0.1:{port}");
-    let client = client();
-    let deadline = started + Duration::from_secs(60);
-    loop {
-        if let Ok(response) = client.get(format!("{base_url}/readyz")).send().await
-            && response.status().is_success()
-        {
-            return Ok((Child { process, base_url }, started.elapsed()));
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the daemon was not ready within 60 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// An HTTP client that gives up on a request after 10 s: a daemon that
-/// stops answering fails the drill instead of hanging it.
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .expect("an HTTP client")
+    write_section(out, &render(&figures, clients, &environment))
 }
 
 /// What the clients saw: events acknowledged (by idempotency key), and
@@ -141,11 +57,6 @@ fn client() -> reqwest::Client {
 struct Seen {
     acknowledged: Vec<String>,
     unanswered: Vec<Value>,
-}
-
-fn event(key: String, text: String) -> Value {
-    json!({"session_id": "drill", "channel": "private", "actor": {"type": "agent", "id": "drill"},
-           "kind": "message", "content": {"text": text}, "idempotency_key": key})
 }
 
 /// Sends appends from `clients` tasks until the daemon stops answering.
@@ -211,20 +122,13 @@ async fn kill_rounds(
     rounds: usize,
     clients: usize,
 ) -> anyhow::Result<(Vec<Round>, String)> {
-    let pool = db::connect(scratch.options.clone(), 4).await?;
-    db::migrate(&pool).await?;
-    let environment = environment(&pool).await?;
-    let tenant = TenantId::parse(TENANT).expect("valid tenant");
-    let token = tenants::create_tenant(&pool, &tenant, Scope::Admin)
-        .await?
-        .expose()
-        .to_string();
+    let prepared = prepare(scratch.options.clone()).await?;
+    let (pool, token) = (&prepared.pool, &prepared.token);
     let url = db::with_database(database_url, &scratch.name);
-    let engine = ProjectionConfig::default().engine();
     let mut acknowledged: HashSet<String> = HashSet::new();
     let mut figures = Vec::new();
     for round in 0..rounds {
-        let (mut child, _) = start(&url).await?;
+        let (mut child, _) = Daemon::start(&url, "none").await?;
         let base_url = child.base_url.clone();
         let token_for_load = token.clone();
         let load =
@@ -237,13 +141,13 @@ async fn kill_rounds(
         acknowledged.extend(seen.acknowledged.iter().cloned());
 
         // A restart, and the retry of every request that got no answer.
-        let (mut child, restart) = start(&url).await?;
+        let (child, restart) = Daemon::start(&url, "none").await?;
         let client = client();
         let mut replayed = 0;
         for body in &seen.unanswered {
             let answer: Value = client
                 .post(format!("{}/api/v1/events", child.base_url))
-                .bearer_auth(&token)
+                .bearer_auth(token)
                 .json(body)
                 .send()
                 .await?
@@ -264,27 +168,9 @@ async fn kill_rounds(
 
         // The checks.
         let keys: Vec<String> = acknowledged.iter().cloned().collect();
-        let (stored, lost, duplicates): (i64, i64, i64) = sqlx::query_as(
-            "SELECT (SELECT count(*) FROM events WHERE tenant_id = $1),
-                    (SELECT count(*) FROM unnest($2::text[]) AS k (key)
-                      WHERE NOT EXISTS (SELECT 1 FROM events e
-                                         WHERE e.tenant_id = $1 AND e.idempotency_key = k.key)),
-                    (SELECT count(*) FROM (SELECT idempotency_key FROM events WHERE tenant_id = $1
-                                            GROUP BY 1 HAVING count(*) > 1) d)",
-        )
-        .bind(TENANT)
-        .bind(&keys)
-        .fetch_one(&pool)
-        .await?;
-        let chain_ok = audit::verify_chains(&pool, Some(&tenant))
-            .await?
-            .iter()
-            .all(|report| report.broken.is_none());
-        crate::bench::harness::wait_projected(&pool).await?;
-        let drift =
-            memd_projectors::drift::drift_check(&pool, &engine, Some(TENANT), &mut |_| {}).await?;
-        child.process.start_kill()?;
-        child.process.wait().await?;
+        let (stored, lost, duplicates) = lost_and_duplicated(pool, &keys).await?;
+        let (chain_ok, drift_ok) = chain_and_drift(pool, &prepared.tenant).await?;
+        child.kill().await?;
         let figure = Round {
             acknowledged: seen.acknowledged.len(),
             unanswered: seen.unanswered.len(),
@@ -294,7 +180,7 @@ async fn kill_rounds(
             duplicates,
             restart_ms: restart.as_secs_f64() * 1e3,
             chain_ok,
-            drift_ok: !drift.drifted(),
+            drift_ok,
         };
         eprintln!(
             "round {}: {} acknowledged, {} unanswered requests retried ({} replayed), {} stored, {} lost, {} duplicated, chain {}, drift {}",
@@ -305,13 +191,13 @@ async fn kill_rounds(
             figure.stored,
             figure.lost,
             figure.duplicates,
-            if figure.chain_ok { "ok" } else { "BROKEN" },
-            if figure.drift_ok { "none" } else { "FOUND" },
+            ok_or_broken(figure.chain_ok),
+            none_or_found(figure.drift_ok),
         );
         figures.push(figure);
     }
-    pool.close().await;
-    Ok((figures, environment))
+    prepared.pool.close().await;
+    Ok((figures, prepared.environment))
 }
 
 fn render(figures: &[Round], clients: usize, environment: &str) -> String {
@@ -342,8 +228,8 @@ fn render(figures: &[Round], clients: usize, environment: &str) -> String {
             f.lost,
             f.duplicates,
             f.restart_ms,
-            if f.chain_ok { "ok" } else { "BROKEN" },
-            if f.drift_ok { "none" } else { "FOUND" },
+            ok_or_broken(f.chain_ok),
+            none_or_found(f.drift_ok),
         );
     }
     out

@@ -1,0 +1,399 @@
+//! `memd drill pg-restart` and `pg-outage`: PostgreSQL stopped under mixed
+//! load, then started again. The drill runs its own PostgreSQL server (a
+//! fresh cluster in a temporary folder, on a free port of 127.0.0.1), so
+//! stopping it disturbs nothing else on the machine.
+//!
+//! What it checks: what clients receive meanwhile (503 with `Retry-After`,
+//! never a 500, never a hang past the client's timeout), how soon appends
+//! and bundles succeed again, how soon projections catch up, and that
+//! nothing acknowledged was lost or doubled.
+
+use std::{
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use anyhow::Context;
+
+use super::{
+    CLIENT_TIMEOUT, Daemon, chain_and_drift, client,
+    load::{Load, Op, Outcome, Sample, Tally},
+    lost_and_duplicated, none_or_found, ok_or_broken, prepare, run_program, write_section,
+};
+use crate::{bench::harness::titled_header, db};
+
+/// Load before PostgreSQL stops, and after both kinds of request work again.
+const STEADY: Duration = Duration::from_secs(3);
+/// How long after PostgreSQL is back appends and bundles must work again.
+const RECOVERY_BOUND: Duration = Duration::from_secs(60);
+
+struct Round {
+    tally: Tally,
+    appends_back: Option<Duration>,
+    bundles_back: Option<Duration>,
+    caught_up: Option<Duration>,
+    acknowledged: usize,
+    retried: usize,
+    retry_failures: usize,
+    lost: i64,
+    duplicates: i64,
+    chain_ok: bool,
+    drift_ok: bool,
+}
+
+pub(super) async fn run(
+    down: Duration,
+    rounds: usize,
+    clients: usize,
+    out: &Path,
+) -> anyhow::Result<()> {
+    let server = PrivateServer::create().await?;
+    let url = server.url("memd_drill");
+    db::create_database_if_missing(&url).await?;
+    let prepared = prepare(url.parse()?).await?;
+    let (daemon, _) = Daemon::start(&url, "none").await?;
+    let mut figures = Vec::new();
+    let mut acknowledged = Vec::new();
+    for round in 0..rounds {
+        let load = Load::start(
+            &daemon.base_url,
+            &prepared.token,
+            clients,
+            &format!("r{round}"),
+        );
+        tokio::time::sleep(STEADY).await;
+        server.stop().await?;
+        tokio::time::sleep(down).await;
+        server.start().await?;
+        let up = load.started.elapsed();
+        let deadline = Instant::now() + RECOVERY_BOUND;
+        let (appends_back, bundles_back) = loop {
+            let samples = load.samples();
+            let back = (
+                back_after(&samples, Op::Append, up),
+                back_after(&samples, Op::Bundle, up),
+            );
+            if (back.0.is_some() && back.1.is_some()) || Instant::now() > deadline {
+                break back;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        tokio::time::sleep(STEADY).await;
+        let finished = load.finish().await;
+        let load_stopped = Instant::now();
+        acknowledged.extend(finished.acknowledged.iter().cloned());
+
+        // Retry what failed, as a client would once the service is back.
+        let http = client();
+        let mut retry_failures = 0;
+        for body in &finished.failed_appends {
+            let sent = http
+                .post(format!("{}/api/v1/events", daemon.base_url))
+                .bearer_auth(&prepared.token)
+                .json(body)
+                .send()
+                .await;
+            match sent {
+                Ok(r) if r.status().is_success() => {
+                    acknowledged.push(body["idempotency_key"].as_str().expect("a key").to_owned())
+                }
+                _ => retry_failures += 1,
+            }
+        }
+        let caught_up = caught_up(&prepared.pool)
+            .await?
+            .map(|_| load_stopped.elapsed());
+        let (_, lost, duplicates) = lost_and_duplicated(&prepared.pool, &acknowledged).await?;
+        let (chain_ok, drift_ok) = chain_and_drift(&prepared.pool, &prepared.tenant).await?;
+        let figure = Round {
+            tally: Tally::of(&finished.samples),
+            appends_back,
+            bundles_back,
+            caught_up,
+            acknowledged: finished.acknowledged.len(),
+            retried: finished.failed_appends.len(),
+            retry_failures,
+            lost,
+            duplicates,
+            chain_ok,
+            drift_ok,
+        };
+        eprintln!(
+            "round {}: {:?}; appends back after {:?}, bundles after {:?}; projections caught up {:?} after the load; {} lost, {} duplicated",
+            round + 1,
+            figure.tally,
+            figure.appends_back,
+            figure.bundles_back,
+            figure.caught_up,
+            figure.lost,
+            figure.duplicates
+        );
+        figures.push(figure);
+    }
+    daemon.kill().await?;
+    prepared.pool.close().await;
+    let title = if down.is_zero() {
+        "memd drill pg-restart"
+    } else {
+        "memd drill pg-outage"
+    };
+    write_section(
+        out,
+        &render(title, down, clients, &figures, &prepared.environment),
+    )?;
+    anyhow::ensure!(
+        figures.iter().all(Round::passed),
+        "the drill found faults (see {})",
+        out.display()
+    );
+    Ok(())
+}
+
+impl Round {
+    fn passed(&self) -> bool {
+        self.tally.bad() == 0
+            && self.appends_back.is_some()
+            && self.bundles_back.is_some()
+            && self.caught_up.is_some()
+            && self.retry_failures == 0
+            && self.lost == 0
+            && self.duplicates == 0
+            && self.chain_ok
+            && self.drift_ok
+    }
+}
+
+/// From `up` to the answer of the first request of `op` sent after it that
+/// succeeded.
+fn back_after(samples: &[Sample], op: Op, up: Duration) -> Option<Duration> {
+    samples
+        .iter()
+        .filter(|s| s.op == op && s.outcome == Outcome::Ok && s.sent >= up)
+        .map(|s| s.answered_at() - up)
+        .min()
+}
+
+/// Waits (at most two minutes) until no tenant's projections lag the log.
+async fn caught_up(pool: &sqlx::PgPool) -> anyhow::Result<Option<()>> {
+    let engine = crate::startup::ProjectionConfig::default().engine();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline {
+        if memd_projectors::runtime::lagging_tenants(pool, &engine)
+            .await?
+            .is_empty()
+        {
+            return Ok(Some(()));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(None)
+}
+
+fn ms(d: Option<Duration>) -> String {
+    d.map_or("never".into(), |d| format!("{:.0}", d.as_secs_f64() * 1e3))
+}
+
+fn render(
+    title: &str,
+    down: Duration,
+    clients: usize,
+    figures: &[Round],
+    environment: &str,
+) -> String {
+    use std::fmt::Write as _;
+    let mut out = titled_header(title, environment);
+    let stop = if down.is_zero() {
+        "stopped (`pg_ctl stop -m fast`, which ends every session) and at once started again"
+            .to_owned()
+    } else {
+        format!(
+            "stopped (`pg_ctl stop -m fast`, which ends every session), left down {} s, and started again",
+            down.as_secs()
+        )
+    };
+    let _ = write!(
+        out,
+        "\nThe drill starts a PostgreSQL server of its own (a new cluster in a temporary folder, on a free port of \
+         127.0.0.1) and `memd serve` on it. In each round {clients} clients alternate an append (one event, with an \
+         idempotency key) and a bundle for {steady} s; then PostgreSQL is {stop}; the load goes on until both an \
+         append and a bundle sent after the restart succeed, and {steady} s more. A client that gets an error waits \
+         100 ms and goes on; its client timeout is {timeout} s. *Back after*: from PostgreSQL accepting connections \
+         to the answer of the first successful request of that kind sent after it. Then every append that failed \
+         is sent again with its key, and *catch-up* is the time from the end of the load until no projection lags \
+         the log. *Bad answers* are anything but a success or a 503 with `Retry-After`: a 500, another status, no \
+         answer within the timeout, a refused connection.\n\n\
+         | round | requests | ok | 503 with Retry-After | bad answers | slowest failed answer ms | appends back after ms | bundles back after ms | catch-up ms | events acknowledged | failed appends retried | retries failed | lost | duplicated | chain | drift |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
+        steady = STEADY.as_secs(),
+        timeout = CLIENT_TIMEOUT.as_secs(),
+    );
+    for (i, f) in figures.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            i + 1,
+            f.tally.requests,
+            f.tally.ok,
+            f.tally.unavailable_with_retry_after,
+            f.tally.bad(),
+            f.tally.slowest_failure.as_secs_f64() * 1e3,
+            ms(f.appends_back),
+            ms(f.bundles_back),
+            ms(f.caught_up),
+            f.acknowledged,
+            f.retried,
+            f.retry_failures,
+            f.lost,
+            f.duplicates,
+            ok_or_broken(f.chain_ok),
+            none_or_found(f.drift_ok),
+        );
+    }
+    for (i, f) in figures
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.tally.bad() > 0)
+    {
+        let _ = writeln!(out, "\nRound {}'s bad answers: {:?}", i + 1, f.tally);
+    }
+    out
+}
+
+/// A PostgreSQL cluster of the drill's own, removed when dropped.
+struct PrivateServer {
+    dir: PathBuf,
+    bin: PathBuf,
+    port: u16,
+}
+
+impl PrivateServer {
+    async fn create() -> anyhow::Result<Self> {
+        let bin = server_binaries()?;
+        let dir = std::env::temp_dir().join(format!("memd-drill-pg-{}", ulid::Ulid::generate()));
+        std::fs::create_dir_all(&dir)?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let server = Self { dir, bin, port };
+        if running_as_root() {
+            // PostgreSQL refuses to run as root.
+            run_program(
+                tokio::process::Command::new("chown")
+                    .arg("postgres:")
+                    .arg(&server.dir),
+            )
+            .await?;
+        }
+        run_program(
+            server
+                .command("initdb")
+                .args(["--auth=trust", "--username=postgres", "--no-sync", "-D"])
+                .arg(server.data()),
+        )
+        .await?;
+        server.start().await?;
+        Ok(server)
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn url(&self, database: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// `pg_ctl start`, waiting until it accepts connections.
+    async fn start(&self) -> anyhow::Result<()> {
+        let options = format!(
+            "-p {} -c listen_addresses=127.0.0.1 -k {}",
+            self.port,
+            self.dir.display()
+        );
+        run_program(
+            self.command("pg_ctl")
+                .args(["start", "-w", "-t", "60", "-D"])
+                .arg(self.data())
+                .arg("-l")
+                .arg(self.dir.join("server.log"))
+                .args(["-o", &options]),
+        )
+        .await
+    }
+
+    /// `pg_ctl stop -m fast`: ends every session, then shuts down cleanly.
+    async fn stop(&self) -> anyhow::Result<()> {
+        run_program(
+            self.command("pg_ctl")
+                .args(["stop", "-w", "-m", "fast", "-D"])
+                .arg(self.data()),
+        )
+        .await
+    }
+
+    /// A server program, as the `postgres` user when running as root.
+    fn command(&self, program: &str) -> tokio::process::Command {
+        let path = self.bin.join(program);
+        let mut command = if running_as_root() {
+            let mut c = tokio::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(path);
+            c
+        } else {
+            tokio::process::Command::new(path)
+        };
+        command.kill_on_drop(true);
+        command
+    }
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        let pg_ctl = self.bin.join("pg_ctl");
+        let mut stop = if running_as_root() {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&pg_ctl);
+            c
+        } else {
+            std::process::Command::new(&pg_ctl)
+        };
+        let _ = stop
+            .args(["stop", "-w", "-m", "immediate", "-D"])
+            .arg(self.data())
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Where `initdb` and `pg_ctl` are: Debian keeps them out of `PATH`, under
+/// `/usr/lib/postgresql/<version>/bin` (the newest wins).
+fn server_binaries() -> anyhow::Result<PathBuf> {
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let version = entry.file_name().to_str()?.parse().ok()?;
+            let bin = entry.path().join("bin");
+            bin.join("pg_ctl").exists().then_some((version, bin))
+        })
+        .collect();
+    found.sort();
+    if let Some((_, bin)) = found.pop() {
+        return Ok(bin);
+    }
+    let which = std::process::Command::new("sh")
+        .args(["-c", "dirname \"$(command -v pg_ctl)\""])
+        .output()
+        .context("looking for pg_ctl")?;
+    let dir = String::from_utf8_lossy(&which.stdout).trim().to_owned();
+    anyhow::ensure!(
+        which.status.success() && !dir.is_empty() && dir != ".",
+        "no PostgreSQL server programs (pg_ctl, initdb) found: install PostgreSQL"
+    );
+    Ok(PathBuf::from(dir))
+}
+
+fn running_as_root() -> bool {
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
