@@ -18,7 +18,7 @@ use memd_projectors::{Engine, drift, rebuild};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sqlx::{PgPool, Row};
-use tokio::{sync::oneshot, task::JoinHandle};
+use tokio::{sync::watch, task::JoinHandle};
 
 /// The apalis queue (its `job_type`) every memd admin job goes through.
 pub const QUEUE: &str = "memd.admin";
@@ -172,9 +172,15 @@ pub async fn status(
 struct JobContext {
     pool: PgPool,
     engine: Arc<Engine>,
+    /// One job at a time: rebuilds of a tenant serialize on its cursors
+    /// anyway, and concurrent jobs' `VACUUM`s wait on each other while each
+    /// holds a connection, which can drain the daemon's pool (the fuzz
+    /// drill queued dozens at once and requests got 503s).
+    one_at_a_time: Arc<tokio::sync::Semaphore>,
 }
 
 async fn run_job(job: AdminJob, ctx: Data<JobContext>) -> Result<Value, BoxDynError> {
+    let _turn = ctx.one_at_a_time.acquire().await?;
     let started = Instant::now();
     tracing::info!(
         tenant = job.tenant(),
@@ -212,33 +218,51 @@ async fn run_job(job: AdminJob, ctx: Data<JobContext>) -> Result<Value, BoxDynEr
 
 /// A running worker that takes jobs from [`QUEUE`].
 pub struct JobWorker {
-    stop: oneshot::Sender<()>,
+    stop: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
 
 impl JobWorker {
     pub fn spawn(pool: PgPool, engine: Arc<Engine>) -> Self {
-        let (stop, stopped) = oneshot::channel::<()>();
-        // Woken by NOTIFY when a job is queued, and polling every second so
-        // a job queued while the listener was not yet (or no longer)
-        // connected is not left waiting.
-        let wake = Strategy::new()
-            .stream(Pubsub::new(pool.clone(), QUEUE.to_owned()))
-            .interval(Duration::from_secs(1));
-        let storage = PostgresStorage::<AdminJob>::new(&pool)
-            .with_config(Config::default().queue(QUEUE).batch_size(1))
-            .poll_with_strategy(wake);
-        let worker = WorkerBuilder::new(crate::domain::new_id("memd-admin"))
-            .backend(storage)
-            .data(JobContext { pool, engine })
-            .build(run_job);
+        let (stop, stopped) = watch::channel(false);
+        let context = JobContext {
+            pool,
+            engine,
+            one_at_a_time: Arc::new(tokio::sync::Semaphore::new(1)),
+        };
         let task = tokio::spawn(async move {
-            let signal = async move {
-                let _ = stopped.await;
-                Ok::<(), std::io::Error>(())
-            };
-            if let Err(err) = worker.run_until(signal).await {
-                tracing::warn!(error = %err, "admin job worker stopped");
+            // A worker that stops on an error (its backend's poll could not
+            // get a connection, say) is started again: jobs must not wait
+            // forever behind one bad moment of the database.
+            loop {
+                let mut signalled = stopped.clone();
+                let signal = async move {
+                    let _ = signalled.wait_for(|stop| *stop).await;
+                    Ok::<(), std::io::Error>(())
+                };
+                // Woken by NOTIFY when a job is queued, and polling every
+                // second so a job queued while the listener was not yet (or
+                // no longer) connected is not left waiting.
+                let wake = Strategy::new()
+                    .stream(Pubsub::new(context.pool.clone(), QUEUE.to_owned()))
+                    .interval(Duration::from_secs(1));
+                let storage = PostgresStorage::<AdminJob>::new(&context.pool)
+                    .with_config(Config::default().queue(QUEUE).batch_size(1))
+                    .poll_with_strategy(wake);
+                let worker = WorkerBuilder::new(crate::domain::new_id("memd-admin"))
+                    .backend(storage)
+                    .data(context.clone())
+                    .build(run_job);
+                match worker.run_until(signal).await {
+                    Ok(()) => return,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "admin job worker stopped; starting it again in 1 s")
+                    }
+                }
+                if *stopped.borrow() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
             }
         });
         Self { stop, task }
@@ -246,7 +270,7 @@ impl JobWorker {
 
     /// Stops taking jobs; a job being run finishes first.
     pub async fn shutdown(self) {
-        let _ = self.stop.send(());
+        let _ = self.stop.send(true);
         let _ = self.task.await;
     }
 }

@@ -117,6 +117,32 @@ async fn a_rebuild_job_replays_the_callers_tenant_and_reports_its_rate(
     assert_eq!(job["result"]["projectors"], json!(["tasks"]), "{job}");
 }
 
+/// Found by the fuzz drill: dozens of jobs queued at once ran at once, their
+/// `VACUUM`s queued on each other's locks, each holding a connection, and
+/// the daemon's other requests got 503s. Jobs now run one at a time.
+#[sqlx::test]
+async fn many_jobs_queued_at_once_all_finish_while_requests_are_served(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    history(&app, &token).await;
+    let mut jobs = Vec::new();
+    for i in 0..24 {
+        let path = if i % 2 == 0 { "rebuild" } else { "drift-check" };
+        let (status, queued) = app.post_admin(path, &token, None).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{queued}");
+        jobs.push(queued["job_id"].as_str().unwrap().to_owned());
+        let tasks = app.get("/api/v1/tasks", &token).await;
+        assert_eq!(tasks.status(), StatusCode::OK);
+    }
+    for job_id in jobs {
+        let job = app.wait_job(&token, &job_id).await;
+        assert_eq!(job["status"], "done", "{job}");
+    }
+}
+
 #[sqlx::test]
 async fn a_drift_check_job_reports_tampered_rows(_: PgPoolOptions, connect: PgConnectOptions) {
     let app = spawn_daemon(connect).await;
