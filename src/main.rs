@@ -418,8 +418,8 @@ enum TenantCommand {
         agent: Option<String>,
     },
     /// Revoke one token (TOKEN, or `-` to read it from stdin), or with
-    /// `--tenant NAME --all` every token of a tenant. Daemons refuse it
-    /// within 5 s (their token cache's lifetime).
+    /// `--tenant NAME --all` every token of a tenant. Every daemon on the
+    /// database refuses it at once (a NOTIFY empties their token caches).
     Revoke {
         #[arg(required_unless_present = "all")]
         token: Option<String>,
