@@ -137,8 +137,13 @@ async fn run_writer(
         }
     }
     queue.close();
+    // `recv`, not `try_recv`: a sender on another thread may hold a permit
+    // taken before the close and send a moment after it; `recv` returns
+    // None only once no such permit is left. With `try_recv`, that request
+    // was dropped unanswered (a 500, "the tenant's writer stopped", found
+    // by the pg-outage drill, where many writers retire at once).
     let mut rest = Vec::new();
-    while let Ok(pending) = queue.try_recv() {
+    while let Some(pending) = queue.recv().await {
         rest.push(pending);
     }
     if !rest.is_empty() {
