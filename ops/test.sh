@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 ops/ensure-postgres.sh
 # The embedding model for semantic retrieval (once; checked by SHA-256).
 ops/fetch-model.sh
+# The console's tests drive Debian's headless Chromium through chromedriver.
+ops/ensure-chromium.sh
 # sqlx::test creates its per-test databases through this server.
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 if cargo nextest --version >/dev/null 2>&1; then

@@ -20,6 +20,7 @@ pub mod admin;
 pub mod api;
 pub mod audit;
 pub mod bench;
+pub mod console;
 pub mod db;
 pub mod domain;
 pub mod drill;

@@ -41,8 +41,16 @@ pub struct EventQuery {
     /// Only events of this kind.
     #[param(value_type = Option<Kind>)]
     pub kind: Option<String>,
-    /// Only events after this seq (paging: pass `next_after_seq`).
+    /// Only events after this seq (paging in log order: pass `next_after_seq`).
     pub after_seq: Option<i64>,
+    /// Only events before this seq (paging newest first: pass
+    /// `next_before_seq`).
+    pub before_seq: Option<i64>,
+    /// `asc` (log order, the default) or `desc` (newest first).
+    #[param(pattern = "^(asc|desc)$")]
+    pub order: Option<String>,
+    /// Only events of this actor (`actor.id`).
+    pub actor_id: Option<String>,
     /// Only events that happened (`ts`) at or after this time, RFC 3339.
     pub since: Option<DateTime<Utc>>,
     /// Only events that happened before this time, RFC 3339.
@@ -57,12 +65,17 @@ pub struct EventQuery {
 /// A page of the log.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct EventPage {
-    /// In log order (ascending `seq`).
+    /// In log order (ascending `seq`), or newest first with `order=desc`.
     pub events: Vec<StoredEvent>,
-    /// The `after_seq` of the next page; null once a page comes back short
-    /// (a full last page is followed by an empty one).
+    /// The `after_seq` of the next page in log order; null once a page
+    /// comes back short (a full last page is followed by an empty one), and
+    /// with `order=desc`.
     #[schema(required = true)]
     pub next_after_seq: Option<i64>,
+    /// The `before_seq` of the next (older) page with `order=desc`; null
+    /// once a page comes back short, and in log order.
+    #[schema(required = true)]
+    pub next_before_seq: Option<i64>,
 }
 
 /// An event as stored: the envelope, the content as kept (redacted, tool
@@ -125,7 +138,8 @@ const EVENT_COLUMNS: &str = "event_id, seq, created_at, ts, session_id, channel,
 ///
 /// The tenant's events in log order, as stored (secrets already redacted,
 /// tool results normalized), each with its hash-chain links. Page with
-/// `after_seq` = `next_after_seq`. Any scope.
+/// `after_seq` = `next_after_seq`, or newest first with `order=desc` and
+/// `before_seq` = `next_before_seq`. Any scope.
 #[utoipa::path(
     get,
     path = "/api/v1/events",
@@ -133,7 +147,7 @@ const EVENT_COLUMNS: &str = "event_id, seq, created_at, ts, session_id, channel,
     params(EventQuery),
     responses(
         (status = 200, description = "A page of events", body = EventPage),
-        (status = 400, description = "`invalid_field`: `limit` out of range, `kind` not an event kind, or a malformed or unknown query parameter (`field` is `query`)", body = ErrorBody),
+        (status = 400, description = "`invalid_field`: `limit` out of range, `kind` not an event kind, `order` neither asc nor desc, or a malformed or unknown query parameter (`field` is `query`)", body = ErrorBody),
         (status = 401, response = Unauthorized),
         (status = 429, response = RateLimited),
         (status = 503, response = Unavailable),
@@ -156,17 +170,32 @@ pub async fn get_events(
             format!("{kind:?} is not an event kind"),
         )));
     }
+    let newest_first = match query.order.as_deref() {
+        None | Some("asc") => false,
+        Some("desc") => true,
+        Some(other) => {
+            return Err(ApiError::invalid(FieldError::new(
+                "order",
+                format!("{other:?} is neither asc nor desc"),
+            )));
+        }
+    };
+    // Both directions walk the (tenant_id, seq) key: a page of a
+    // million-event log costs what a page of a small one does.
+    let direction = if newest_first { "DESC" } else { "ASC" };
     let mut events: Vec<StoredEvent> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {EVENT_COLUMNS} FROM events
           WHERE tenant_id = $1
             AND ($2::text IS NULL OR session_id = $2)
             AND ($3::text IS NULL OR kind = $3)
             AND seq > coalesce($4, 0)
+            AND ($10::bigint IS NULL OR seq < $10)
+            AND ($11::text IS NULL OR actor_id = $11)
             AND ($7::timestamptz IS NULL OR ts >= $7)
             AND ($8::timestamptz IS NULL OR ts < $8)
             AND ($9::text IS NULL OR tags @> ARRAY[$9])
             AND {owner}
-          ORDER BY seq LIMIT $5",
+          ORDER BY seq {direction} LIMIT $5",
         owner = owner_condition(6)
     )))
     .bind(caller.tenant.as_str())
@@ -178,17 +207,25 @@ pub async fn get_events(
     .bind(query.since)
     .bind(query.until)
     .bind(&query.tag)
+    .bind(query.before_seq)
+    .bind(&query.actor_id)
     .fetch_all(&state.pool)
     .await?;
     for event in &mut events {
         event.open(&state.reader.keyring, caller.tenant.as_str())?;
     }
-    let next_after_seq = (events.len() as i64 == limit)
+    let next = (events.len() as i64 == limit)
         .then(|| events.last().map(|e| e.seq))
         .flatten();
+    let (next_after_seq, next_before_seq) = if newest_first {
+        (None, next)
+    } else {
+        (next, None)
+    };
     Ok(Json(EventPage {
         events,
         next_after_seq,
+        next_before_seq,
     })
     .into_response())
 }

@@ -237,6 +237,8 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         // MCP speaks JSON-RPC on one path; its tools are listed by MCP
         // itself (tools/list), not in the OpenAPI document.
         .nest_service("/mcp", crate::mcp::service(state.clone(), max_body_bytes))
+        // The console's page and files (HTML, not in the OpenAPI document).
+        .merge(crate::console::router())
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(

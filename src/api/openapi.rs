@@ -3,15 +3,12 @@
 //! derives, so the schemas are the structs the handlers read and answer,
 //! not a second description that could drift from them. Served as JSON at
 //! `GET /api/v1/openapi.json` (client generators read it), and rendered for
-//! people at `GET /api/v1/docs` by Scalar, which the browser loads from its
-//! CDN: the daemon ships no UI.
+//! people at `GET /api/v1/docs` by the console's own script (served by the
+//! daemon, so the page works offline).
 
 use std::sync::LazyLock;
 
-use axum::{
-    http::header,
-    response::{Html, IntoResponse},
-};
+use axum::{http::header, response::IntoResponse};
 use utoipa::{
     Modify, OpenApi,
     openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
@@ -139,42 +136,16 @@ pub async fn openapi_json() -> impl IntoResponse {
     )
 }
 
-/// The page: Scalar renders the document in the browser. The script (a
-/// pinned version, checked by its Subresource Integrity hash, taken from
-/// the npm package jsDelivr serves) comes
-/// from cdn.jsdelivr.net; without it (no JavaScript, or the CDN out of
-/// reach) the page links to the JSON instead.
-const DOCS_PAGE: &str = r#"<!doctype html>
-<html lang="en">
-<head>
-  <meta charset="utf-8">
-  <meta name="viewport" content="width=device-width, initial-scale=1">
-  <title>memd API reference</title>
-</head>
-<body>
-  <noscript>This page needs JavaScript (Scalar, from cdn.jsdelivr.net).
-    The API is described in <a href="/api/v1/openapi.json">/api/v1/openapi.json</a>.</noscript>
-  <p id="offline" hidden>Could not load Scalar from cdn.jsdelivr.net.
-    The API is described in <a href="/api/v1/openapi.json">/api/v1/openapi.json</a>.</p>
-  <script id="api-reference" data-url="/api/v1/openapi.json"></script>
-  <script src="https://cdn.jsdelivr.net/npm/@scalar/api-reference@1.72.1/dist/browser/standalone.js"
-    integrity="sha384-U11tb2XnKvmwt8RlTvnwUnYgrN+ur4Xyh9htLhjajWNR/Oyl5AX5DEz00qRmlrmK"
-    crossorigin="anonymous"
-    onerror="document.getElementById('offline').hidden = false"></script>
-</body>
-</html>
-"#;
-
 /// The API reference page
 ///
-/// A page that renders this document with Scalar. The browser loads Scalar
-/// from cdn.jsdelivr.net. No token needed.
+/// A page that renders this document, with a script the daemon serves
+/// itself (nothing from another host: it works offline). No token needed.
 #[utoipa::path(
     get,
     path = "/api/v1/docs",
     tag = "docs",
     responses((status = 200, description = "An HTML page", body = String, content_type = "text/html")),
 )]
-pub async fn docs() -> Html<&'static str> {
-    Html(DOCS_PAGE)
+pub async fn docs() -> axum::response::Response {
+    crate::console::docs_page()
 }

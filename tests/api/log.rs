@@ -210,3 +210,57 @@ async fn the_log_reads_by_time_and_tag_through_the_prds_indexes(
         assert!(plan.join("\n").contains(index), "{condition}: {plan:#?}");
     }
 }
+
+/// The console reads the log newest first, a page at a time by seq, and by
+/// actor.
+#[sqlx::test]
+async fn the_log_reads_newest_first_by_seq_and_by_actor(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let events: Vec<Value> = (1..=5)
+        .map(|i| {
+            let mut e = message("s1", &format!("turn {i}"));
+            if i % 2 == 0 {
+                e["actor"] = json!({"type": "agent", "id": "coder"});
+            }
+            e
+        })
+        .collect();
+    app.append(&token, &json!({ "events": events })).await;
+    let seqs = |page: &Value| -> Vec<i64> {
+        page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["seq"].as_i64().unwrap())
+            .collect()
+    };
+    let (status, page) = get_json(&app, "/api/v1/events?order=desc&limit=2", &token).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(seqs(&page), [5, 4]);
+    assert_eq!(page["next_before_seq"], 4);
+    assert!(page["next_after_seq"].is_null());
+    let (_, page) = get_json(
+        &app,
+        "/api/v1/events?order=desc&limit=2&before_seq=4",
+        &token,
+    )
+    .await;
+    assert_eq!(seqs(&page), [3, 2]);
+    let (_, page) = get_json(
+        &app,
+        "/api/v1/events?order=desc&limit=2&before_seq=2",
+        &token,
+    )
+    .await;
+    assert_eq!(seqs(&page), [1]);
+    assert!(page["next_before_seq"].is_null(), "{page}");
+    let (_, page) = get_json(&app, "/api/v1/events?actor_id=coder", &token).await;
+    assert_eq!(seqs(&page), [2, 4]);
+    let (status, error) = get_json(&app, "/api/v1/events?order=sideways", &token).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(error["error"]["field"], "order");
+}

@@ -1,0 +1,223 @@
+// memd console: plain JavaScript over the daemon's own JSON API.
+// Every value from the log is shown with textContent, never as HTML: the
+// log holds what agents and tools wrote, and the console must not run it.
+"use strict";
+
+const TOKEN_KEY = "memd-console-token";
+const PAGE_SIZE = 50;
+
+const $ = (id) => document.getElementById(id);
+
+function token() { return sessionStorage.getItem(TOKEN_KEY); }
+
+class ApiError extends Error {
+  constructor(status, body) {
+    super((body && body.error && body.error.message) || `HTTP ${status}`);
+    this.status = status;
+    this.field = body && body.error && body.error.field;
+  }
+}
+
+async function api(path) {
+  const response = await fetch(path, { headers: { Authorization: `Bearer ${token()}` } });
+  const body = await response.json().catch(() => null);
+  if (response.status === 401) {
+    signOut("The daemon refused the token (unknown, revoked or malformed). Sign in again.");
+    throw new ApiError(401, body);
+  }
+  if (!response.ok) throw new ApiError(response.status, body);
+  return body;
+}
+
+function show(id) {
+  for (const section of document.querySelectorAll("main > section")) section.hidden = section.id !== id;
+  for (const link of document.querySelectorAll("#nav a")) link.classList.toggle("current", link.dataset.page === id);
+}
+
+function signOut(message) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  $("nav").hidden = true;
+  const error = $("sign-in-error");
+  error.textContent = message || "";
+  error.hidden = !message;
+  show("sign-in");
+  $("token").focus();
+}
+
+async function signIn(candidate) {
+  sessionStorage.setItem(TOKEN_KEY, candidate);
+  try {
+    // Any scope may read the log: the cheapest question that proves the token.
+    await api("/api/v1/events?limit=1");
+  } catch (err) {
+    if (err.status !== 401) signOut(`Could not check the token: ${err.message}`);
+    return false;
+  }
+  $("nav").hidden = false;
+  $("who").textContent = "signed in";
+  return true;
+}
+
+// ---- Log ---------------------------------------------------------------
+
+const log = { filters: {}, before: null, history: [] };
+
+function logQuery() {
+  const params = new URLSearchParams({ order: "desc", limit: String(PAGE_SIZE) });
+  for (const [key, value] of Object.entries(log.filters)) if (value) params.set(key, value);
+  if (log.before !== null) params.set("before_seq", String(log.before));
+  return `/api/v1/events?${params}`;
+}
+
+function preview(content) {
+  if (content && typeof content.text === "string") return content.text;
+  return JSON.stringify(content);
+}
+
+function cell(row, text, className) {
+  const td = document.createElement("td");
+  td.textContent = text;
+  if (className) td.className = className;
+  row.appendChild(td);
+}
+
+async function loadLog() {
+  const error = $("log-error");
+  error.hidden = true;
+  let page;
+  try {
+    page = await api(logQuery());
+  } catch (err) {
+    if (err.status === 401) return;
+    error.textContent = err.field ? `${err.field}: ${err.message}` : err.message;
+    error.hidden = false;
+    return;
+  }
+  const body = $("log-table").tBodies[0];
+  body.replaceChildren();
+  for (const event of page.events) {
+    const row = document.createElement("tr");
+    row.dataset.eventId = event.event_id;
+    cell(row, String(event.seq), "num");
+    cell(row, event.ts.replace("T", " ").replace(/\.\d+/, "").replace("Z", ""));
+    cell(row, event.session_id);
+    cell(row, event.kind);
+    cell(row, `${event.actor_type}:${event.actor_id}`);
+    cell(row, event.channel);
+    cell(row, event.sensitivity);
+    cell(row, preview(event.content), "content");
+    row.addEventListener("click", () => openEvent(event, row));
+    body.appendChild(row);
+  }
+  $("log-empty").hidden = page.events.length > 0;
+  $("log-older").disabled = page.next_before_seq === null || page.next_before_seq === undefined;
+  log.next = page.next_before_seq;
+  $("log-newest").disabled = log.before === null;
+}
+
+function field(list, name, value) {
+  const dt = document.createElement("dt");
+  dt.textContent = name;
+  const dd = document.createElement("dd");
+  if (value instanceof Node) dd.appendChild(value); else dd.textContent = value;
+  list.append(dt, dd);
+}
+
+function openEvent(event, row) {
+  for (const selected of document.querySelectorAll("#log-table tr.selected")) selected.classList.remove("selected");
+  row.classList.add("selected");
+  $("event-id").textContent = event.event_id;
+  const list = $("event-fields");
+  list.replaceChildren();
+  field(list, "seq", String(event.seq));
+  field(list, "time", event.ts);
+  field(list, "recorded", event.created_at);
+  field(list, "session", event.session_id);
+  field(list, "kind", event.kind);
+  field(list, "actor", `${event.actor_type}:${event.actor_id}`);
+  if (event.agent_id) field(list, "agent", event.agent_id);
+  field(list, "channel", event.channel);
+  field(list, "sensitivity", event.sensitivity + (event.sealed ? " (sealed at rest)" : ""));
+  if (event.tags.length) field(list, "tags", event.tags.join(", "));
+  if (event.refs.length) field(list, "refs", event.refs.join(", "));
+  if (event.idempotency_key) field(list, "idempotency key", event.idempotency_key);
+  if (event.artifact_id) field(list, "artifact", event.artifact_id);
+  field(list, "hash", event.hash);
+  field(list, "previous hash", event.prev_hash);
+  $("event-content").textContent = JSON.stringify(event.content, null, 2);
+  $("event").hidden = false;
+}
+
+function readFilters() {
+  const form = $("log-filters");
+  const data = new FormData(form);
+  const filters = {};
+  for (const key of ["session_id", "kind", "actor_id"]) filters[key] = (data.get(key) || "").trim();
+  for (const key of ["since", "until"]) {
+    const value = data.get(key);
+    // datetime-local has no zone: the console speaks UTC, as the table does.
+    filters[key] = value ? new Date(`${value}Z`).toISOString() : "";
+  }
+  return filters;
+}
+
+async function loadKinds() {
+  // The event kinds as the API document lists them, not a second copy here.
+  const doc = await fetch("/api/v1/openapi.json").then((r) => r.json());
+  const kinds = $("log-filters").elements.kind;
+  for (const kind of doc.components.schemas.Kind.enum) kinds.add(new Option(kind, kind));
+}
+
+function setUpLog() {
+  loadKinds();
+  $("log-filters").addEventListener("submit", (e) => {
+    e.preventDefault();
+    log.filters = readFilters();
+    log.before = null;
+    log.history = [];
+    $("event").hidden = true;
+    loadLog();
+  });
+  $("log-filters").addEventListener("reset", () => {
+    log.filters = {};
+    log.before = null;
+    $("event").hidden = true;
+    setTimeout(loadLog);
+  });
+  $("log-older").addEventListener("click", () => {
+    log.before = log.next;
+    loadLog();
+  });
+  $("log-newest").addEventListener("click", () => {
+    log.before = null;
+    loadLog();
+  });
+}
+
+// ---- Routing -----------------------------------------------------------
+
+const PAGES = { log: loadLog };
+
+function route() {
+  if (!token()) return signOut();
+  const page = (location.hash.replace(/^#\//, "") || "log");
+  const load = PAGES[page] || PAGES.log;
+  show(PAGES[page] ? page : "log");
+  load();
+}
+
+document.addEventListener("DOMContentLoaded", async () => {
+  setUpLog();
+  $("sign-out").addEventListener("click", () => signOut());
+  $("sign-in-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const input = $("token");
+    if (await signIn(input.value.trim())) {
+      input.value = "";
+      route();
+    }
+  });
+  window.addEventListener("hashchange", route);
+  if (token() && !(await signIn(token()))) return;
+  route();
+});

@@ -1,0 +1,215 @@
+//! The audit console in a real browser (headless Chromium) against a real
+//! daemon with real data: sign in, read and filter the log, open an event;
+//! a bad token and another tenant's token see nothing.
+
+use reqwest::StatusCode;
+use serde_json::json;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::{
+    browser::Browser,
+    helpers::{event, message, spawn_daemon},
+};
+
+/// Where the tests leave their screenshots (the README shows copies).
+fn screenshot(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("console-screenshots")
+        .join(format!("{name}.png"))
+}
+
+#[sqlx::test]
+async fn the_console_is_served_from_the_binary_under_a_strict_policy(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    for (path, kind) in [
+        ("/console", "text/html"),
+        ("/console/app.js", "text/javascript"),
+        ("/console/app.css", "text/css"),
+    ] {
+        let response = app
+            .client
+            .get(format!("{}{path}", app.base_url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        let headers = response.headers();
+        assert!(headers["content-type"].to_str().unwrap().starts_with(kind));
+        let policy = headers["content-security-policy"].to_str().unwrap();
+        assert!(policy.contains("default-src 'none'"), "{policy}");
+        assert!(policy.contains("script-src 'self'"), "{policy}");
+        assert!(!policy.contains("unsafe"), "{policy}");
+        let body = response.text().await.unwrap();
+        // Nothing from another host.
+        assert!(!body.contains("https://"), "{path} loads from elsewhere");
+    }
+}
+
+#[sqlx::test]
+async fn an_auditor_signs_in_reads_filters_and_opens_the_log(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let other = app.tenant("other").await;
+    for i in 0..60 {
+        let session = if i % 3 == 0 { "planning" } else { "coding" };
+        app.append(
+            &token,
+            &message(session, &format!("turn {i} of the export work")),
+        )
+        .await;
+    }
+    // What an agent wrote is shown as text, never run as HTML.
+    let mut hostile = message("planning", "<img src=x onerror=\"document.title='pwned'\">");
+    hostile["actor"] = json!({"type": "agent", "id": "coder"});
+    app.append(&token, &hostile).await;
+    let decision = app
+        .append(
+            &token,
+            &event(
+                "decision",
+                json!({"decision": "Export invoices in pages of 200", "key": "export.page_size", "scope": "project"}),
+                &[],
+            ),
+        )
+        .await;
+    let newest_seq = decision["seq"].as_i64().unwrap();
+
+    let browser = Browser::start().await;
+    browser.open(&format!("{}/console", app.base_url)).await;
+    browser
+        .wait_for("!document.getElementById('sign-in').hidden")
+        .await;
+    browser.screenshot(&screenshot("sign-in")).await;
+
+    // A bad token: the sign-in page again, saying why.
+    browser.type_into("#token", "memd_not-a-real-token").await;
+    browser.click("#sign-in-form button").await;
+    browser
+        .wait_for("!document.getElementById('sign-in-error').hidden")
+        .await;
+    assert!(
+        browser
+            .text("#sign-in-error")
+            .await
+            .contains("refused the token"),
+        "{}",
+        browser.text("#sign-in-error").await
+    );
+
+    // The real token: the log, newest first, a page at a time.
+    browser.type_into("#token", &token).await;
+    browser.click("#sign-in-form button").await;
+    browser
+        .wait_for("document.querySelectorAll('#log-table tbody tr').length > 0")
+        .await;
+    let first = browser.text("#log-table tbody tr td").await;
+    assert_eq!(first, newest_seq.to_string());
+    assert_eq!(
+        browser
+            .run("return document.querySelectorAll('#log-table tbody tr').length;")
+            .await,
+        json!(50)
+    );
+    // The token is in session storage, never in the address.
+    assert!(
+        !browser
+            .run("return location.href;")
+            .await
+            .as_str()
+            .unwrap()
+            .contains(&token)
+    );
+    assert_eq!(
+        browser.run("return document.title;").await,
+        json!("memd console")
+    );
+    assert!(
+        browser
+            .run("return document.querySelector('#log-table img') === null;")
+            .await
+            == json!(true)
+    );
+    browser.screenshot(&screenshot("log")).await;
+    browser.click("#log-older").await;
+    browser
+        .wait_for("document.querySelector('#log-table tbody td').textContent === '12'")
+        .await;
+    browser.click("#log-newest").await;
+
+    // Filter by session and actor; open an event.
+    browser
+        .type_into("#log-filters [name=session_id]", "planning")
+        .await;
+    browser
+        .type_into("#log-filters [name=actor_id]", "coder")
+        .await;
+    browser.click("#log-filters button[type=submit]").await;
+    browser
+        .wait_for("document.querySelectorAll('#log-table tbody tr').length === 1")
+        .await;
+    browser.click("#log-table tbody tr").await;
+    browser
+        .wait_for("!document.getElementById('event').hidden")
+        .await;
+    let content = browser.text("#event-content").await;
+    assert!(content.contains("<img src=x"), "{content}");
+    let fields = browser.text("#event-fields").await;
+    assert!(fields.contains("previous hash"), "{fields}");
+    assert_eq!(
+        browser.run("return document.title;").await,
+        json!("memd console")
+    );
+    browser.screenshot(&screenshot("event")).await;
+
+    // Another tenant's token sees none of it.
+    browser.click("#sign-out").await;
+    browser
+        .wait_for("!document.getElementById('sign-in').hidden")
+        .await;
+    browser.type_into("#token", &other).await;
+    browser.click("#sign-in-form button").await;
+    browser
+        .wait_for("!document.getElementById('log-empty').hidden")
+        .await;
+    assert_eq!(
+        browser
+            .run("return document.querySelectorAll('#log-table tbody tr').length;")
+            .await,
+        json!(0)
+    );
+    browser.close().await;
+}
+
+#[sqlx::test]
+async fn the_api_reference_renders_offline_from_the_daemon_alone(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let browser = Browser::start().await;
+    browser.open(&format!("{}/api/v1/docs", app.base_url)).await;
+    browser
+        .wait_for("document.body.dataset.rendered === 'true'")
+        .await;
+    let text = browser.run("return document.body.innerText;").await;
+    let text = text.as_str().unwrap();
+    for expected in [
+        "/api/v1/events",
+        "/api/v1/acb/build",
+        "Schemas",
+        "AcbRequest",
+    ] {
+        assert!(
+            text.contains(expected),
+            "{expected} missing from the reference"
+        );
+    }
+    browser.screenshot(&screenshot("api-reference")).await;
+    browser.close().await;
+}
