@@ -80,6 +80,10 @@ fn parse(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
             "must be a JSON object",
         )));
     }
+    // No request field may hold U+0000: PostgreSQL stores it in neither text
+    // nor jsonb, so it would fail deep in a query as a 500 (schemathesis
+    // found one in a bundle's `query_text`).
+    crate::domain::event::check_no_nul_in_json(&value, "").map_err(ApiError::invalid)?;
     Ok(value)
 }
 

@@ -171,6 +171,18 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         method: Method::GET,
+        path: "/api/v1/admin/projections",
+        bearer: true,
+        handler: |m| on(m, admin::get_projections),
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/admin/verify",
+        bearer: true,
+        handler: |m| on(m, admin::post_verify),
+    },
+    Route {
+        method: Method::GET,
         path: "/api/v1/admin/embedder",
         bearer: true,
         handler: |m| on(m, admin::get_embedder),
@@ -248,7 +260,35 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(axum::middleware::from_fn(refuse_nul_in_uri))
         .with_state(state)
+}
+
+/// A path or query holding an encoded U+0000 (`%00`) is refused before any
+/// handler: PostgreSQL stores NUL in no text column, so it would surface as
+/// a 500 from deep in a query. (Bodies are checked by the JSON extractors.)
+async fn refuse_nul_in_uri(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let uri = request.uri();
+    let has_nul = |part: &str| part.to_ascii_lowercase().contains("%00");
+    let field = if has_nul(uri.path()) {
+        Some("path")
+    } else if uri.query().is_some_and(has_nul) {
+        Some("query")
+    } else {
+        None
+    };
+    match field {
+        Some(field) => ApiError::invalid(crate::domain::FieldError::new(
+            field,
+            "must not contain the NUL character (U+0000)",
+        ))
+        .into_response(),
+        None => next.run(request).await,
+    }
 }
 
 /// Refuses a caller whose token's scope is below `needed`.

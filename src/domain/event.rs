@@ -347,7 +347,9 @@ fn check_no_nul(field: &str, value: &str) -> Result<(), FieldError> {
     }
 }
 
-fn check_no_nul_in_json(value: &Value, path: &str) -> Result<(), FieldError> {
+/// [`check_no_nul`] over every string and key of `value`; `path` names
+/// `value` itself ("" for a request body).
+pub fn check_no_nul_in_json(value: &Value, path: &str) -> Result<(), FieldError> {
     match value {
         Value::String(s) => check_no_nul(path, s),
         Value::Array(items) => items
@@ -355,7 +357,11 @@ fn check_no_nul_in_json(value: &Value, path: &str) -> Result<(), FieldError> {
             .enumerate()
             .try_for_each(|(i, v)| check_no_nul_in_json(v, &format!("{path}[{i}]"))),
         Value::Object(map) => map.iter().try_for_each(|(k, v)| {
-            let child = format!("{path}.{k}");
+            let child = if path.is_empty() {
+                k.clone()
+            } else {
+                format!("{path}.{k}")
+            };
             check_no_nul(&child, k)?;
             check_no_nul_in_json(v, &child)
         }),

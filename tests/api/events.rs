@@ -356,3 +356,35 @@ async fn extreme_numbers_read_back_as_written_and_keep_the_chain_whole(
     let reports = memd::audit::verify_chains(&app.pool, None).await.unwrap();
     assert!(reports.iter().all(|r| r.broken.is_none()), "{reports:?}");
 }
+
+/// Found by schemathesis: a NUL in a bundle's `query_text` reached
+/// PostgreSQL (which stores NUL in no text) and came back a 500. Every body
+/// field, path and query is now refused with the field named.
+#[sqlx::test]
+async fn nul_characters_are_refused_by_field_wherever_they_come(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let response = app
+        .client
+        .post(format!("{}/api/v1/acb/build", app.base_url))
+        .bearer_auth(&token)
+        .json(&json!({"session_id": "s1", "query_text": "a\u{0}b"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["field"], "query_text", "{body}");
+    for (path, field) in [
+        ("/api/v1/events?session_id=a%00b", "query"),
+        ("/api/v1/events/evt_%00", "path"),
+    ] {
+        let response = app.get(path, &token).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{path}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["field"], field, "{path}: {body}");
+    }
+}
