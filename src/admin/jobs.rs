@@ -35,12 +35,16 @@ pub enum AdminJob {
     },
     /// Rebuild the tenant's projections in a shadow schema and diff.
     DriftCheck { tenant: String },
+    /// Recompute the tenant's hash chain from its first event.
+    Verify { tenant: String },
 }
 
 impl AdminJob {
     pub fn tenant(&self) -> &str {
         match self {
-            Self::Rebuild { tenant, .. } | Self::DriftCheck { tenant } => tenant,
+            Self::Rebuild { tenant, .. }
+            | Self::DriftCheck { tenant }
+            | Self::Verify { tenant } => tenant,
         }
     }
 
@@ -48,6 +52,7 @@ impl AdminJob {
         match self {
             Self::Rebuild { .. } => "rebuild",
             Self::DriftCheck { .. } => "drift_check",
+            Self::Verify { .. } => "verify",
         }
     }
 }
@@ -101,6 +106,7 @@ pub struct JobStatus {
 pub enum JobKind {
     Rebuild,
     DriftCheck,
+    Verify,
 }
 
 /// Where a job is. Documentation only: [`status`] maps apalis' states to these.
@@ -209,6 +215,21 @@ async fn run_job(job: AdminJob, ctx: Data<JobContext>) -> Result<Value, BoxDynEr
                 "drifted": report.drifted(),
                 "report": report,
                 "text": drift::render(&report),
+            })
+        }
+        AdminJob::Verify { tenant } => {
+            let id = crate::domain::tenant::TenantId::parse(tenant)
+                .map_err(|e| format!("tenant {tenant:?}: {e:?}"))?;
+            let reports = crate::audit::verify_chains(&ctx.pool, Some(&id)).await?;
+            let report = reports.first();
+            json!({
+                "tenant": tenant,
+                "ok": report.is_none_or(|r| r.broken.is_none()),
+                "events_ok": report.map_or(0, |r| r.events_ok),
+                "head_hash": report.map(|r| r.head_hash.clone()),
+                "broken": report.and_then(|r| r.broken.as_ref()).map(|b| json!({
+                    "seq": b.seq, "event_id": b.event_id, "reason": b.reason,
+                })),
             })
         }
     };

@@ -162,6 +162,120 @@ async fn queue(state: &ApiState, job: AdminJob) -> Result<Response, ApiError> {
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
+/// Verify the tenant's hash chain
+///
+/// Queues a background job that recomputes the caller's tenant's hash chain
+/// from its first event, like `memd verify --tenant`. Its result says
+/// `ok`, how many events verified, the head hash, and on a break the first
+/// event that no longer matches (`broken`: seq, event id, reason). The body
+/// is optional and has no fields. Scope: admin.
+#[utoipa::path(
+    post,
+    path = "/api/v1/admin/verify",
+    tag = "admin",
+    request_body(
+        content = ref("#/components/schemas/DriftCheckRequest"),
+        description = "Optional: empty, or `{}`",
+    ),
+    responses(
+        (status = 202, description = "Queued", body = JobQueued),
+        (status = 400, description = "`invalid_field`: the body has a field", body = ErrorBody),
+        (status = 401, response = Unauthorized),
+        (status = 403, description = "`insufficient_scope`: the token is not admin", body = ErrorBody),
+        (status = 413, response = BodyTooLarge),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = [])),
+)]
+#[tracing::instrument(skip_all, fields(tenant = %caller.tenant))]
+pub async fn post_verify(
+    State(state): State<ApiState>,
+    Authenticated(caller): Authenticated,
+    OptionalJsonBody(body): OptionalJsonBody,
+) -> Result<Response, ApiError> {
+    require_scope(&caller, Scope::Admin)?;
+    let DriftCheckRequest {} = parse_json("", body).map_err(ApiError::invalid)?;
+    queue(
+        &state,
+        AdminJob::Verify {
+            tenant: caller.tenant.to_string(),
+        },
+    )
+    .await
+}
+
+/// Where each of the tenant's projections stands.
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct ProjectionStatus {
+    /// The projector (`chunks`, `decisions`, ...).
+    name: String,
+    /// The last seq it applied (0: none yet).
+    cursor_seq: i64,
+    /// The projector version its rows were built by; null before its first
+    /// batch.
+    #[schema(required = true)]
+    version: Option<i32>,
+    /// Events of the log it has not applied yet.
+    lag: i64,
+}
+
+/// The tenant's projections.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ProjectionsStatus {
+    /// The seq of the tenant's newest event.
+    head_seq: i64,
+    projections: Vec<ProjectionStatus>,
+}
+
+/// Read where the projections stand
+///
+/// Each projection's cursor, version and lag behind the tenant's log, for
+/// the console and for monitoring. Scope: admin.
+#[utoipa::path(
+    get,
+    path = "/api/v1/admin/projections",
+    tag = "admin",
+    responses(
+        (status = 200, description = "The tenant's projections", body = ProjectionsStatus),
+        (status = 401, response = Unauthorized),
+        (status = 403, description = "`insufficient_scope`: the token is not admin", body = ErrorBody),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = [])),
+)]
+#[tracing::instrument(skip_all, fields(tenant = %caller.tenant))]
+pub async fn get_projections(
+    State(state): State<ApiState>,
+    Authenticated(caller): Authenticated,
+) -> Result<Response, ApiError> {
+    require_scope(&caller, Scope::Admin)?;
+    let head_seq: i64 = sqlx::query_scalar(
+        "SELECT coalesce((SELECT seq FROM tenant_heads WHERE tenant_id = $1), 0)",
+    )
+    .bind(caller.tenant.as_str())
+    .fetch_one(&state.pool)
+    .await?;
+    let projections: Vec<ProjectionStatus> = sqlx::query_as(
+        "SELECT p.name, coalesce(c.seq, 0) AS cursor_seq, c.version,
+                $3 - coalesce(c.seq, 0) AS lag
+           FROM unnest($2::text[]) WITH ORDINALITY AS p (name, position)
+           LEFT JOIN projections.cursors c ON c.projector = p.name AND c.tenant_id = $1
+          ORDER BY p.position",
+    )
+    .bind(caller.tenant.as_str())
+    .bind(projections::NAMES)
+    .bind(head_seq)
+    .fetch_all(&state.pool)
+    .await?;
+    Ok(Json(ProjectionsStatus {
+        head_seq,
+        projections,
+    })
+    .into_response())
+}
+
 /// Read a job's status and result
 ///
 /// `status` is `pending`, `running`, `done` (then `result`) or `failed`

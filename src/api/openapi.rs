@@ -63,6 +63,8 @@ bursts of twice that; over them the answer is 429 with `Retry-After`.";
         admin::post_rebuild,
         admin::post_drift_check,
         admin::get_job,
+        admin::get_projections,
+        admin::post_verify,
         admin::get_embedder,
         admin::put_embedder,
         health::healthz,

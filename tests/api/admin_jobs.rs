@@ -224,3 +224,33 @@ async fn admin_jobs_refuse_bad_input_other_tenants_and_lesser_scopes(
     assert_eq!(theirs["error"]["code"], missing["error"]["code"]);
     app.wait_job(&token, job_id).await;
 }
+
+#[sqlx::test]
+async fn projections_report_their_cursor_version_and_lag_to_admins_only(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let reader = app.tenant_with_scope("reader", Scope::Read).await;
+    history(&app, &token).await;
+    wait_projected(&app.pool, "acme").await;
+    let response = app.get("/api/v1/admin/projections", &token).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let status: Value = response.json().await.unwrap();
+    assert_eq!(status["head_seq"], 3, "{status}");
+    let names: Vec<&str> = status["projections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, memd_projectors::projections::NAMES);
+    for projection in status["projections"].as_array().unwrap() {
+        assert_eq!(projection["cursor_seq"], 3, "{status}");
+        assert_eq!(projection["lag"], 0, "{status}");
+        assert!(projection["version"].as_i64().unwrap() >= 1, "{status}");
+    }
+    let refused = app.get("/api/v1/admin/projections", &reader).await;
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+}

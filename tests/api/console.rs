@@ -2,13 +2,14 @@
 //! daemon with real data: sign in, read and filter the log, open an event;
 //! a bad token and another tenant's token see nothing.
 
+use memd::domain::tenant::Scope;
 use reqwest::StatusCode;
 use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::{
     browser::Browser,
-    helpers::{event, message, spawn_daemon},
+    helpers::{event, message, spawn_daemon, wait_projected},
 };
 
 /// Where the tests leave their screenshots (the README shows copies).
@@ -211,5 +212,124 @@ async fn the_api_reference_renders_offline_from_the_daemon_alone(
         );
     }
     browser.screenshot(&screenshot("api-reference")).await;
+    browser.close().await;
+}
+
+#[sqlx::test]
+async fn an_admin_watches_projections_and_runs_a_drift_check_and_a_rebuild(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let reader = app.tenant_with_scope("reader", Scope::Read).await;
+    for i in 0..20 {
+        app.append(&token, &message("s1", &format!("note {i}")))
+            .await;
+    }
+    wait_projected(&app.pool, "acme").await;
+
+    let browser = Browser::start().await;
+    browser
+        .open(&format!("{}/console#/projections", app.base_url))
+        .await;
+    browser
+        .wait_for("!document.getElementById('sign-in').hidden")
+        .await;
+    browser.type_into("#token", &token).await;
+    browser.click("#sign-in-form button").await;
+    browser
+        .wait_for("document.querySelectorAll('#projections-table tbody tr').length > 0")
+        .await;
+    let table = browser.text("#projections-table").await;
+    assert!(table.contains("chunks"), "{table}");
+    assert!(
+        browser.text("#projections-head").await.contains("seq 20"),
+        "{}",
+        browser.text("#projections-head").await
+    );
+    browser.click("#start-drift-check").await;
+    browser
+        .wait_for("document.getElementById('job-status').textContent.includes('no drift')")
+        .await;
+    browser.screenshot(&screenshot("projections")).await;
+    browser.click("#start-rebuild").await;
+    browser
+        .wait_for(
+            "document.getElementById('job-status').textContent.includes('20 events replayed')",
+        )
+        .await;
+
+    // A read token: no Projections page offered.
+    browser.click("#sign-out").await;
+    browser
+        .wait_for("!document.getElementById('sign-in').hidden")
+        .await;
+    browser.type_into("#token", &reader).await;
+    browser.click("#sign-in-form button").await;
+    browser
+        .wait_for("!document.getElementById('log').hidden")
+        .await;
+    assert_eq!(
+        browser
+            .run("return document.querySelector('#nav [data-page=projections]').hidden;")
+            .await,
+        json!(true)
+    );
+    browser.close().await;
+}
+
+#[sqlx::test]
+async fn the_verify_page_proves_the_chain_and_names_the_first_rewritten_event(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let mut third = String::new();
+    for i in 1..=5 {
+        let appended = app
+            .append(&token, &message("s1", &format!("note {i}")))
+            .await;
+        if i == 3 {
+            third = appended["event_id"].as_str().unwrap().to_owned();
+        }
+    }
+    let browser = Browser::start().await;
+    browser
+        .open(&format!("{}/console#/verify", app.base_url))
+        .await;
+    browser
+        .wait_for("!document.getElementById('sign-in').hidden")
+        .await;
+    browser.type_into("#token", &token).await;
+    browser.click("#sign-in-form button").await;
+    browser
+        .wait_for("!document.getElementById('verify').hidden")
+        .await;
+    browser.click("#start-verify").await;
+    browser
+        .wait_for("document.getElementById('verify-status').textContent.includes('The chain verifies: 5 events')")
+        .await;
+    browser.screenshot(&screenshot("verify")).await;
+
+    // A superuser rewrites the third event behind the daemon's back.
+    let mut tx = app.pool.begin().await.unwrap();
+    for statement in [
+        "ALTER TABLE events DISABLE TRIGGER USER",
+        "UPDATE events SET content = '{\"text\": \"rewritten\"}' WHERE seq = 3",
+        "ALTER TABLE events ENABLE TRIGGER USER",
+    ] {
+        sqlx::query(statement).execute(&mut *tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    browser.click("#start-verify").await;
+    browser
+        .wait_for("document.getElementById('verify-status').textContent.includes('BROKEN')")
+        .await;
+    let result = browser.text("#verify-result").await;
+    assert!(result.contains(&third), "{result}");
+    assert!(browser.text("#verify-status").await.contains("seq 3"));
+    browser.screenshot(&screenshot("verify-broken")).await;
     browser.close().await;
 }

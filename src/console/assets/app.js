@@ -18,8 +18,8 @@ class ApiError extends Error {
   }
 }
 
-async function api(path) {
-  const response = await fetch(path, { headers: { Authorization: `Bearer ${token()}` } });
+async function api(path, method = "GET") {
+  const response = await fetch(path, { method, headers: { Authorization: `Bearer ${token()}` } });
   const body = await response.json().catch(() => null);
   if (response.status === 401) {
     signOut("The daemon refused the token (unknown, revoked or malformed). Sign in again.");
@@ -54,7 +54,16 @@ async function signIn(candidate) {
     return false;
   }
   $("nav").hidden = false;
-  $("who").textContent = "signed in";
+  // Pages a token's scope does not allow are not shown: ask once.
+  let admin = false;
+  try {
+    await api("/api/v1/admin/projections");
+    admin = true;
+  } catch (err) {
+    if (err.status === 401) return false;
+  }
+  for (const link of document.querySelectorAll("#nav [data-admin]")) link.hidden = !admin;
+  $("who").textContent = admin ? "signed in (admin)" : "signed in";
   return true;
 }
 
@@ -194,20 +203,124 @@ function setUpLog() {
   });
 }
 
+// ---- Projections -------------------------------------------------------
+
+async function loadProjections() {
+  const error = $("projections-error");
+  error.hidden = true;
+  let status;
+  try {
+    status = await api("/api/v1/admin/projections");
+  } catch (err) {
+    if (err.status === 401) return;
+    error.textContent = err.message;
+    error.hidden = false;
+    return;
+  }
+  $("projections-head").textContent = `The tenant's log ends at seq ${status.head_seq}.`;
+  const body = $("projections-table").tBodies[0];
+  body.replaceChildren();
+  for (const p of status.projections) {
+    const row = document.createElement("tr");
+    cell(row, p.name);
+    cell(row, String(p.cursor_seq), "num");
+    cell(row, p.version === null ? "—" : String(p.version), "num");
+    cell(row, String(p.lag), p.lag > 0 ? "num lagging" : "num");
+    body.appendChild(row);
+  }
+}
+
+// Queues an admin job and follows it; returns the finished job.
+async function followJob(path, what, status) {
+  const queued = await api(path, "POST");
+  status.textContent = `${what}: queued (job ${queued.job_id})`;
+  let job;
+  do {
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    job = await api(queued.status_url);
+    status.textContent = `${what}: ${job.status} (job ${queued.job_id})`;
+  } while (job.status === "pending" || job.status === "running");
+  return job;
+}
+
+async function runVerify() {
+  const status = $("verify-status");
+  const result = $("verify-result");
+  const button = $("start-verify");
+  status.hidden = false;
+  result.hidden = true;
+  button.disabled = true;
+  try {
+    const job = await followJob("/api/v1/admin/verify", "Verification", status);
+    if (job.status === "failed") {
+      status.textContent = `Verification failed to run: ${job.error}`;
+      return;
+    }
+    const r = job.result;
+    status.textContent = r.ok
+      ? `The chain verifies: ${r.events_ok} events.`
+      : `BROKEN: the chain no longer matches at seq ${r.broken.seq}.`;
+    status.className = r.ok ? "good" : "error";
+    result.replaceChildren();
+    field(result, "events verified", String(r.events_ok));
+    if (r.head_hash) field(result, r.broken ? "hash of the last good event" : "head hash", r.head_hash);
+    if (r.broken) {
+      field(result, "first broken seq", String(r.broken.seq));
+      if (r.broken.event_id) field(result, "event", r.broken.event_id);
+      field(result, "why", r.broken.reason);
+    }
+    result.hidden = false;
+  } catch (err) {
+    status.textContent = `Verification: ${err.message}`;
+  } finally {
+    button.disabled = false;
+  }
+}
+
+async function runJob(path, what) {
+  const status = $("job-status");
+  const report = $("job-report");
+  report.hidden = true;
+  status.hidden = false;
+  for (const button of document.querySelectorAll("#projections button")) button.disabled = true;
+  try {
+    const job = await followJob(path, what, status);
+    if (job.status === "failed") {
+      status.textContent = `${what} failed: ${job.error}`;
+    } else if (job.result && job.result.text !== undefined) {
+      status.textContent = `${what}: done — ${job.result.drifted ? "DRIFT FOUND" : "no drift"}`;
+      report.textContent = job.result.text;
+      report.hidden = false;
+    } else if (job.result) {
+      status.textContent = `${what}: done — ${job.result.events} events replayed`;
+    }
+  } catch (err) {
+    status.textContent = `${what}: ${err.message}`;
+  } finally {
+    for (const button of document.querySelectorAll("#projections button")) button.disabled = false;
+    loadProjections();
+  }
+}
+
 // ---- Routing -----------------------------------------------------------
 
-const PAGES = { log: loadLog };
+const PAGES = { log: loadLog, verify: () => {}, projections: loadProjections };
 
 function route() {
   if (!token()) return signOut();
-  const page = (location.hash.replace(/^#\//, "") || "log");
-  const load = PAGES[page] || PAGES.log;
-  show(PAGES[page] ? page : "log");
-  load();
+  const wanted = location.hash.replace(/^#\//, "") || "log";
+  // A page this token may not open (its link is hidden) falls back to the log.
+  const link = document.querySelector(`#nav a[data-page="${wanted}"]`);
+  const page = PAGES[wanted] && link && !link.hidden ? wanted : "log";
+  show(page);
+  PAGES[page]();
 }
 
 document.addEventListener("DOMContentLoaded", async () => {
   setUpLog();
+  $("start-verify").addEventListener("click", runVerify);
+  $("start-rebuild").addEventListener("click", () => runJob("/api/v1/admin/rebuild", "Rebuild"));
+  $("start-drift-check").addEventListener("click", () => runJob("/api/v1/admin/drift-check", "Drift check"));
   $("sign-out").addEventListener("click", () => signOut());
   $("sign-in-form").addEventListener("submit", async (e) => {
     e.preventDefault();
