@@ -333,3 +333,60 @@ async fn the_verify_page_proves_the_chain_and_names_the_first_rewritten_event(
     browser.screenshot(&screenshot("verify-broken")).await;
     browser.close().await;
 }
+
+#[sqlx::test]
+async fn the_bundle_explainer_shows_scores_and_why_private_memory_is_left_out(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    app.append(&token, &message("s1", "the launch code name is Bluebird"))
+        .await;
+    let mut shared = message("s1", "the launch happens on Tuesday at noon");
+    shared["channel"] = json!("public");
+    app.append(&token, &shared).await;
+    wait_projected(&app.pool, "acme").await;
+
+    let browser = Browser::start().await;
+    browser
+        .open(&format!("{}/console#/bundle", app.base_url))
+        .await;
+    browser
+        .wait_for("!document.getElementById('sign-in').hidden")
+        .await;
+    browser.type_into("#token", &token).await;
+    browser.click("#sign-in-form button").await;
+    browser
+        .wait_for("!document.getElementById('bundle').hidden")
+        .await;
+
+    // In the private channel the fact is retrieved, with its scores.
+    browser
+        .type_into("#bundle-form [name=session_id]", "s2")
+        .await;
+    browser
+        .type_into("#bundle-form [name=query_text]", "launch code name")
+        .await;
+    browser.click("#bundle-form button[type=submit]").await;
+    browser
+        .wait_for("!document.getElementById('bundle-result').hidden")
+        .await;
+    let sections = browser.text("#bundle-sections").await;
+    assert!(sections.contains("Bluebird"), "{sections}");
+    assert!(sections.contains("relevance"), "{sections}");
+    browser.screenshot(&screenshot("bundle")).await;
+
+    // For a public channel it is left out, and the page says why.
+    browser
+        .run("document.querySelector('#bundle-form [name=channel]').value = 'public'; return true;")
+        .await;
+    browser.click("#bundle-form button[type=submit]").await;
+    browser
+        .wait_for("document.getElementById('bundle-omissions').innerText.includes('privacy')")
+        .await;
+    let sections = browser.text("#bundle-sections").await;
+    assert!(!sections.contains("Bluebird"), "{sections}");
+    browser.screenshot(&screenshot("bundle-public")).await;
+    browser.close().await;
+}

@@ -18,15 +18,19 @@ class ApiError extends Error {
   }
 }
 
-async function api(path, method = "GET") {
-  const response = await fetch(path, { method, headers: { Authorization: `Bearer ${token()}` } });
-  const body = await response.json().catch(() => null);
+async function api(path, method = "GET", body = undefined) {
+  const headers = { Authorization: `Bearer ${token()}` };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(path, {
+    method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const answer = await response.json().catch(() => null);
   if (response.status === 401) {
     signOut("The daemon refused the token (unknown, revoked or malformed). Sign in again.");
-    throw new ApiError(401, body);
+    throw new ApiError(401, answer);
   }
-  if (!response.ok) throw new ApiError(response.status, body);
-  return body;
+  if (!response.ok) throw new ApiError(response.status, answer);
+  return answer;
 }
 
 function show(id) {
@@ -203,6 +207,93 @@ function setUpLog() {
   });
 }
 
+// ---- Bundle explainer --------------------------------------------------
+
+const SCORES = ["score", "relevance", "lexical", "semantic", "recency", "importance"];
+
+function scoreLine(fields) {
+  const parts = [];
+  for (const name of SCORES) {
+    if (fields[name] !== undefined && fields[name] !== null) parts.push(`${name} ${fields[name]}`);
+  }
+  return parts.join(" · ");
+}
+
+async function buildBundle(e) {
+  e.preventDefault();
+  const data = new FormData($("bundle-form"));
+  const request = { render: true, channel: data.get("channel") };
+  for (const key of ["session_id", "agent_id", "intent", "query_text"]) {
+    const value = (data.get(key) || "").trim();
+    if (value) request[key] = value;
+  }
+  const budget = parseInt(data.get("max_tokens"), 10);
+  if (budget > 0) request.max_tokens = budget;
+  const error = $("bundle-error");
+  error.hidden = true;
+  let acb;
+  try {
+    acb = await api("/api/v1/acb/build", "POST", request);
+  } catch (err) {
+    if (err.status === 401) return;
+    error.textContent = err.field ? `${err.field}: ${err.message}` : err.message;
+    error.hidden = false;
+    return;
+  }
+  $("bundle-summary").textContent =
+    `Bundle ${acb.acb_id}: ${acb.token_used_est} of ${acb.budget_tokens} tokens, ` +
+    `retrieval path ${acb.provenance.path}` +
+    (acb.provenance.query_terms && acb.provenance.query_terms.length
+      ? `, query terms: ${acb.provenance.query_terms.join(" ")}` : "") + ".";
+  const sections = $("bundle-sections");
+  sections.replaceChildren();
+  for (const section of acb.sections) {
+    const box = document.createElement("details");
+    box.open = true;
+    box.className = "bundle-section";
+    box.dataset.section = section.name;
+    const summary = document.createElement("summary");
+    summary.textContent = `${section.name} — ${section.items.length} items, ${section.token_est} tokens`;
+    box.appendChild(summary);
+    for (const item of section.items) {
+      const article = document.createElement("article");
+      article.className = "bundle-item";
+      const head = document.createElement("p");
+      head.className = "item-head";
+      // Kind-specific fields come flattened into the item (see the API reference).
+      const what = item.event_id ? `event ${item.event_id}`
+        : item.decision_id || item.task_id || item.handoff_id || "";
+      head.textContent = `[${item.handle}] ${item.type}${item.kind ? ` (${item.kind})` : ""} ${what}`;
+      const scores = document.createElement("p");
+      scores.className = "scores";
+      scores.textContent = scoreLine(item);
+      const text = document.createElement("pre");
+      text.textContent = item.text;
+      article.append(head, scores, text);
+      if (item.refs && item.refs.length) {
+        const refs = document.createElement("p");
+        refs.className = "refs";
+        refs.textContent = `cites ${item.refs.join(", ")}`;
+        article.appendChild(refs);
+      }
+      box.appendChild(article);
+    }
+    sections.appendChild(box);
+  }
+  const omissions = $("bundle-omissions").tBodies[0];
+  omissions.replaceChildren();
+  for (const o of acb.omissions) {
+    const row = document.createElement("tr");
+    cell(row, o.reason);
+    cell(row, o.section || "");
+    cell(row, String(o.count), "num");
+    cell(row, (o.candidates || []).join(", "));
+    omissions.appendChild(row);
+  }
+  $("bundle-prompt").textContent = acb.prompt || "";
+  $("bundle-result").hidden = false;
+}
+
 // ---- Projections -------------------------------------------------------
 
 async function loadProjections() {
@@ -304,7 +395,7 @@ async function runJob(path, what) {
 
 // ---- Routing -----------------------------------------------------------
 
-const PAGES = { log: loadLog, verify: () => {}, projections: loadProjections };
+const PAGES = { log: loadLog, bundle: () => {}, verify: () => {}, projections: loadProjections };
 
 function route() {
   if (!token()) return signOut();
@@ -319,6 +410,7 @@ function route() {
 document.addEventListener("DOMContentLoaded", async () => {
   setUpLog();
   $("start-verify").addEventListener("click", runVerify);
+  $("bundle-form").addEventListener("submit", buildBundle);
   $("start-rebuild").addEventListener("click", () => runJob("/api/v1/admin/rebuild", "Rebuild"));
   $("start-drift-check").addEventListener("click", () => runJob("/api/v1/admin/drift-check", "Drift check"));
   $("sign-out").addEventListener("click", () => signOut());
