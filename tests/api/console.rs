@@ -390,3 +390,87 @@ async fn the_bundle_explainer_shows_scores_and_why_private_memory_is_left_out(
     browser.screenshot(&screenshot("bundle-public")).await;
     browser.close().await;
 }
+
+#[sqlx::test]
+async fn the_decisions_page_draws_the_supersession_chain_and_the_tasks(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let said = app
+        .append(&token, &message("s1", "pages of 100 time out"))
+        .await;
+    let evidence = said["event_id"].as_str().unwrap().to_owned();
+    let post = |path: &'static str, body: serde_json::Value| {
+        let (client, url, token) = (
+            app.client.clone(),
+            format!("{}{path}", app.base_url),
+            token.clone(),
+        );
+        async move {
+            let response = client
+                .post(url)
+                .bearer_auth(token)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert!(
+                response.status().is_success(),
+                "{path}: {}",
+                response.status()
+            );
+            response.json::<serde_json::Value>().await.unwrap()
+        }
+    };
+    let actor = json!({"type": "agent", "id": "coder"});
+    let first = post(
+        "/api/v1/decisions",
+        json!({"session_id": "s1", "actor": actor, "refs": [evidence],
+               "decision": "Export invoices in pages of 100", "key": "export.page_size", "scope": "project"}),
+    )
+    .await;
+    post(
+        "/api/v1/decisions",
+        json!({"session_id": "s1", "actor": actor, "refs": [evidence],
+               "decision": "Export invoices in pages of 200", "key": "export.page_size", "scope": "project",
+               "supersedes": first["event_id"]}),
+    )
+    .await;
+    post(
+        "/api/v1/tasks",
+        json!({"session_id": "s1", "actor": actor, "task_id": "export-fix", "status": "doing",
+               "title": "Fix the nightly export"}),
+    )
+    .await;
+    wait_projected(&app.pool, "acme").await;
+
+    let browser = Browser::start().await;
+    browser
+        .open(&format!("{}/console#/decisions", app.base_url))
+        .await;
+    browser
+        .wait_for("!document.getElementById('sign-in').hidden")
+        .await;
+    browser.type_into("#token", &token).await;
+    browser.click("#sign-in-form button").await;
+    browser
+        .wait_for("document.querySelectorAll('#decision-chains .decision').length === 2")
+        .await;
+    // One chain, oldest first: the superseded decision, then the one in force.
+    let statuses = browser
+        .run("return [...document.querySelectorAll('#decision-chains .decision')].map(d => d.className);")
+        .await;
+    assert_eq!(statuses, json!(["decision superseded", "decision active"]));
+    let chain = browser.text("#decision-chains").await;
+    assert!(chain.contains("export.page_size"), "{chain}");
+    assert!(chain.contains("pages of 200"), "{chain}");
+    let tasks = browser.text("#tasks-table").await;
+    assert!(
+        tasks.contains("Fix the nightly export") && tasks.contains("doing"),
+        "{tasks}"
+    );
+    browser.screenshot(&screenshot("decisions")).await;
+    browser.close().await;
+}

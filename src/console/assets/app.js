@@ -207,6 +207,98 @@ function setUpLog() {
   });
 }
 
+// ---- Decisions ---------------------------------------------------------
+
+// Chains of supersession: each decision that supersedes nothing (in this
+// page) starts a chain; `superseded_by` links lead to the one in force.
+function chains(decisions) {
+  const byId = new Map(decisions.map((d) => [d.decision_id, d]));
+  const starts = decisions
+    .filter((d) => !d.supersedes || !byId.has(d.supersedes))
+    .sort((a, b) => a.seq - b.seq);
+  return starts.map((start) => {
+    const chain = [start];
+    let next = start.superseded_by && byId.get(start.superseded_by);
+    while (next && !chain.includes(next)) {
+      chain.push(next);
+      next = next.superseded_by && byId.get(next.superseded_by);
+    }
+    return chain;
+  });
+}
+
+async function loadDecisions() {
+  const error = $("decisions-error");
+  error.hidden = true;
+  let ledger;
+  let tasks;
+  try {
+    [ledger, tasks] = await Promise.all([
+      api("/api/v1/decisions?limit=1000"),
+      api("/api/v1/tasks?limit=1000"),
+    ]);
+  } catch (err) {
+    if (err.status === 401) return;
+    error.textContent = err.message;
+    error.hidden = false;
+    return;
+  }
+  const box = $("decision-chains");
+  box.replaceChildren();
+  for (const chain of chains(ledger.decisions)) {
+    const article = document.createElement("article");
+    article.className = "chain";
+    const title = document.createElement("h3");
+    const last = chain[chain.length - 1];
+    title.textContent = `${last.key || "(no key)"} — ${last.scope}`;
+    article.appendChild(title);
+    const list = document.createElement("ol");
+    for (const d of chain) {
+      const step = document.createElement("li");
+      step.className = `decision ${d.status}`;
+      const head = document.createElement("p");
+      const badge = document.createElement("span");
+      badge.className = `badge ${d.status}`;
+      badge.textContent = d.status;
+      head.append(badge, ` seq ${d.seq} · ${d.ts.replace("T", " ").replace(/\.\d+Z$/, " UTC")} · ${d.actor_id}`);
+      const text = document.createElement("p");
+      text.className = "decision-text";
+      text.textContent = d.decision;
+      step.append(head, text);
+      const notes = [];
+      if (d.rationale.length) notes.push(`why: ${d.rationale.join("; ")}`);
+      if (d.rejected_reason) notes.push(`rejected: ${d.rejected_reason}`);
+      if (d.refs.length) notes.push(`cites ${d.refs.join(", ")}`);
+      for (const note of notes) {
+        const p = document.createElement("p");
+        p.className = "refs";
+        p.textContent = note;
+        step.appendChild(p);
+      }
+      list.appendChild(step);
+    }
+    article.appendChild(list);
+    box.appendChild(article);
+  }
+  if (!ledger.decisions.length) {
+    const none = document.createElement("p");
+    none.textContent = "No decisions recorded.";
+    box.appendChild(none);
+  }
+  const body = $("tasks-table").tBodies[0];
+  body.replaceChildren();
+  for (const t of tasks.tasks) {
+    const row = document.createElement("tr");
+    cell(row, t.task_id);
+    cell(row, t.status);
+    cell(row, t.title);
+    cell(row, t.session_id);
+    cell(row, String(t.event_ids.length), "num");
+    body.appendChild(row);
+  }
+  $("tasks-empty").hidden = tasks.tasks.length > 0;
+}
+
 // ---- Bundle explainer --------------------------------------------------
 
 const SCORES = ["score", "relevance", "lexical", "semantic", "recency", "importance"];
@@ -395,7 +487,7 @@ async function runJob(path, what) {
 
 // ---- Routing -----------------------------------------------------------
 
-const PAGES = { log: loadLog, bundle: () => {}, verify: () => {}, projections: loadProjections };
+const PAGES = { log: loadLog, decisions: loadDecisions, bundle: () => {}, verify: () => {}, projections: loadProjections };
 
 function route() {
   if (!token()) return signOut();
