@@ -183,6 +183,15 @@ impl Browser {
         .to_owned()
     }
 
+    /// Signs in to the console page that is open, as a person would: waits
+    /// for the sign-in form, types the token, submits.
+    pub async fn sign_in(&self, token: &str) {
+        self.wait_for("!document.getElementById('sign-in').hidden")
+            .await;
+        self.type_into("#token", token).await;
+        self.click("#sign-in-form button").await;
+    }
+
     /// Saves what the window shows as a PNG.
     pub async fn screenshot(&self, path: &Path) {
         let encoded = self.call(reqwest::Method::GET, "/screenshot", None).await;

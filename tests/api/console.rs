@@ -170,11 +170,7 @@ async fn an_auditor_signs_in_reads_filters_and_opens_the_log(
 
     // Another tenant's token sees none of it.
     browser.click("#sign-out").await;
-    browser
-        .wait_for("!document.getElementById('sign-in').hidden")
-        .await;
-    browser.type_into("#token", &other).await;
-    browser.click("#sign-in-form button").await;
+    browser.sign_in(&other).await;
     browser
         .wait_for("!document.getElementById('log-empty').hidden")
         .await;
@@ -233,11 +229,7 @@ async fn an_admin_watches_projections_and_runs_a_drift_check_and_a_rebuild(
     browser
         .open(&format!("{}/console#/projections", app.base_url))
         .await;
-    browser
-        .wait_for("!document.getElementById('sign-in').hidden")
-        .await;
-    browser.type_into("#token", &token).await;
-    browser.click("#sign-in-form button").await;
+    browser.sign_in(&token).await;
     browser
         .wait_for("document.querySelectorAll('#projections-table tbody tr').length > 0")
         .await;
@@ -262,11 +254,7 @@ async fn an_admin_watches_projections_and_runs_a_drift_check_and_a_rebuild(
 
     // A read token: no Projections page offered.
     browser.click("#sign-out").await;
-    browser
-        .wait_for("!document.getElementById('sign-in').hidden")
-        .await;
-    browser.type_into("#token", &reader).await;
-    browser.click("#sign-in-form button").await;
+    browser.sign_in(&reader).await;
     browser
         .wait_for("!document.getElementById('log').hidden")
         .await;
@@ -299,11 +287,7 @@ async fn the_verify_page_proves_the_chain_and_names_the_first_rewritten_event(
     browser
         .open(&format!("{}/console#/verify", app.base_url))
         .await;
-    browser
-        .wait_for("!document.getElementById('sign-in').hidden")
-        .await;
-    browser.type_into("#token", &token).await;
-    browser.click("#sign-in-form button").await;
+    browser.sign_in(&token).await;
     browser
         .wait_for("!document.getElementById('verify').hidden")
         .await;
@@ -352,11 +336,7 @@ async fn the_bundle_explainer_shows_scores_and_why_private_memory_is_left_out(
     browser
         .open(&format!("{}/console#/bundle", app.base_url))
         .await;
-    browser
-        .wait_for("!document.getElementById('sign-in').hidden")
-        .await;
-    browser.type_into("#token", &token).await;
-    browser.click("#sign-in-form button").await;
+    browser.sign_in(&token).await;
     browser
         .wait_for("!document.getElementById('bundle').hidden")
         .await;
@@ -450,11 +430,7 @@ async fn the_decisions_page_draws_the_supersession_chain_and_the_tasks(
     browser
         .open(&format!("{}/console#/decisions", app.base_url))
         .await;
-    browser
-        .wait_for("!document.getElementById('sign-in').hidden")
-        .await;
-    browser.type_into("#token", &token).await;
-    browser.click("#sign-in-form button").await;
+    browser.sign_in(&token).await;
     browser
         .wait_for("document.querySelectorAll('#decision-chains .decision').length === 2")
         .await;
