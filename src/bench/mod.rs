@@ -3,6 +3,7 @@
 
 mod acb;
 mod append;
+mod console;
 pub(crate) mod harness;
 pub mod histories;
 mod locomo;
@@ -17,6 +18,17 @@ use crate::read::semantic::SemanticConfig;
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
+    /// What each console page asks the daemon for, timed on a large tenant.
+    Console {
+        /// Events in the tenant's chat history.
+        #[arg(long, default_value_t = 100_000)]
+        size: u64,
+        /// Loads of each page measured.
+        #[arg(long, default_value_t = 50)]
+        repeats: usize,
+        #[arg(long, default_value = "bench/console.md")]
+        out: PathBuf,
+    },
     /// Append throughput and latency: single and batched, 1 to 32 writers,
     /// beside raw PostgreSQL INSERTs measured in the same run.
     Append {
@@ -142,6 +154,9 @@ impl EmbedderArgs {
 
 pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()> {
     match command {
+        BenchCommand::Console { size, repeats, out } => {
+            console::run(database_url, size, repeats, &out).await
+        }
         BenchCommand::Append {
             seconds,
             batch,
