@@ -180,9 +180,7 @@ impl Daemon {
     /// Starts `memd serve` on `url` (already migrated) with `embedder`;
     /// returns once `/readyz` answers, with the time that took.
     async fn start(url: &str, embedder: &str) -> anyhow::Result<(Self, Duration)> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
+        let port = free_port()?;
         let started = Instant::now();
         let process = tokio::process::Command::new(std::env::current_exe()?)
             .args([
@@ -235,6 +233,13 @@ impl Daemon {
             .find_map(|line| line.strip_prefix("VmRSS:"))
             .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
     }
+}
+
+/// A port of 127.0.0.1 that nothing listens on now.
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 /// How long a drill's client waits for an answer. Anything slower counts as

@@ -103,7 +103,7 @@ pub(super) async fn run(
         }
         let caught_up = caught_up(&prepared.pool)
             .await?
-            .map(|_| load_stopped.elapsed());
+            .then(|| load_stopped.elapsed());
         let (_, lost, duplicates) = lost_and_duplicated(&prepared.pool, &acknowledged).await?;
         let (chain_ok, drift_ok) = chain_and_drift(&prepared.pool, &prepared.tenant).await?;
         let figure = Round {
@@ -174,8 +174,9 @@ fn back_after(samples: &[Sample], op: Op, up: Duration) -> Option<Duration> {
         .min()
 }
 
-/// Waits (at most two minutes) until no tenant's projections lag the log.
-async fn caught_up(pool: &sqlx::PgPool) -> anyhow::Result<Option<()>> {
+/// Waits (at most two minutes) until no tenant's projections lag the log;
+/// false if they still do then.
+async fn caught_up(pool: &sqlx::PgPool) -> anyhow::Result<bool> {
     let engine = crate::startup::ProjectionConfig::default().engine();
     let deadline = Instant::now() + Duration::from_secs(120);
     while Instant::now() < deadline {
@@ -183,11 +184,11 @@ async fn caught_up(pool: &sqlx::PgPool) -> anyhow::Result<Option<()>> {
             .await?
             .is_empty()
         {
-            return Ok(Some(()));
+            return Ok(true);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Ok(None)
+    Ok(false)
 }
 
 fn ms(d: Option<Duration>) -> String {
@@ -272,9 +273,7 @@ impl PrivateServer {
         let bin = server_binaries()?;
         let dir = std::env::temp_dir().join(format!("memd-drill-pg-{}", ulid::Ulid::generate()));
         std::fs::create_dir_all(&dir)?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
+        let port = super::free_port()?;
         let server = Self { dir, bin, port };
         if running_as_root() {
             // PostgreSQL refuses to run as root.
@@ -334,30 +333,28 @@ impl PrivateServer {
 
     /// A server program, as the `postgres` user when running as root.
     fn command(&self, program: &str) -> tokio::process::Command {
-        let path = self.bin.join(program);
-        let mut command = if running_as_root() {
-            let mut c = tokio::process::Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(path);
-            c
-        } else {
-            tokio::process::Command::new(path)
-        };
+        let mut command = tokio::process::Command::from(self.blocking_command(program));
         command.kill_on_drop(true);
         command
+    }
+
+    /// [`Self::command`] for `Drop`, which cannot await.
+    fn blocking_command(&self, program: &str) -> std::process::Command {
+        let path = self.bin.join(program);
+        if running_as_root() {
+            let mut command = std::process::Command::new("runuser");
+            command.args(["-u", "postgres", "--"]).arg(path);
+            command
+        } else {
+            std::process::Command::new(path)
+        }
     }
 }
 
 impl Drop for PrivateServer {
     fn drop(&mut self) {
-        let pg_ctl = self.bin.join("pg_ctl");
-        let mut stop = if running_as_root() {
-            let mut c = std::process::Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&pg_ctl);
-            c
-        } else {
-            std::process::Command::new(&pg_ctl)
-        };
-        let _ = stop
+        let _ = self
+            .blocking_command("pg_ctl")
             .args(["stop", "-w", "-m", "immediate", "-D"])
             .arg(self.data())
             .output();
