@@ -956,10 +956,10 @@ fn lock_timeout_hint(err: &anyhow::Error) -> Option<&'static str> {
     };
     let hit = err.chain().any(|cause| {
         cause.downcast_ref::<sqlx::Error>().is_some_and(gave_up)
-            || matches!(
-                cause.downcast_ref::<memd_projectors::engine::ProjectError>(),
-                Some(memd_projectors::engine::ProjectError::Database(e)) if gave_up(e)
-            )
+            || cause
+                .downcast_ref::<memd_projectors::engine::ProjectError>()
+                .and_then(|e| e.database_error())
+                .is_some_and(gave_up)
     });
     hit.then_some(
         "another transaction holds a lock it needs (a projector in the middle of a batch, \

@@ -24,10 +24,34 @@ pub type Failpoint = Arc<dyn Fn(&str, i64) -> bool + Send + Sync>;
 pub enum ProjectError {
     #[error(transparent)]
     Database(#[from] sqlx::Error),
+    /// A projector's own statements failed (the batch was rolled back).
+    #[error("{projector}: {source}")]
+    Projection {
+        projector: &'static str,
+        source: sqlx::Error,
+    },
     #[error("failpoint: stopped before advancing {tenant}'s cursors to {seq}")]
     Failpoint { tenant: String, seq: i64 },
     #[error("unknown projector {0:?} (known: {1})")]
     UnknownProjector(String, String),
+}
+
+impl ProjectError {
+    /// The database error behind this one, if any.
+    pub fn database_error(&self) -> Option<&sqlx::Error> {
+        match self {
+            Self::Database(err) | Self::Projection { source: err, .. } => Some(err),
+            _ => None,
+        }
+    }
+
+    /// The projector whose statements failed, when one did.
+    pub fn projector(&self) -> Option<&'static str> {
+        match self {
+            Self::Projection { projector, .. } => Some(projector),
+            _ => None,
+        }
+    }
 }
 
 /// What one [`Engine::step`] did.
@@ -296,7 +320,7 @@ pub(crate) async fn apply(
     tenant: &str,
     cursors: &mut [Cursor],
     events: &[StoredEvent],
-) -> Result<(), sqlx::Error> {
+) -> Result<(), ProjectError> {
     for cursor in cursors.iter_mut() {
         let start = events.partition_point(|e| e.seq <= cursor.seq);
         let end = events.partition_point(|e| e.seq <= cursor.until);
@@ -304,7 +328,14 @@ pub(crate) async fn apply(
             continue;
         }
         let slice = &events[start..end];
-        cursor.projector.apply(tx, tenant, slice).await?;
+        cursor
+            .projector
+            .apply(tx, tenant, slice)
+            .await
+            .map_err(|source| ProjectError::Projection {
+                projector: cursor.projector.name(),
+                source,
+            })?;
         cursor.seq = slice[slice.len() - 1].seq;
     }
     Ok(())

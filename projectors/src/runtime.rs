@@ -53,6 +53,10 @@ impl Default for RuntimeConfig {
 /// the embeddings projections are another (each tenant's own embedders,
 /// [`crate::embed::worker`]).
 pub trait Work: Send + Sync + 'static {
+    /// Names a failure that no single projector caused (the batch's read,
+    /// its commit) in [`record_failure`]'s table.
+    fn label(&self) -> &'static str;
+
     /// Tenants with something to apply.
     fn lagging<'a>(&'a self, pool: &'a PgPool) -> BoxFuture<'a, Result<Vec<String>, sqlx::Error>>;
 
@@ -71,6 +75,10 @@ pub trait Work: Send + Sync + 'static {
 }
 
 impl Work for Engine {
+    fn label(&self) -> &'static str {
+        ENGINE_LABEL
+    }
+
     fn lagging<'a>(&'a self, pool: &'a PgPool) -> BoxFuture<'a, Result<Vec<String>, sqlx::Error>> {
         Box::pin(lagging_tenants(pool, self))
     }
@@ -82,6 +90,32 @@ impl Work for Engine {
         stopped: &'a watch::Receiver<bool>,
     ) -> BoxFuture<'a, Result<(), ProjectError>> {
         Box::pin(catch_up(pool, self, tenant, stopped))
+    }
+}
+
+/// What [`Work::label`] an [`Engine`] gives: its failures concern every one
+/// of its projections.
+pub const ENGINE_LABEL: &str = "projections";
+
+/// Keeps the last failure of `tenant`'s projection for operators (`GET
+/// /api/v1/admin/projections`, the console): the projector that failed,
+/// or the work's [`Work::label`] when none did alone. Best effort: when
+/// the database itself is what failed, the log has it.
+pub async fn record_failure(pool: &PgPool, tenant: &str, work: &dyn Work, err: &ProjectError) {
+    let projector = err.projector().unwrap_or_else(|| work.label());
+    let recorded = sqlx::query(
+        "INSERT INTO projections.failures (projector, tenant_id, error, failed_at)
+         VALUES ($1, $2, $3, now())
+         ON CONFLICT (projector, tenant_id)
+         DO UPDATE SET error = EXCLUDED.error, failed_at = EXCLUDED.failed_at",
+    )
+    .bind(projector)
+    .bind(tenant)
+    .bind(err.to_string())
+    .execute(pool)
+    .await;
+    if let Err(record) = recorded {
+        tracing::debug!(tenant, error = %record, "could not record a projection failure");
     }
 }
 
@@ -281,6 +315,7 @@ async fn work(
                 Err(err) => {
                     let delay = retry.next().unwrap_or(Duration::from_secs(5));
                     tracing::warn!(tenant, error = %err, ?delay, "projection failed; retrying");
+                    record_failure(&pool, &tenant, &*engine, &err).await;
                     queue.push(tenant);
                     tokio::select! {
                         _ = stopped.changed() => return,

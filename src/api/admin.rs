@@ -7,6 +7,7 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
+use chrono::{DateTime, Utc};
 use memd_projectors::projections;
 use serde::{Deserialize, Serialize};
 
@@ -218,6 +219,14 @@ pub struct ProjectionStatus {
     version: Option<i32>,
     /// Events of the log it has not applied yet.
     lag: i64,
+    /// Its last failure (the batch was rolled back and retried): the
+    /// error, or null if it never failed. Lag 0 means it has recovered
+    /// since.
+    #[schema(required = true)]
+    last_error: Option<String>,
+    /// When that failure happened.
+    #[schema(required = true)]
+    last_error_at: Option<DateTime<Utc>>,
 }
 
 /// The tenant's projections.
@@ -230,8 +239,9 @@ pub struct ProjectionsStatus {
 
 /// Read where the projections stand
 ///
-/// Each projection's cursor, version and lag behind the tenant's log, for
-/// the console and for monitoring. Scope: admin.
+/// Each projection's cursor, version, lag behind the tenant's log and last
+/// failure, the embeddings projections of the tenant's embedders included,
+/// for the console and for monitoring. Scope: admin.
 #[utoipa::path(
     get,
     path = "/api/v1/admin/projections",
@@ -258,15 +268,31 @@ pub async fn get_projections(
     .fetch_one(&state.pool)
     .await?;
     let projections: Vec<ProjectionStatus> = sqlx::query_as(
-        "SELECT p.name, coalesce(c.seq, 0) AS cursor_seq, c.version,
-                $3 - coalesce(c.seq, 0) AS lag
-           FROM unnest($2::text[]) WITH ORDINALITY AS p (name, position)
-           LEFT JOIN projections.cursors c ON c.projector = p.name AND c.tenant_id = $1
-          ORDER BY p.position",
+        // The projections, then the tenant's embeddings projections (one
+        // per embedder it has); a failure the engine recorded for the whole
+        // batch (`projections`, `embeddings`) counts for each of its own.
+        "WITH names AS (
+             SELECT name, position FROM unnest($2::text[]) WITH ORDINALITY AS p (name, position)
+             UNION ALL
+             SELECT projector, 1000 FROM projections.cursors
+              WHERE tenant_id = $1 AND projector LIKE 'embeddings\\_%'
+         )
+         SELECT n.name, coalesce(c.seq, 0) AS cursor_seq, c.version,
+                $3 - coalesce(c.seq, 0) AS lag, f.error AS last_error, f.failed_at AS last_error_at
+           FROM names n
+           LEFT JOIN projections.cursors c ON c.projector = n.name AND c.tenant_id = $1
+           LEFT JOIN LATERAL (
+                SELECT error, failed_at FROM projections.failures f
+                 WHERE f.tenant_id = $1
+                   AND f.projector IN (n.name, CASE WHEN n.name LIKE 'embeddings\\_%'
+                                                    THEN 'embeddings' ELSE $4 END)
+                 ORDER BY failed_at DESC LIMIT 1) f ON true
+          ORDER BY n.position, n.name",
     )
     .bind(caller.tenant.as_str())
     .bind(projections::NAMES)
     .bind(head_seq)
+    .bind(memd_projectors::runtime::ENGINE_LABEL)
     .fetch_all(&state.pool)
     .await?;
     Ok(Json(ProjectionsStatus {

@@ -26,11 +26,13 @@ use crate::{
         event::{ActorType, Channel, Kind, Sensitivity},
         tenant::Scope,
     },
-    read::privacy::owner_condition,
+    read::{privacy::owner_condition, retrieve::every_word_query},
 };
 
 const DEFAULT_LIMIT: i64 = 100;
 const MAX_LIMIT: i64 = 1_000;
+/// Characters of the log's text filter: words to find, not a document.
+const MAX_TEXT_FILTER_CHARS: usize = 500;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -57,6 +59,12 @@ pub struct EventQuery {
     pub until: Option<DateTime<Utc>>,
     /// Only events with this tag.
     pub tag: Option<String>,
+    /// Only events whose text holds every word of this (English stems, in
+    /// any order, as retrieval matches them): messages, tool output,
+    /// decisions, summaries, tasks and documents, sealed ones included. At
+    /// most 500 characters.
+    #[param(max_length = 500)]
+    pub text: Option<String>,
     /// At most this many, in log order.
     #[param(minimum = 1, maximum = 1000, default = 100)]
     pub limit: Option<i64>,
@@ -147,7 +155,7 @@ const EVENT_COLUMNS: &str = "event_id, seq, created_at, ts, session_id, channel,
     params(EventQuery),
     responses(
         (status = 200, description = "A page of events", body = EventPage),
-        (status = 400, description = "`invalid_field`: `limit` out of range, `kind` not an event kind, `order` neither asc nor desc, or a malformed or unknown query parameter (`field` is `query`)", body = ErrorBody),
+        (status = 400, description = "`invalid_field`: `limit` out of range, `kind` not an event kind, `order` neither asc nor desc, `text` too long or without a searchable word, or a malformed or unknown query parameter (`field` is `query`)", body = ErrorBody),
         (status = 401, response = Unauthorized),
         (status = 429, response = RateLimited),
         (status = 503, response = Unavailable),
@@ -180,8 +188,29 @@ pub async fn get_events(
             )));
         }
     };
+    let words = match query.text.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(text) if text.chars().count() > MAX_TEXT_FILTER_CHARS => {
+            return Err(ApiError::invalid(FieldError::new(
+                "text",
+                format!("must be at most {MAX_TEXT_FILTER_CHARS} characters"),
+            )));
+        }
+        Some(text) => Some(
+            every_word_query(&state.pool, &state.reader.keyring, text)
+                .await?
+                .ok_or_else(|| {
+                    ApiError::invalid(FieldError::new(
+                        "text",
+                        "holds no searchable word (only stop words or punctuation)",
+                    ))
+                })?,
+        ),
+    };
     // Both directions walk the (tenant_id, seq) key: a page of a
-    // million-event log costs what a page of a small one does.
+    // million-event log costs what a page of a small one does. The text
+    // filter reads the chunks' full-text index instead, then the events it
+    // names.
     let direction = if newest_first { "DESC" } else { "ASC" };
     let mut events: Vec<StoredEvent> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {EVENT_COLUMNS} FROM events
@@ -194,6 +223,9 @@ pub async fn get_events(
             AND ($7::timestamptz IS NULL OR ts >= $7)
             AND ($8::timestamptz IS NULL OR ts < $8)
             AND ($9::text IS NULL OR tags @> ARRAY[$9])
+            AND ($12::tsquery IS NULL
+                 OR event_id IN (SELECT c.event_id FROM projections.chunks c
+                                  WHERE c.tenant_id = $1 AND c.tsv @@ $12::tsquery))
             AND {owner}
           ORDER BY seq {direction} LIMIT $5",
         owner = owner_condition(6)
@@ -209,6 +241,7 @@ pub async fn get_events(
     .bind(&query.tag)
     .bind(query.before_seq)
     .bind(&query.actor_id)
+    .bind(words)
     .fetch_all(&state.pool)
     .await?;
     for event in &mut events {
@@ -304,6 +337,72 @@ pub struct Chunk {
     pub importance: f32,
 }
 
+const CHUNK_COLUMNS: &str = "chunk_id, event_id, seq, part, ts, session_id, channel, \
+     sensitivity, actor_type, actor_id, kind, tags, source, line_start, line_end, text, \
+     token_est, importance";
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ChunkList {
+    /// In part order.
+    pub chunks: Vec<Chunk>,
+}
+
+/// Read the chunks an event produced
+///
+/// The retrieval units the chunks projection made of an event, in part
+/// order: what bundles can cite of it. Empty for an event with no text to
+/// retrieve (a tool call) or not projected yet. Another tenant's event is
+/// a 404, like a missing one. Any scope.
+#[utoipa::path(
+    get,
+    path = "/api/v1/events/{id}/chunks",
+    tag = "events",
+    params(("id" = String, Path, description = "An `event_id` (`evt_...`)")),
+    responses(
+        (status = 200, description = "The event's chunks", body = ChunkList),
+        (status = 401, response = Unauthorized),
+        (status = 404, description = "`not_found`: no such event in this tenant", body = ErrorBody),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = [])),
+)]
+#[tracing::instrument(skip_all, fields(tenant = %caller.tenant, event = %event_id))]
+pub async fn get_event_chunks(
+    State(state): State<ApiState>,
+    Authenticated(caller): Authenticated,
+    Path(event_id): Path<String>,
+) -> Result<Response, ApiError> {
+    require_scope(&caller, Scope::Read)?;
+    let visible: bool = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT EXISTS (SELECT 1 FROM events WHERE tenant_id = $1 AND event_id = $2 AND {owner})",
+        owner = owner_condition(3)
+    )))
+    .bind(caller.tenant.as_str())
+    .bind(&event_id)
+    .bind(&caller.agent)
+    .fetch_one(&state.pool)
+    .await?;
+    if !visible {
+        return Err(ApiError::not_found(format!("no event {event_id}")));
+    }
+    let mut chunks: Vec<Chunk> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {CHUNK_COLUMNS} FROM projections.chunks
+          WHERE tenant_id = $1 AND event_id = $2 ORDER BY part"
+    )))
+    .bind(caller.tenant.as_str())
+    .bind(&event_id)
+    .fetch_all(&state.pool)
+    .await?;
+    for chunk in &mut chunks {
+        state
+            .reader
+            .keyring
+            .open_in_place(caller.tenant.as_str(), &mut chunk.text)?;
+    }
+    Ok(Json(ChunkList { chunks }).into_response())
+}
+
 /// Read one chunk
 ///
 /// A retrieval unit a bundle's evidence cites (`chunk_id`): part of an
@@ -331,8 +430,7 @@ pub async fn get_chunk(
 ) -> Result<Response, ApiError> {
     require_scope(&caller, Scope::Read)?;
     let mut chunk: Chunk = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT chunk_id, event_id, seq, part, ts, session_id, channel, sensitivity, actor_type,
-                actor_id, kind, tags, source, line_start, line_end, text, token_est, importance
+        "SELECT {CHUNK_COLUMNS}
            FROM projections.chunks WHERE tenant_id = $1 AND chunk_id = $2 AND {owner}",
         owner = owner_condition(3)
     )))

@@ -16,6 +16,7 @@ pub mod openapi;
 mod policy;
 mod proofs;
 pub mod rate_limit;
+mod summaries;
 pub(crate) mod tasks;
 
 use std::sync::Arc;
@@ -81,6 +82,12 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         method: Method::GET,
+        path: "/api/v1/events/{id}/chunks",
+        bearer: true,
+        handler: |m| on(m, log::get_event_chunks),
+    },
+    Route {
+        method: Method::GET,
         path: "/api/v1/chunks/{id}",
         bearer: true,
         handler: |m| on(m, log::get_chunk),
@@ -114,6 +121,12 @@ pub const ROUTES: &[Route] = &[
         path: "/api/v1/decisions/query",
         bearer: true,
         handler: |m| on(m, decisions::get_decisions_query),
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/summaries",
+        bearer: true,
+        handler: |m| on(m, summaries::get_summaries),
     },
     Route {
         method: Method::POST,

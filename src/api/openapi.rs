@@ -17,7 +17,7 @@ use utoipa::{
 use super::{
     acb, admin, artifacts, checkpoints, decisions,
     error::{BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
-    events, handoffs, health, log, policy, proofs, tasks,
+    events, handoffs, health, log, policy, proofs, summaries, tasks,
 };
 
 /// What `info.description` says: what an integrator needs before the first call.
@@ -46,11 +46,13 @@ bursts of twice that; over them the answer is 429 with `Retry-After`.";
         log::get_events,
         log::get_event,
         log::get_chunk,
+        log::get_event_chunks,
         acb::post_build,
         handoffs::post_handoff,
         decisions::get_decisions,
         decisions::post_decision,
         decisions::get_decisions_query,
+        summaries::get_summaries,
         tasks::post_task,
         tasks::get_tasks,
         tasks::get_views,
@@ -83,7 +85,7 @@ bursts of twice that; over them the answer is 429 with `Retry-After`.";
         (name = "events", description = "The append-only event log: everything agents exchange with humans, tools and each other"),
         (name = "bundles", description = "Active Context Bundles: what the next LLM call should see, within a token budget"),
         (name = "handoffs", description = "Passing work to another agent as a packet, not a transcript"),
-        (name = "decisions", description = "The decision ledger"),
+        (name = "decisions", description = "The decision ledger, and summaries checked against it"),
         (name = "tasks", description = "Tasks and views as their read models hold them"),
         (name = "policy", description = "The tenant's bundle policy: section caps, scoring weights, retrieval bounds"),
         (name = "artifacts", description = "Tool outputs too large to keep in their event"),

@@ -3,6 +3,7 @@
 
 mod acb;
 mod append;
+pub mod browser;
 mod console;
 pub(crate) mod harness;
 pub mod histories;

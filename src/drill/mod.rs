@@ -236,7 +236,7 @@ impl Daemon {
 }
 
 /// A port of 127.0.0.1 that nothing listens on now.
-fn free_port() -> std::io::Result<u16> {
+pub(crate) fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())

@@ -155,6 +155,31 @@ fn lexeme_query(lexeme: &str, keyring: &Keyring) -> String {
     }
 }
 
+/// A `tsquery` matching the chunks that hold every word of `text` (its
+/// English stems, as the chunks' search vectors hold them; a sealed chunk's
+/// by their blinded form): the log's text filter. `None` when `text` has no
+/// word a chunk could hold (stop words and punctuation only).
+pub async fn every_word_query(
+    pool: &PgPool,
+    keyring: &Keyring,
+    text: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    let lexemes: Vec<String> = sqlx::query_scalar(
+        "SELECT ARRAY(SELECT unnest(tsvector_to_array(
+                    to_tsvector('english', projections.searchable($1)))))",
+    )
+    .bind(text)
+    .fetch_one(pool)
+    .await?;
+    Ok((!lexemes.is_empty()).then(|| {
+        lexemes
+            .iter()
+            .map(|l| format!("({})", lexeme_query(l, keyring)))
+            .collect::<Vec<_>>()
+            .join(" & ")
+    }))
+}
+
 /// What the pool may contain, beyond privacy.
 #[derive(Debug, Clone, Default)]
 pub struct Scope {

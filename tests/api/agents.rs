@@ -241,6 +241,7 @@ async fn an_agents_token_never_reaches_another_agents_private_memory(
     for path in [
         format!("/api/v1/events/{private_id}"),
         format!("/api/v1/chunks/{chunk_id}"),
+        format!("/api/v1/events/{private_id}/chunks"),
         format!("/api/v1/artifacts/{alpha_artifact}"),
     ] {
         assert_eq!(
@@ -281,7 +282,31 @@ async fn an_agents_token_never_reaches_another_agents_private_memory(
         .await
         .unwrap();
     assert_eq!(task.status(), StatusCode::CREATED);
+    app.append(
+        &alpha,
+        &json!({"session_id": "s1", "channel": "private",
+                "actor": {"type": "agent", "id": "alpha"}, "kind": "summary",
+                "refs": [alpha_private["event_id"]],
+                "content": {"text": "Alpha's ledger migration plan, summarized"}}),
+    )
+    .await;
     wait_projected(&app.pool, "acme").await;
+    let count = |path: &'static str, list: &'static str, token: String| {
+        let app = &app;
+        async move {
+            let body: Value = app.get(path, &token).await.json().await.unwrap();
+            body[list].as_array().unwrap().len()
+        }
+    };
+    let summaries = |token| count("/api/v1/summaries", "summaries", token);
+    assert_eq!(summaries(beta.clone()).await, 0);
+    assert_eq!(summaries(alpha.clone()).await, 1);
+    assert_eq!(summaries(operator.clone()).await, 1);
+    // The log's text filter finds only what the token may read.
+    let found = |token| count("/api/v1/events?text=migrate%20rust", "events", token);
+    assert_eq!(found(beta.clone()).await, 0);
+    assert_eq!(found(alpha.clone()).await, 1);
+    assert_eq!(found(operator.clone()).await, 1);
     let tasks = |token: String| {
         let app = &app;
         async move {

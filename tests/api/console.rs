@@ -9,7 +9,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::{
     browser::Browser,
-    helpers::{event, message, spawn_daemon, wait_projected},
+    helpers::{event, message, spawn_daemon, tool_result, wait_projected},
 };
 
 /// Where the tests leave their screenshots (the README shows copies).
@@ -69,6 +69,13 @@ async fn an_auditor_signs_in_reads_filters_and_opens_the_log(
     let mut hostile = message("planning", "<img src=x onerror=\"document.title='pwned'\">");
     hostile["actor"] = json!({"type": "agent", "id": "coder"});
     app.append(&token, &hostile).await;
+    // A tool output over 64 KiB: kept whole as an artifact, its event cut.
+    let long_output: String = (0..3000)
+        .map(|line| format!("line {line}: invoice export row\n"))
+        .collect();
+    let long = app
+        .append(&token, &tool_result("exports/invoices.csv", &long_output))
+        .await;
     let decision = app
         .append(
             &token,
@@ -139,7 +146,7 @@ async fn an_auditor_signs_in_reads_filters_and_opens_the_log(
     browser.screenshot(&screenshot("log")).await;
     browser.click("#log-older").await;
     browser
-        .wait_for("document.querySelector('#log-table tbody td').textContent === '12'")
+        .wait_for("document.querySelector('#log-table tbody td').textContent === '13'")
         .await;
     browser.click("#log-newest").await;
 
@@ -166,7 +173,49 @@ async fn an_auditor_signs_in_reads_filters_and_opens_the_log(
         browser.run("return document.title;").await,
         json!("memd console")
     );
+    // The chunks it produced: what bundles can cite of it.
+    wait_projected(&app.pool, "acme").await;
+    browser
+        .wait_for("document.querySelectorAll('#event-chunks tbody tr').length === 1")
+        .await;
+    assert!(browser.text("#event-chunks").await.contains("onerror"));
     browser.screenshot(&screenshot("event")).await;
+
+    // Filter by text: every word, in any order, as retrieval matches them.
+    browser.click("#log-filters button[type=reset]").await;
+    browser
+        .type_into("#log-filters [name=text]", "7 turn")
+        .await;
+    browser.click("#log-filters button[type=submit]").await;
+    browser
+        .wait_for("document.querySelectorAll('#log-table tbody tr').length === 1")
+        .await;
+    let found = browser.text("#log-table tbody tr").await;
+    assert!(found.contains("turn 7 of the export work"), "{found}");
+
+    // A link to an event (as bundles and refs give them) opens it, its
+    // artifact included.
+    let long_id = long["event_id"].as_str().unwrap();
+    browser
+        .open(&format!("{}/console#/event/{long_id}", app.base_url))
+        .await;
+    browser
+        .wait_for("!document.getElementById('event-artifact').hidden")
+        .await;
+    assert_eq!(browser.text("#event-id").await, long_id);
+    browser.click("#load-artifact").await;
+    browser
+        .wait_for("!document.getElementById('event-artifact-text').hidden")
+        .await;
+    assert_eq!(
+        browser
+            .run("return document.getElementById('event-artifact-text').textContent.length;")
+            .await,
+        json!(long_output.len())
+    );
+    browser
+        .wait_for("document.querySelectorAll('#event-chunks tbody tr').length > 1")
+        .await;
 
     // Another tenant's token sees none of it.
     browser.click("#sign-out").await;
@@ -224,6 +273,23 @@ async fn an_admin_watches_projections_and_runs_a_drift_check_and_a_rebuild(
             .await;
     }
     wait_projected(&app.pool, "acme").await;
+    // The tasks projection meets a row its table refuses: its batch rolls
+    // back and is retried, and the page names the failure.
+    sqlx::query(
+        "ALTER TABLE projections.tasks ADD CONSTRAINT refuse_boom CHECK (title <> 'boom') NOT VALID",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    app.append(
+        &token,
+        &event(
+            "task_update",
+            json!({"task_id": "t1", "status": "open", "title": "boom"}),
+            &[],
+        ),
+    )
+    .await;
 
     let browser = Browser::start().await;
     browser
@@ -233,13 +299,43 @@ async fn an_admin_watches_projections_and_runs_a_drift_check_and_a_rebuild(
     browser
         .wait_for("document.querySelectorAll('#projections-table tbody tr').length > 0")
         .await;
-    let table = browser.text("#projections-table").await;
-    assert!(table.contains("chunks"), "{table}");
+    let failing = "[...document.querySelectorAll('#projections-table td.failing')]";
+    for _ in 0..150 {
+        if browser.run(&format!("return {failing}.length;")).await != json!(0) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        browser.run("loadProjections(); return true;").await;
+    }
+    let failure = browser
+        .run(&format!(
+            "return {failing}.map(td => td.parentElement.innerText);"
+        ))
+        .await;
+    let failure = failure.to_string();
     assert!(
-        browser.text("#projections-head").await.contains("seq 20"),
+        failure.contains("tasks") && failure.contains("refuse_boom"),
+        "{failure}"
+    );
+    assert!(
+        browser.text("#projections-head").await.contains("seq 21"),
         "{}",
         browser.text("#projections-head").await
     );
+    browser.screenshot(&screenshot("projections-failing")).await;
+    // Mended, it catches up; the failure stays, marked as past.
+    sqlx::query("ALTER TABLE projections.tasks DROP CONSTRAINT refuse_boom")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    wait_projected(&app.pool, "acme").await;
+    browser.run("loadProjections(); return true;").await;
+    browser
+        .wait_for("document.querySelector('#projections-table td.recovered') !== null")
+        .await;
+    let table = browser.text("#projections-table").await;
+    assert!(table.contains("chunks"), "{table}");
+    assert!(table.contains("caught up since"), "{table}");
     browser.click("#start-drift-check").await;
     browser
         .wait_for("document.getElementById('job-status').textContent.includes('no drift')")
@@ -248,7 +344,7 @@ async fn an_admin_watches_projections_and_runs_a_drift_check_and_a_rebuild(
     browser.click("#start-rebuild").await;
     browser
         .wait_for(
-            "document.getElementById('job-status').textContent.includes('20 events replayed')",
+            "document.getElementById('job-status').textContent.includes('21 events replayed')",
         )
         .await;
 
@@ -424,6 +520,18 @@ async fn the_decisions_page_draws_the_supersession_chain_and_the_tasks(
                "title": "Fix the nightly export"}),
     )
     .await;
+    // A summary that still says 100 contradicts the decision in force.
+    let summary = |text: &str, value: &str| {
+        event(
+            "summary",
+            json!({"text": text, "claims": [{"key": "export.page_size", "value": value}]}),
+            &[&evidence],
+        )
+    };
+    app.append(&token, &summary("Exports run in pages of 100", "100"))
+        .await;
+    app.append(&token, &summary("Exports now run in pages of 200", "200"))
+        .await;
     wait_projected(&app.pool, "acme").await;
 
     let browser = Browser::start().await;
@@ -447,6 +555,30 @@ async fn the_decisions_page_draws_the_supersession_chain_and_the_tasks(
         tasks.contains("Fix the nightly export") && tasks.contains("doing"),
         "{tasks}"
     );
+    // Summaries with their standing: the stale one flagged, naming the
+    // decision it contradicts.
+    let standings = browser
+        .run("return [...document.querySelectorAll('#summaries-table .badge')].map(b => b.textContent);")
+        .await;
+    assert_eq!(standings, json!(["consistent", "conflict"]));
+    let summaries = browser.text("#summaries-table").await;
+    assert!(
+        summaries.contains("but the active decision says otherwise")
+            && summaries.contains("pages of 200"),
+        "{summaries}"
+    );
     browser.screenshot(&screenshot("decisions")).await;
+    // What a decision cites opens in the log.
+    browser.click("#decision-chains .decision .refs a").await;
+    browser
+        .wait_for("!document.getElementById('event').hidden")
+        .await;
+    assert_eq!(browser.text("#event-id").await, evidence);
+    assert!(
+        browser
+            .text("#event-content")
+            .await
+            .contains("pages of 100 time out")
+    );
     browser.close().await;
 }

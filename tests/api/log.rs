@@ -264,3 +264,83 @@ async fn the_log_reads_newest_first_by_seq_and_by_actor(
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(error["error"]["field"], "order");
 }
+
+#[sqlx::test]
+async fn the_log_filters_by_words_and_shows_each_events_chunks(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let other = app.tenant("other").await;
+    let texts = [
+        "The nightly invoice export timed out",
+        "Lunch is at noon",
+        "Exporting invoices again after the fix",
+    ];
+    let mut ids = Vec::new();
+    for text in texts {
+        ids.push(app.append(&token, &message("s1", text)).await["event_id"].clone());
+    }
+    app.append(
+        &token,
+        &event(
+            "tool_call",
+            json!({"tool": "fs.read_file", "args": {}}),
+            &[],
+        ),
+    )
+    .await;
+    wait_projected(&app.pool, "acme").await;
+    let seqs = |page: &Value| -> Vec<i64> {
+        page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["seq"].as_i64().unwrap())
+            .collect()
+    };
+    // Every word, stemmed, in any order; combined with the other filters.
+    let (status, page) = get_json(&app, "/api/v1/events?text=invoice%20export", &token).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(seqs(&page), [1, 3]);
+    let (_, page) = get_json(
+        &app,
+        "/api/v1/events?text=exports%20invoices&order=desc",
+        &token,
+    )
+    .await;
+    assert_eq!(seqs(&page), [3, 1]);
+    let (_, page) = get_json(&app, "/api/v1/events?text=nightly%20lunch", &token).await;
+    assert_eq!(seqs(&page), Vec::<i64>::new());
+    let (_, page) = get_json(&app, "/api/v1/events?text=invoice", &other).await;
+    assert_eq!(seqs(&page), Vec::<i64>::new());
+    for (query, why) in [
+        ("text=the%20of", "no searchable word"),
+        (&*format!("text={}", "a".repeat(501)), "at most 500"),
+    ] {
+        let (status, error) = get_json(&app, &format!("/api/v1/events?{query}"), &token).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+        assert_eq!(error["error"]["field"], "text");
+        assert!(
+            error["error"]["message"].as_str().unwrap().contains(why),
+            "{error}"
+        );
+    }
+
+    // The chunks each event produced; none for a tool call.
+    let id = ids[0].as_str().unwrap();
+    let (status, chunks) = get_json(&app, &format!("/api/v1/events/{id}/chunks"), &token).await;
+    assert_eq!(status, StatusCode::OK, "{chunks}");
+    assert_eq!(chunks["chunks"].as_array().unwrap().len(), 1);
+    assert_eq!(chunks["chunks"][0]["text"], texts[0]);
+    assert_eq!(chunks["chunks"][0]["event_id"], id);
+    let (_, page) = get_json(&app, "/api/v1/events?kind=tool_call", &token).await;
+    let call = page["events"][0]["event_id"].as_str().unwrap().to_owned();
+    let (status, chunks) = get_json(&app, &format!("/api/v1/events/{call}/chunks"), &token).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(chunks["chunks"], json!([]));
+    // Another tenant's event is missing, not empty.
+    let (status, error) = get_json(&app, &format!("/api/v1/events/{id}/chunks"), &other).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{error}");
+}

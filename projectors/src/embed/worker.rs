@@ -147,6 +147,10 @@ impl EmbeddingWork {
 }
 
 impl Work for EmbeddingWork {
+    fn label(&self) -> &'static str {
+        "embeddings"
+    }
+
     fn appended(&self) {
         self.writes.appended();
     }

@@ -18,19 +18,54 @@ class ApiError extends Error {
   }
 }
 
-async function api(path, method = "GET", body = undefined) {
+async function request(path, method, body) {
   const headers = { Authorization: `Bearer ${token()}` };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const response = await fetch(path, {
     method, headers, body: body === undefined ? undefined : JSON.stringify(body),
   });
+  if (response.ok) return response;
   const answer = await response.json().catch(() => null);
   if (response.status === 401) {
     signOut("The daemon refused the token (unknown, revoked or malformed). Sign in again.");
-    throw new ApiError(401, answer);
   }
-  if (!response.ok) throw new ApiError(response.status, answer);
-  return answer;
+  throw new ApiError(response.status, answer);
+}
+
+async function api(path, method = "GET", body = undefined) {
+  return (await request(path, method, body)).json();
+}
+
+// An event id as a link that opens it on the Log page.
+function eventLink(eventId) {
+  const a = document.createElement("a");
+  a.href = `#/event/${encodeURIComponent(eventId)}`;
+  a.textContent = eventId;
+  return a;
+}
+
+// The event a cited id belongs to: chunks are `chk_<event ulid>_<part>`.
+function citedEvent(id) {
+  const chunk = /^chk_([0-9A-Z]+)_\d+$/.exec(id);
+  if (chunk) return `evt_${chunk[1]}`;
+  return id.startsWith("evt_") ? id : null;
+}
+
+// A list of cited ids, each a link to its event where it has one.
+function citations(ids) {
+  const span = document.createElement("span");
+  ids.forEach((id, index) => {
+    if (index) span.append(", ");
+    const event = citedEvent(id);
+    if (event) {
+      const link = eventLink(event);
+      link.textContent = id;
+      span.appendChild(link);
+    } else {
+      span.append(id);
+    }
+  });
+  return span;
 }
 
 function show(id) {
@@ -38,8 +73,21 @@ function show(id) {
   for (const link of document.querySelectorAll("#nav a")) link.classList.toggle("current", link.dataset.page === id);
 }
 
+// What one token was shown is not left for the next one to see.
+function forgetPages() {
+  for (const body of document.querySelectorAll("main tbody")) body.replaceChildren();
+  for (const form of document.querySelectorAll("main form")) form.reset();
+  for (const id of ["event", "bundle-result", "verify-result", "verify-status", "job-status", "job-report"]) {
+    $(id).hidden = true;
+  }
+  $("decision-chains").replaceChildren();
+  log.filters = {};
+  log.before = null;
+}
+
 function signOut(message) {
   sessionStorage.removeItem(TOKEN_KEY);
+  forgetPages();
   $("nav").hidden = true;
   const error = $("sign-in-error");
   error.textContent = message || "";
@@ -89,7 +137,7 @@ function preview(content) {
 
 function cell(row, text, className) {
   const td = document.createElement("td");
-  td.textContent = text;
+  if (text instanceof Node) td.appendChild(text); else td.textContent = text;
   if (className) td.className = className;
   row.appendChild(td);
 }
@@ -138,7 +186,7 @@ function field(list, name, value) {
 
 function openEvent(event, row) {
   for (const selected of document.querySelectorAll("#log-table tr.selected")) selected.classList.remove("selected");
-  row.classList.add("selected");
+  if (row) row.classList.add("selected");
   $("event-id").textContent = event.event_id;
   const list = $("event-fields");
   list.replaceChildren();
@@ -152,20 +200,88 @@ function openEvent(event, row) {
   field(list, "channel", event.channel);
   field(list, "sensitivity", event.sensitivity + (event.sealed ? " (sealed at rest)" : ""));
   if (event.tags.length) field(list, "tags", event.tags.join(", "));
-  if (event.refs.length) field(list, "refs", event.refs.join(", "));
+  if (event.refs.length) field(list, "refs", citations(event.refs));
   if (event.idempotency_key) field(list, "idempotency key", event.idempotency_key);
   if (event.artifact_id) field(list, "artifact", event.artifact_id);
   field(list, "hash", event.hash);
   field(list, "previous hash", event.prev_hash);
   $("event-content").textContent = JSON.stringify(event.content, null, 2);
+  showArtifact(event);
   $("event").hidden = false;
+  loadChunks(event.event_id);
+}
+
+function showArtifact(event) {
+  $("event-artifact").hidden = !event.artifact_id;
+  $("event-artifact-text").hidden = true;
+  if (!event.artifact_id) return;
+  const c = event.content || {};
+  $("event-artifact-meta").textContent =
+    `${event.artifact_id}` + (c.artifact_sha256 ? `, SHA-256 ${c.artifact_sha256}` : "") +
+    (c.output_bytes ? `, ${c.output_bytes} bytes` : "") + ": the whole output, kept apart from the event.";
+  $("load-artifact").dataset.artifactId = event.artifact_id;
+}
+
+async function loadArtifact() {
+  const box = $("event-artifact-text");
+  try {
+    const response = await request(`/api/v1/artifacts/${encodeURIComponent($("load-artifact").dataset.artifactId)}`, "GET");
+    box.textContent = await response.text();
+  } catch (err) {
+    box.textContent = `Could not read the artifact: ${err.message}`;
+  }
+  box.hidden = false;
+}
+
+async function loadChunks(eventId) {
+  const body = $("event-chunks").tBodies[0];
+  const note = $("event-chunks-note");
+  body.replaceChildren();
+  note.textContent = "Loading…";
+  let answer;
+  try {
+    answer = await api(`/api/v1/events/${encodeURIComponent(eventId)}/chunks`);
+  } catch (err) {
+    note.textContent = `Could not read its chunks: ${err.message}`;
+    return;
+  }
+  if ($("event-id").textContent !== eventId) return; // another event was opened meanwhile
+  for (const c of answer.chunks) {
+    const row = document.createElement("tr");
+    cell(row, c.chunk_id);
+    cell(row, String(c.part), "num");
+    cell(row, c.line_start === null ? "" : `${c.line_start}–${c.line_end}`, "num");
+    cell(row, String(c.token_est), "num");
+    cell(row, c.importance.toFixed(2), "num");
+    cell(row, c.text, "content");
+    body.appendChild(row);
+  }
+  note.textContent = answer.chunks.length
+    ? `${answer.chunks.length} retrieval unit(s): what a bundle can cite of this event.`
+    : "None: nothing of this event is retrieved (no text to search, or not projected yet).";
+}
+
+// Opens an event by id (a link from a bundle, a ref): on the Log page,
+// whatever page of the log is shown.
+async function openEventById(eventId) {
+  try {
+    const event = await api(`/api/v1/events/${encodeURIComponent(eventId)}`);
+    const row = document.querySelector(`#log-table tr[data-event-id="${CSS.escape(eventId)}"]`);
+    openEvent(event, row);
+    $("event").scrollIntoView();
+  } catch (err) {
+    if (err.status === 401) return;
+    const error = $("log-error");
+    error.textContent = err.status === 404 ? `No event ${eventId} that this token may read.` : err.message;
+    error.hidden = false;
+  }
 }
 
 function readFilters() {
   const form = $("log-filters");
   const data = new FormData(form);
   const filters = {};
-  for (const key of ["session_id", "kind", "actor_id"]) filters[key] = (data.get(key) || "").trim();
+  for (const key of ["session_id", "kind", "actor_id", "text"]) filters[key] = (data.get(key) || "").trim();
   for (const key of ["since", "until"]) {
     const value = data.get(key);
     // datetime-local has no zone: the console speaks UTC, as the table does.
@@ -195,7 +311,8 @@ function setUpLog() {
     log.filters = {};
     log.before = null;
     $("event").hidden = true;
-    setTimeout(loadLog);
+    // Signing out resets the form too: then there is nothing to load.
+    if (token()) setTimeout(loadLog);
   });
   $("log-older").addEventListener("click", () => {
     log.before = log.next;
@@ -205,6 +322,7 @@ function setUpLog() {
     log.before = null;
     loadLog();
   });
+  $("load-artifact").addEventListener("click", loadArtifact);
 }
 
 // ---- Decisions ---------------------------------------------------------
@@ -232,10 +350,12 @@ async function loadDecisions() {
   error.hidden = true;
   let ledger;
   let tasks;
+  let summaries;
   try {
-    [ledger, tasks] = await Promise.all([
+    [ledger, tasks, summaries] = await Promise.all([
       api("/api/v1/decisions?limit=1000"),
       api("/api/v1/tasks?limit=1000"),
+      api("/api/v1/summaries?limit=200"),
     ]);
   } catch (err) {
     if (err.status === 401) return;
@@ -268,11 +388,16 @@ async function loadDecisions() {
       const notes = [];
       if (d.rationale.length) notes.push(`why: ${d.rationale.join("; ")}`);
       if (d.rejected_reason) notes.push(`rejected: ${d.rejected_reason}`);
-      if (d.refs.length) notes.push(`cites ${d.refs.join(", ")}`);
       for (const note of notes) {
         const p = document.createElement("p");
         p.className = "refs";
         p.textContent = note;
+        step.appendChild(p);
+      }
+      if (d.refs.length) {
+        const p = document.createElement("p");
+        p.className = "refs";
+        p.append("cites ", citations(d.refs));
         step.appendChild(p);
       }
       list.appendChild(step);
@@ -285,6 +410,7 @@ async function loadDecisions() {
     none.textContent = "No decisions recorded.";
     box.appendChild(none);
   }
+  showSummaries(summaries.summaries);
   const body = $("tasks-table").tBodies[0];
   body.replaceChildren();
   for (const t of tasks.tasks) {
@@ -297,6 +423,34 @@ async function loadDecisions() {
     body.appendChild(row);
   }
   $("tasks-empty").hidden = tasks.tasks.length > 0;
+}
+
+function showSummaries(summaries) {
+  const body = $("summaries-table").tBodies[0];
+  body.replaceChildren();
+  for (const s of summaries) {
+    const row = document.createElement("tr");
+    row.className = s.conflicted ? "conflicted" : "";
+    cell(row, String(s.seq), "num");
+    cell(row, s.ts.replace("T", " ").replace(/\.\d+Z$/, ""));
+    const standing = document.createElement("div");
+    const badge = document.createElement("span");
+    badge.className = `badge ${s.conflicted ? "rejected" : "active"}`;
+    badge.textContent = s.conflicted ? "conflict" : "consistent";
+    standing.appendChild(badge);
+    for (const c of s.conflicts) {
+      const p = document.createElement("p");
+      p.className = "refs";
+      p.textContent = c.message + (c.decision ? ` (decision in force: “${c.decision}”)` : "");
+      if (c.decision_id) p.append(" ", eventLink(c.decision_id));
+      standing.appendChild(p);
+    }
+    cell(row, standing);
+    cell(row, s.text);
+    cell(row, citations(s.refs));
+    body.appendChild(row);
+  }
+  $("summaries-empty").hidden = summaries.length > 0;
 }
 
 // ---- Bundle explainer --------------------------------------------------
@@ -353,9 +507,11 @@ async function buildBundle(e) {
       const head = document.createElement("p");
       head.className = "item-head";
       // Kind-specific fields come flattened into the item (see the API reference).
-      const what = item.event_id ? `event ${item.event_id}`
-        : item.decision_id || item.task_id || item.handoff_id || "";
-      head.textContent = `[${item.handle}] ${item.type}${item.kind ? ` (${item.kind})` : ""} ${what}`;
+      head.textContent = `[${item.handle}] ${item.type}${item.kind ? ` (${item.kind})` : ""} `;
+      // The event an item stands for: a decision's and a summary's id is its event's.
+      const cited = item.event_id || item.decision_id || item.summary_id;
+      if (cited && cited.startsWith("evt_")) head.appendChild(eventLink(cited));
+      else head.append(item.task_id || item.handoff_id || "");
       const scores = document.createElement("p");
       scores.className = "scores";
       scores.textContent = scoreLine(item);
@@ -365,7 +521,7 @@ async function buildBundle(e) {
       if (item.refs && item.refs.length) {
         const refs = document.createElement("p");
         refs.className = "refs";
-        refs.textContent = `cites ${item.refs.join(", ")}`;
+        refs.append("cites ", citations(item.refs));
         article.appendChild(refs);
       }
       box.appendChild(article);
@@ -379,7 +535,7 @@ async function buildBundle(e) {
     cell(row, o.reason);
     cell(row, o.section || "");
     cell(row, String(o.count), "num");
-    cell(row, (o.candidates || []).join(", "));
+    cell(row, citations(o.candidates || []));
     omissions.appendChild(row);
   }
   $("bundle-prompt").textContent = acb.prompt || "";
@@ -409,7 +565,23 @@ async function loadProjections() {
     cell(row, String(p.cursor_seq), "num");
     cell(row, p.version === null ? "—" : String(p.version), "num");
     cell(row, String(p.lag), p.lag > 0 ? "num lagging" : "num");
+    cell(row, p.last_error
+      ? `${p.last_error_at.replace("T", " ").replace(/\.\d+Z$/, " UTC")}: ${p.last_error}` +
+        (p.lag === 0 ? " (caught up since)" : "")
+      : "none", p.last_error ? (p.lag > 0 ? "failing" : "recovered") : "");
     body.appendChild(row);
+  }
+}
+
+// The drift report as a diff: rows missing in live (-), extra in live (+),
+// changed (~) each in its colour.
+function showDiff(box, text) {
+  box.replaceChildren();
+  for (const line of text.split("\n")) {
+    const span = document.createElement("span");
+    span.className = { "-": "diff-missing", "+": "diff-extra", "~": "diff-changed" }[line[0]] || "";
+    span.textContent = `${line}\n`;
+    box.appendChild(span);
   }
 }
 
@@ -472,7 +644,7 @@ async function runJob(path, what) {
       status.textContent = `${what} failed: ${job.error}`;
     } else if (job.result && job.result.text !== undefined) {
       status.textContent = `${what}: done — ${job.result.drifted ? "DRIFT FOUND" : "no drift"}`;
-      report.textContent = job.result.text;
+      showDiff(report, job.result.text);
       report.hidden = false;
     } else if (job.result) {
       status.textContent = `${what}: done — ${job.result.events} events replayed`;
@@ -485,6 +657,28 @@ async function runJob(path, what) {
   }
 }
 
+// ---- Readiness ---------------------------------------------------------
+
+// Marks on <body data-ready> which page has shown what it loaded, once it
+// has (or has shown why it could not): what the browser tests and `memd
+// bench console` wait for, instead of guessing at the DOM.
+function readyWhenDone(name, load) {
+  return async (...args) => {
+    document.body.dataset.ready = "";
+    try {
+      await load(...args);
+    } finally {
+      document.body.dataset.ready = name;
+    }
+  };
+}
+
+loadLog = readyWhenDone("log", loadLog);
+loadChunks = readyWhenDone("event", loadChunks);
+loadDecisions = readyWhenDone("decisions", loadDecisions);
+buildBundle = readyWhenDone("bundle", buildBundle);
+loadProjections = readyWhenDone("projections", loadProjections);
+
 // ---- Routing -----------------------------------------------------------
 
 const PAGES = { log: loadLog, decisions: loadDecisions, bundle: () => {}, verify: () => {}, projections: loadProjections };
@@ -492,6 +686,13 @@ const PAGES = { log: loadLog, decisions: loadDecisions, bundle: () => {}, verify
 function route() {
   if (!token()) return signOut();
   const wanted = location.hash.replace(/^#\//, "") || "log";
+  const event = /^event\/(.+)$/.exec(wanted);
+  if (event) {
+    show("log");
+    if (!$("log-table").tBodies[0].rows.length) loadLog();
+    openEventById(decodeURIComponent(event[1]));
+    return;
+  }
   // A page this token may not open (its link is hidden) falls back to the log.
   const link = document.querySelector(`#nav a[data-page="${wanted}"]`);
   const page = PAGES[wanted] && link && !link.hidden ? wanted : "log";
@@ -505,7 +706,11 @@ document.addEventListener("DOMContentLoaded", async () => {
   $("bundle-form").addEventListener("submit", buildBundle);
   $("start-rebuild").addEventListener("click", () => runJob("/api/v1/admin/rebuild", "Rebuild"));
   $("start-drift-check").addEventListener("click", () => runJob("/api/v1/admin/drift-check", "Drift check"));
-  $("sign-out").addEventListener("click", () => signOut());
+  $("sign-out").addEventListener("click", () => {
+    // The next token starts on the log, not on a page the last one opened.
+    history.replaceState(null, "", location.pathname);
+    signOut();
+  });
   $("sign-in-form").addEventListener("submit", async (e) => {
     e.preventDefault();
     const input = $("token");

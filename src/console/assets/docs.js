@@ -95,4 +95,5 @@ document.addEventListener("DOMContentLoaded", async () => {
   }
   main.appendChild(schemas);
   document.body.dataset.rendered = "true";
+  document.body.dataset.ready = "docs";
 });
