@@ -19,7 +19,8 @@ use crate::read::semantic::SemanticConfig;
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
-    /// What each console page asks the daemon for, timed on a large tenant.
+    /// The console's pages timed on a large tenant: what each asks the
+    /// daemon for, and (with chromedriver installed) each in Chromium.
     Console {
         /// Events in the tenant's chat history.
         #[arg(long, default_value_t = 100_000)]
