@@ -669,31 +669,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     read.extend(checkpoint::read_file(path)?);
                 }
                 for checked in checkpoint::check(&pool, &trusted, read).await? {
-                    let c = &checked.checkpoint;
-                    match &checked.finding {
-                        checkpoint::Finding::Holds => println!(
-                            "ok      checkpoint tenant={} seq={} signed_at={}: the log extends it",
-                            c.tenant, c.seq, c.signed_at
-                        ),
-                        checkpoint::Finding::BadSignature => {
-                            broken = true;
-                            println!(
-                                "UNSIGNED checkpoint tenant={} seq={}: not signed by key {trusted}",
-                                c.tenant, c.seq
-                            );
-                        }
-                        checkpoint::Finding::Broken { reason } => {
-                            broken = true;
-                            let after = checked.last_holding_seq.map_or_else(
-                                || "no earlier checkpoint holds".to_owned(),
-                                |seq| format!("the first rewritten event is after seq {seq}"),
-                            );
-                            println!(
-                                "BROKEN  checkpoint tenant={} seq={}: {reason}; {after}",
-                                c.tenant, c.seq
-                            );
-                        }
-                    }
+                    broken |= !checked.holds();
+                    println!("{}", checked.line(&trusted));
                 }
             }
             if broken {

@@ -35,8 +35,16 @@ pub enum AdminJob {
     },
     /// Rebuild the tenant's projections in a shadow schema and diff.
     DriftCheck { tenant: String },
-    /// Recompute the tenant's hash chain from its first event.
-    Verify { tenant: String },
+    /// Recompute the tenant's hash chain from its first event, then check
+    /// the signed `checkpoints` (of this tenant) under `public_key`, the
+    /// key the auditor trusts.
+    Verify {
+        tenant: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        checkpoints: Vec<crate::audit::checkpoint::Checkpoint>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        public_key: Option<String>,
+    },
 }
 
 impl AdminJob {
@@ -44,7 +52,7 @@ impl AdminJob {
         match self {
             Self::Rebuild { tenant, .. }
             | Self::DriftCheck { tenant }
-            | Self::Verify { tenant } => tenant,
+            | Self::Verify { tenant, .. } => tenant,
         }
     }
 
@@ -91,7 +99,10 @@ pub struct JobStatus {
     /// What the job produced, once done. A rebuild: `{tenant, projectors,
     /// events, seconds, events_per_second}`; a drift check: `{drifted,
     /// report, text}` (the report of `memd drift-check --json` and its
-    /// readable rendering).
+    /// readable rendering); a verification: `{tenant, ok, events_ok,
+    /// head_hash, broken, public_key, checkpoints}`, each checkpoint `{seq,
+    /// signed_at, finding (holds, bad_signature, broken), reason,
+    /// last_holding_seq, line}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
     /// Why it failed, once failed. A failed job is not retried.
@@ -217,19 +228,29 @@ async fn run_job(job: AdminJob, ctx: Data<JobContext>) -> Result<Value, BoxDynEr
                 "text": drift::render(&report),
             })
         }
-        AdminJob::Verify { tenant } => {
+        AdminJob::Verify {
+            tenant,
+            checkpoints,
+            public_key,
+        } => {
             let id = crate::domain::tenant::TenantId::parse(tenant)
                 .map_err(|e| format!("tenant {tenant:?}: {e:?}"))?;
             let reports = crate::audit::verify_chains(&ctx.pool, Some(&id)).await?;
             let report = reports.first();
+            let chain_ok = report.is_none_or(|r| r.broken.is_none());
+            let trusted = public_key.as_deref().unwrap_or_default();
+            let checked =
+                crate::audit::checkpoint::check(&ctx.pool, trusted, checkpoints.clone()).await?;
             json!({
                 "tenant": tenant,
-                "ok": report.is_none_or(|r| r.broken.is_none()),
+                "ok": chain_ok && checked.iter().all(|c| c.holds()),
                 "events_ok": report.map_or(0, |r| r.events_ok),
                 "head_hash": report.map(|r| r.head_hash.clone()),
                 "broken": report.and_then(|r| r.broken.as_ref()).map(|b| json!({
                     "seq": b.seq, "event_id": b.event_id, "reason": b.reason,
                 })),
+                "public_key": public_key,
+                "checkpoints": checked.iter().map(|c| c.to_json(trusted)).collect::<Vec<_>>(),
             })
         }
     };

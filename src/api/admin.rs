@@ -22,6 +22,7 @@ use crate::{
         embedder::{self, EmbedderStatus},
         jobs::{self, AdminJob, JobKind, JobState, JobStatus},
     },
+    audit::checkpoint::Checkpoint,
     domain::{FieldError, parse_json, tenant::Scope},
 };
 
@@ -163,24 +164,84 @@ async fn queue(state: &ApiState, job: AdminJob) -> Result<Response, ApiError> {
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
-/// Verify the tenant's hash chain
+/// The most checkpoints one verification checks (a year of hourly ones fits).
+pub const MAX_CHECKPOINTS: usize = 10_000;
+
+/// Signed checkpoints to check after the chain, like `memd verify
+/// --checkpoint FILE... --public-key HEX`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct VerifyRequest {
+    /// Checkpoints of the caller's tenant, as `memd checkpoint` wrote them
+    /// or `GET /api/v1/checkpoints/latest` answered (at most 10,000).
+    #[serde(default)]
+    checkpoints: Vec<Checkpoint>,
+    /// The Ed25519 public key (hex) the auditor trusts (`memd key public`,
+    /// run where the key file is kept); required with `checkpoints`. The
+    /// daemon's own word for its key is not taken: a checkpoint proves
+    /// something only under a key the auditor holds independently.
+    #[schema(pattern = "^[0-9a-fA-F]{64}$")]
+    public_key: Option<String>,
+}
+
+impl VerifyRequest {
+    fn check(&self, tenant: &str) -> Result<(), FieldError> {
+        if self.checkpoints.len() > MAX_CHECKPOINTS {
+            return Err(FieldError::new(
+                "checkpoints",
+                format!(
+                    "{} checkpoints; at most {MAX_CHECKPOINTS} per verification",
+                    self.checkpoints.len()
+                ),
+            ));
+        }
+        for (index, checkpoint) in self.checkpoints.iter().enumerate() {
+            if checkpoint.tenant != tenant {
+                return Err(FieldError::new(
+                    format!("checkpoints[{index}].tenant"),
+                    format!(
+                        "a checkpoint of {:?}; this token verifies {tenant:?}",
+                        checkpoint.tenant
+                    ),
+                ));
+            }
+        }
+        match &self.public_key {
+            None if !self.checkpoints.is_empty() => Err(FieldError::new(
+                "public_key",
+                "required with checkpoints: the hex public key you trust (memd key public)",
+            )),
+            Some(key) if key.len() != 64 || !key.bytes().all(|b| b.is_ascii_hexdigit()) => Err(
+                FieldError::new("public_key", "not an Ed25519 public key: 64 hex digits"),
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Verify the tenant's hash chain and signed checkpoints
 ///
 /// Queues a background job that recomputes the caller's tenant's hash chain
-/// from its first event, like `memd verify --tenant`. Its result says
-/// `ok`, how many events verified, the head hash, and on a break the first
-/// event that no longer matches (`broken`: seq, event id, reason). The body
-/// is optional and has no fields. Scope: admin.
+/// from its first event, like `memd verify --tenant`, then checks the
+/// signed checkpoints in the body, if any, under the public key the caller
+/// trusts: each must be signed by it, and the event at its seq must still
+/// have the hash it signed, which catches a rewrite that recomputed every
+/// hash after it. The result says `ok` (the chain verifies and every
+/// checkpoint holds), how many events verified, the head hash, on a break
+/// the first event that no longer matches (`broken`: seq, event id,
+/// reason), and each checkpoint's finding. The body is optional. Scope:
+/// admin.
 #[utoipa::path(
     post,
     path = "/api/v1/admin/verify",
     tag = "admin",
     request_body(
-        content = ref("#/components/schemas/DriftCheckRequest"),
-        description = "Optional: empty, or `{}`",
+        content = ref("#/components/schemas/VerifyRequest"),
+        description = "Optional: empty or `{}` verifies the chain alone",
     ),
     responses(
         (status = 202, description = "Queued", body = JobQueued),
-        (status = 400, description = "`invalid_field`: the body has a field", body = ErrorBody),
+        (status = 400, description = "`invalid_field`: an unknown field, a malformed checkpoint (`checkpoints[i].seq`...), another tenant's checkpoint (`checkpoints[i].tenant`), more than 10,000 (`checkpoints`), or `public_key` missing or malformed", body = ErrorBody),
         (status = 401, response = Unauthorized),
         (status = 403, description = "`insufficient_scope`: the token is not admin", body = ErrorBody),
         (status = 413, response = BodyTooLarge),
@@ -196,11 +257,16 @@ pub async fn post_verify(
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<Response, ApiError> {
     require_scope(&caller, Scope::Admin)?;
-    let DriftCheckRequest {} = parse_json("", body).map_err(ApiError::invalid)?;
+    let request: VerifyRequest = parse_json("", body).map_err(ApiError::invalid)?;
+    request
+        .check(caller.tenant.as_str())
+        .map_err(ApiError::invalid)?;
     queue(
         &state,
         AdminJob::Verify {
             tenant: caller.tenant.to_string(),
+            checkpoints: request.checkpoints,
+            public_key: request.public_key,
         },
     )
     .await
@@ -285,7 +351,7 @@ pub async fn get_projections(
                 SELECT error, failed_at FROM projections.failures f
                  WHERE f.tenant_id = $1
                    AND f.projector IN (n.name, CASE WHEN n.name LIKE 'embeddings\\_%'
-                                                    THEN 'embeddings' ELSE $4 END)
+                                                    THEN $5 ELSE $4 END)
                  ORDER BY failed_at DESC LIMIT 1) f ON true
           ORDER BY n.position, n.name",
     )
@@ -293,6 +359,7 @@ pub async fn get_projections(
     .bind(projections::NAMES)
     .bind(head_seq)
     .bind(memd_projectors::runtime::ENGINE_LABEL)
+    .bind(memd_projectors::embed::worker::LABEL)
     .fetch_all(&state.pool)
     .await?;
     Ok(Json(ProjectionsStatus {

@@ -77,7 +77,7 @@ bursts of twice that; over them the answer is 429 with `Retry-After`.";
     components(
         // Schemas no operation refers to by type: the optional admin bodies
         // are `ref`s (see admin.rs).
-        schemas(ErrorBody, admin::RebuildRequest, admin::DriftCheckRequest),
+        schemas(ErrorBody, admin::RebuildRequest, admin::DriftCheckRequest, admin::VerifyRequest),
         responses(Unauthorized, BodyTooLarge, RateLimited, Unavailable),
     ),
     modifiers(&BearerAuth),

@@ -213,6 +213,56 @@ pub struct Checked {
     pub last_holding_seq: Option<i64>,
 }
 
+impl Checked {
+    /// Whether the log still extends it, as signed by the trusted key.
+    pub fn holds(&self) -> bool {
+        self.finding == Finding::Holds
+    }
+
+    /// One line, as `memd verify --checkpoint` prints it and the console
+    /// shows it.
+    pub fn line(&self, trusted: &str) -> String {
+        let c = &self.checkpoint;
+        match &self.finding {
+            Finding::Holds => format!(
+                "ok      checkpoint tenant={} seq={} signed_at={}: the log extends it",
+                c.tenant, c.seq, c.signed_at
+            ),
+            Finding::BadSignature => format!(
+                "UNSIGNED checkpoint tenant={} seq={}: not signed by key {trusted}",
+                c.tenant, c.seq
+            ),
+            Finding::Broken { reason } => {
+                let after = self.last_holding_seq.map_or_else(
+                    || "no earlier checkpoint holds".to_owned(),
+                    |seq| format!("the first rewritten event is after seq {seq}"),
+                );
+                format!(
+                    "BROKEN  checkpoint tenant={} seq={}: {reason}; {after}",
+                    c.tenant, c.seq
+                )
+            }
+        }
+    }
+
+    /// What the verify job reports for it.
+    pub fn to_json(&self, trusted: &str) -> serde_json::Value {
+        let (finding, reason) = match &self.finding {
+            Finding::Holds => ("holds", None),
+            Finding::BadSignature => ("bad_signature", None),
+            Finding::Broken { reason } => ("broken", Some(reason)),
+        };
+        serde_json::json!({
+            "seq": self.checkpoint.seq,
+            "signed_at": self.checkpoint.signed_at,
+            "finding": finding,
+            "reason": reason,
+            "last_holding_seq": self.last_holding_seq,
+            "line": self.line(trusted),
+        })
+    }
+}
+
 /// Checks each checkpoint: signed by `trusted` (hex public key), and the
 /// event at its seq still has the hash it signed. (The chain from there on
 /// is `memd verify`'s walk.)

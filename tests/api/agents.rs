@@ -260,18 +260,6 @@ async fn an_agents_token_never_reaches_another_agents_private_memory(
             "{path}"
         );
     }
-    let ledger = |token: String| {
-        let app = &app;
-        async move {
-            let body: Value = app
-                .get("/api/v1/decisions", &token)
-                .await
-                .json()
-                .await
-                .unwrap();
-            body["decisions"].as_array().unwrap().len()
-        }
-    };
     let task = app
         .client
         .post(format!("{}/api/v1/tasks", app.base_url))
@@ -298,6 +286,7 @@ async fn an_agents_token_never_reaches_another_agents_private_memory(
             body[list].as_array().unwrap().len()
         }
     };
+    let ledger = |token| count("/api/v1/decisions", "decisions", token);
     let summaries = |token| count("/api/v1/summaries", "summaries", token);
     assert_eq!(summaries(beta.clone()).await, 0);
     assert_eq!(summaries(alpha.clone()).await, 1);
@@ -307,13 +296,7 @@ async fn an_agents_token_never_reaches_another_agents_private_memory(
     assert_eq!(found(beta.clone()).await, 0);
     assert_eq!(found(alpha.clone()).await, 1);
     assert_eq!(found(operator.clone()).await, 1);
-    let tasks = |token: String| {
-        let app = &app;
-        async move {
-            let body: Value = app.get("/api/v1/tasks", &token).await.json().await.unwrap();
-            body["tasks"].as_array().unwrap().len()
-        }
-    };
+    let tasks = |token| count("/api/v1/tasks", "tasks", token);
     assert_eq!(tasks(beta.clone()).await, 0);
     assert_eq!(tasks(alpha.clone()).await, 1);
     assert_eq!(tasks(operator.clone()).await, 1);

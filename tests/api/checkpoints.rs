@@ -1,106 +1,12 @@
 //! Signed checkpoints catch what the hash chain cannot: a rewrite by
 //! someone who can write the database and recomputes every hash after it.
 
-use memd::domain::hash_chain::ChainedEvent;
+use memd::{audit::checkpoint, domain::tenant::TenantId};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use sqlx::{
-    PgPool, Row,
-    postgres::{PgConnectOptions, PgPoolOptions},
-};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::helpers::{memd_cli, message, spawn_daemon, test_keyring};
-
-/// What a superuser can do: turn the append-only trigger off, change event
-/// `seq`'s text, recompute the hash of it and of every event after it, and
-/// move the head. `memd verify` cannot tell.
-async fn rewrite_and_rehash(pool: &PgPool, tenant: &str, seq: i64, text: &str) {
-    sqlx::query("ALTER TABLE events DISABLE TRIGGER events_append_only")
-        .execute(pool)
-        .await
-        .unwrap();
-    sqlx::query(
-        "UPDATE events SET content = jsonb_build_object('text', $3::text)
-          WHERE tenant_id = $1 AND seq = $2",
-    )
-    .bind(tenant)
-    .bind(seq)
-    .bind(text)
-    .execute(pool)
-    .await
-    .unwrap();
-    let mut prev: [u8; 32] = sqlx::query_scalar::<_, Vec<u8>>(
-        "SELECT prev_hash FROM events WHERE tenant_id = $1 AND seq = $2",
-    )
-    .bind(tenant)
-    .bind(seq)
-    .fetch_one(pool)
-    .await
-    .unwrap()
-    .try_into()
-    .unwrap();
-    let rows = sqlx::query(
-        "SELECT seq, event_id, created_at, ts, session_id, channel, actor_type, actor_id,
-                agent_id, kind, sensitivity, tags, refs, idempotency_key, artifact_id,
-                content::text AS content_text
-           FROM events WHERE tenant_id = $1 AND seq >= $2 ORDER BY seq",
-    )
-    .bind(tenant)
-    .bind(seq)
-    .fetch_all(pool)
-    .await
-    .unwrap();
-    for row in rows {
-        let tags: Vec<String> = row.get("tags");
-        let refs: Vec<String> = row.get("refs");
-        let created_at: chrono::DateTime<chrono::Utc> = row.get("created_at");
-        let ts: chrono::DateTime<chrono::Utc> = row.get("ts");
-        let agent_id: Option<String> = row.get("agent_id");
-        let idempotency_key: Option<String> = row.get("idempotency_key");
-        let artifact_id: Option<String> = row.get("artifact_id");
-        let hash = ChainedEvent {
-            tenant_id: tenant,
-            seq: row.get("seq"),
-            event_id: row.get("event_id"),
-            created_at_us: created_at.timestamp_micros(),
-            ts_us: ts.timestamp_micros(),
-            session_id: row.get("session_id"),
-            channel: row.get("channel"),
-            actor_type: row.get("actor_type"),
-            actor_id: row.get("actor_id"),
-            agent_id: agent_id.as_deref(),
-            kind: row.get("kind"),
-            sensitivity: row.get("sensitivity"),
-            tags: &tags,
-            refs: &refs,
-            idempotency_key: idempotency_key.as_deref(),
-            artifact_id: artifact_id.as_deref(),
-            content_text: row.get("content_text"),
-        }
-        .hash(&prev);
-        sqlx::query(
-            "UPDATE events SET prev_hash = $3, hash = $4 WHERE tenant_id = $1 AND seq = $2",
-        )
-        .bind(tenant)
-        .bind(row.get::<i64, _>("seq"))
-        .bind(prev.as_slice())
-        .bind(hash.as_slice())
-        .execute(pool)
-        .await
-        .unwrap();
-        prev = hash;
-    }
-    sqlx::query("UPDATE tenant_heads SET hash = $2 WHERE tenant_id = $1")
-        .bind(tenant)
-        .bind(prev.as_slice())
-        .execute(pool)
-        .await
-        .unwrap();
-    sqlx::query("ALTER TABLE events ENABLE TRIGGER events_append_only")
-        .execute(pool)
-        .await
-        .unwrap();
-}
+use crate::helpers::{memd_cli, message, rewrite_and_rehash, spawn_daemon, test_keyring};
 
 #[sqlx::test]
 async fn a_rehashed_rewrite_passes_the_chain_but_not_a_signed_checkpoint(
@@ -197,4 +103,117 @@ async fn without_a_checkpoint_the_route_says_so(_: PgPoolOptions, connect: PgCon
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], "not_found");
+}
+
+/// Signs the tenant's head now, as `memd checkpoint` would, and returns it
+/// as an auditor keeps it.
+async fn checkpoint_now(pool: &sqlx::PgPool, tenant: &str) -> Value {
+    let tenant = TenantId::parse(tenant).unwrap();
+    let taken = checkpoint::take(pool, &test_keyring(), Some(&tenant))
+        .await
+        .unwrap();
+    serde_json::to_value(&taken[0]).unwrap()
+}
+
+#[sqlx::test]
+async fn the_verify_job_checks_pasted_checkpoints_and_catches_a_rehashed_rewrite(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let mut kept = Vec::new();
+    for i in 1..=5 {
+        app.append(&token, &message("s1", &format!("we agreed on plan {i}")))
+            .await;
+        if i == 2 || i == 5 {
+            kept.push(checkpoint_now(&app.pool, "acme").await);
+        }
+    }
+    let public = test_keyring().public_key().unwrap();
+    let verify = async |body: Value| {
+        let (status, queued) = app.post_admin("verify", &token, Some(body)).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{queued}");
+        let job = app
+            .wait_job(&token, queued["job_id"].as_str().unwrap())
+            .await;
+        assert_eq!(job["status"], "done", "{job}");
+        job["result"].clone()
+    };
+    let with_checkpoints = json!({"checkpoints": kept, "public_key": public});
+    let result = verify(with_checkpoints.clone()).await;
+    assert_eq!(result["ok"], true, "{result}");
+    let findings: Vec<&Value> = result["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["finding"])
+        .collect();
+    assert_eq!(findings, [&json!("holds"), &json!("holds")]);
+
+    rewrite_and_rehash(&app.pool, "acme", 3, "we agreed on nothing").await;
+    let alone = verify(json!({})).await;
+    assert_eq!(
+        alone["ok"], true,
+        "the rehash fools the chain alone: {alone}"
+    );
+    let result = verify(with_checkpoints).await;
+    assert_eq!(result["ok"], false, "{result}");
+    assert_eq!(result["broken"], Value::Null, "the chain itself verifies");
+    let [before, after] = result["checkpoints"].as_array().unwrap().as_slice() else {
+        panic!("two checkpoints: {result}");
+    };
+    assert_eq!(
+        (&before["seq"], &before["finding"]),
+        (&json!(2), &json!("holds"))
+    );
+    assert_eq!(
+        (&after["seq"], &after["finding"]),
+        (&json!(5), &json!("broken"))
+    );
+    assert_eq!(after["last_holding_seq"], 2, "the rewrite is after seq 2");
+    let line = after["line"].as_str().unwrap();
+    assert!(
+        line.starts_with("BROKEN  checkpoint tenant=acme seq=5"),
+        "{line}"
+    );
+
+    // Under a key the auditor does not trust, a checkpoint proves nothing.
+    let other = memd_projectors::seal::Keyring::from_bytes(&[7; 32])
+        .public_key()
+        .unwrap();
+    let result = verify(json!({"checkpoints": [kept[0]], "public_key": other})).await;
+    assert_eq!(result["ok"], false);
+    assert_eq!(result["checkpoints"][0]["finding"], "bad_signature");
+
+    // Bad requests name the field, and nothing is queued for them.
+    let globex = app.tenant("globex").await;
+    app.append(&globex, &message("s1", "theirs")).await;
+    let theirs = checkpoint_now(&app.pool, "globex").await;
+    let mut missing_seq = kept[0].clone();
+    missing_seq.as_object_mut().unwrap().remove("seq");
+    for (body, field) in [
+        (
+            json!({"checkpoints": [kept[0], theirs], "public_key": public}),
+            "checkpoints[1].tenant",
+        ),
+        (json!({"checkpoints": [kept[0]]}), "public_key"),
+        (
+            json!({"checkpoints": [kept[0]], "public_key": "zz"}),
+            "public_key",
+        ),
+        (
+            json!({"checkpoints": [missing_seq], "public_key": public}),
+            "checkpoints[0].seq",
+        ),
+        (
+            json!({"checkpoints": kept[0], "public_key": public}),
+            "checkpoints",
+        ),
+        (json!({"tenant": "globex"}), "tenant"),
+    ] {
+        let (status, answer) = app.post_admin("verify", &token, Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+        assert_eq!(answer["error"]["field"], field, "{answer}");
+    }
 }

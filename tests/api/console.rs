@@ -2,14 +2,19 @@
 //! daemon with real data: sign in, read and filter the log, open an event;
 //! a bad token and another tenant's token see nothing.
 
-use memd::domain::tenant::Scope;
+use memd::{
+    audit::checkpoint,
+    domain::tenant::{Scope, TenantId},
+};
 use reqwest::StatusCode;
 use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::{
     browser::Browser,
-    helpers::{event, message, spawn_daemon, tool_result, wait_projected},
+    helpers::{
+        event, message, rewrite_and_rehash, spawn_daemon, test_keyring, tool_result, wait_projected,
+    },
 };
 
 /// Where the tests leave their screenshots (the README shows copies).
@@ -379,6 +384,10 @@ async fn the_verify_page_proves_the_chain_and_names_the_first_rewritten_event(
             third = appended["event_id"].as_str().unwrap().to_owned();
         }
     }
+    let acme = TenantId::parse("acme").unwrap();
+    let kept = checkpoint::take(&app.pool, &test_keyring(), Some(&acme))
+        .await
+        .unwrap();
     let browser = Browser::start().await;
     browser
         .open(&format!("{}/console#/verify", app.base_url))
@@ -411,6 +420,43 @@ async fn the_verify_page_proves_the_chain_and_names_the_first_rewritten_event(
     assert!(result.contains(&third), "{result}");
     assert!(browser.text("#verify-status").await.contains("seq 3"));
     browser.screenshot(&screenshot("verify-broken")).await;
+
+    // Whoever rewrote it recomputes every hash from there: the chain alone
+    // passes again, the checkpoint signed before the rewrite does not.
+    rewrite_and_rehash(&app.pool, "acme", 3, "rewritten").await;
+    browser.click("#start-verify").await;
+    browser
+        .wait_for("document.getElementById('verify-status').textContent.includes('The chain verifies: 5 events.')")
+        .await;
+    let pasted = serde_json::to_string(&kept).unwrap();
+    browser.type_into("#verify-checkpoints", &pasted).await;
+    let public = test_keyring().public_key().unwrap();
+    browser.type_into("#verify-public-key", &public).await;
+    browser.click("#start-verify").await;
+    browser
+        .wait_for("document.getElementById('verify-status').textContent.startsWith('BROKEN')")
+        .await;
+    let status = browser.text("#verify-status").await;
+    assert!(status.contains("rewritten at or before seq 5"), "{status}");
+    let findings = browser.text("#verify-checkpoint-results").await;
+    assert!(
+        findings.starts_with("BROKEN") && findings.contains("checkpoint tenant=acme seq=5"),
+        "{findings}"
+    );
+    browser.screenshot(&screenshot("verify-checkpoint")).await;
+
+    // A key that is not hex is named before anything runs.
+    browser.type_into("#verify-public-key", "not a key").await;
+    browser.click("#start-verify").await;
+    browser
+        .wait_for("!document.getElementById('verify-error').hidden")
+        .await;
+    assert!(
+        browser
+            .text("#verify-error")
+            .await
+            .starts_with("public_key:")
+    );
     browser.close().await;
 }
 

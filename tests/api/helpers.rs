@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use memd::{
     db,
+    domain::hash_chain::ChainedEvent,
     domain::tenant::{Scope, TenantId},
     startup::{Daemon, ServeConfig},
     tenants,
@@ -11,7 +12,7 @@ use memd::{
 use memd_projectors::seal::Keyring;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use sqlx::{PgPool, postgres::PgConnectOptions};
+use sqlx::{PgPool, Row, postgres::PgConnectOptions};
 use tokio::{sync::oneshot, task::JoinHandle};
 
 pub struct TestApp {
@@ -303,4 +304,95 @@ pub fn event(kind: &str, content: Value, refs: &[&str]) -> Value {
         "content": content,
         "refs": refs,
     })
+}
+
+/// What a superuser can do: turn the append-only trigger off, change event
+/// `seq`'s text, recompute the hash of it and of every event after it, and
+/// move the head. `memd verify` cannot tell.
+pub async fn rewrite_and_rehash(pool: &PgPool, tenant: &str, seq: i64, text: &str) {
+    sqlx::query("ALTER TABLE events DISABLE TRIGGER events_append_only")
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE events SET content = jsonb_build_object('text', $3::text)
+          WHERE tenant_id = $1 AND seq = $2",
+    )
+    .bind(tenant)
+    .bind(seq)
+    .bind(text)
+    .execute(pool)
+    .await
+    .unwrap();
+    let mut prev: [u8; 32] = sqlx::query_scalar::<_, Vec<u8>>(
+        "SELECT prev_hash FROM events WHERE tenant_id = $1 AND seq = $2",
+    )
+    .bind(tenant)
+    .bind(seq)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+    .try_into()
+    .unwrap();
+    let rows = sqlx::query(
+        "SELECT seq, event_id, created_at, ts, session_id, channel, actor_type, actor_id,
+                agent_id, kind, sensitivity, tags, refs, idempotency_key, artifact_id,
+                content::text AS content_text
+           FROM events WHERE tenant_id = $1 AND seq >= $2 ORDER BY seq",
+    )
+    .bind(tenant)
+    .bind(seq)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    for row in rows {
+        let tags: Vec<String> = row.get("tags");
+        let refs: Vec<String> = row.get("refs");
+        let created_at: chrono::DateTime<chrono::Utc> = row.get("created_at");
+        let ts: chrono::DateTime<chrono::Utc> = row.get("ts");
+        let agent_id: Option<String> = row.get("agent_id");
+        let idempotency_key: Option<String> = row.get("idempotency_key");
+        let artifact_id: Option<String> = row.get("artifact_id");
+        let hash = ChainedEvent {
+            tenant_id: tenant,
+            seq: row.get("seq"),
+            event_id: row.get("event_id"),
+            created_at_us: created_at.timestamp_micros(),
+            ts_us: ts.timestamp_micros(),
+            session_id: row.get("session_id"),
+            channel: row.get("channel"),
+            actor_type: row.get("actor_type"),
+            actor_id: row.get("actor_id"),
+            agent_id: agent_id.as_deref(),
+            kind: row.get("kind"),
+            sensitivity: row.get("sensitivity"),
+            tags: &tags,
+            refs: &refs,
+            idempotency_key: idempotency_key.as_deref(),
+            artifact_id: artifact_id.as_deref(),
+            content_text: row.get("content_text"),
+        }
+        .hash(&prev);
+        sqlx::query(
+            "UPDATE events SET prev_hash = $3, hash = $4 WHERE tenant_id = $1 AND seq = $2",
+        )
+        .bind(tenant)
+        .bind(row.get::<i64, _>("seq"))
+        .bind(prev.as_slice())
+        .bind(hash.as_slice())
+        .execute(pool)
+        .await
+        .unwrap();
+        prev = hash;
+    }
+    sqlx::query("UPDATE tenant_heads SET hash = $2 WHERE tenant_id = $1")
+        .bind(tenant)
+        .bind(prev.as_slice())
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query("ALTER TABLE events ENABLE TRIGGER events_append_only")
+        .execute(pool)
+        .await
+        .unwrap();
 }

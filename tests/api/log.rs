@@ -7,6 +7,16 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::helpers::{TestApp, event, message, spawn_daemon, wait_projected};
 
+/// The seqs of a page of events, in the order given.
+fn seqs(page: &Value) -> Vec<i64> {
+    page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_i64().unwrap())
+        .collect()
+}
+
 async fn get_json(app: &TestApp, path: &str, token: &str) -> (StatusCode, Value) {
     let response = app.get(path, token).await;
     let status = response.status();
@@ -230,14 +240,6 @@ async fn the_log_reads_newest_first_by_seq_and_by_actor(
         })
         .collect();
     app.append(&token, &json!({ "events": events })).await;
-    let seqs = |page: &Value| -> Vec<i64> {
-        page["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| e["seq"].as_i64().unwrap())
-            .collect()
-    };
     let (status, page) = get_json(&app, "/api/v1/events?order=desc&limit=2", &token).await;
     assert_eq!(status, StatusCode::OK, "{page}");
     assert_eq!(seqs(&page), [5, 4]);
@@ -292,14 +294,6 @@ async fn the_log_filters_by_words_and_shows_each_events_chunks(
     )
     .await;
     wait_projected(&app.pool, "acme").await;
-    let seqs = |page: &Value| -> Vec<i64> {
-        page["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| e["seq"].as_i64().unwrap())
-            .collect()
-    };
     // Every word, stemmed, in any order; combined with the other filters.
     let (status, page) = get_json(&app, "/api/v1/events?text=invoice%20export", &token).await;
     assert_eq!(status, StatusCode::OK, "{page}");

@@ -38,6 +38,10 @@ use crate::{
     seal::Keyring,
 };
 
+/// What [`Work::label`] the embeddings work gives: its failures concern
+/// every embeddings projection of the tenant.
+pub const LABEL: &str = "embeddings";
+
 /// A tenant's embedders as chosen.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Choice {
@@ -148,7 +152,7 @@ impl EmbeddingWork {
 
 impl Work for EmbeddingWork {
     fn label(&self) -> &'static str {
-        "embeddings"
+        LABEL
     }
 
     fn appended(&self) {

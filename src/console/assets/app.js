@@ -77,7 +77,7 @@ function show(id) {
 function forgetPages() {
   for (const body of document.querySelectorAll("main tbody")) body.replaceChildren();
   for (const form of document.querySelectorAll("main form")) form.reset();
-  for (const id of ["event", "bundle-result", "verify-result", "verify-status", "job-status", "job-report"]) {
+  for (const id of ["event", "bundle-result", "verify-result", "verify-status", "verify-checkpoint-results", "job-status", "job-report"]) {
     $(id).hidden = true;
   }
   $("decision-chains").replaceChildren();
@@ -135,6 +135,9 @@ function preview(content) {
   return JSON.stringify(content);
 }
 
+// An RFC 3339 time as the console shows it: UTC, to the second.
+function utc(ts) { return ts.replace("T", " ").replace(/(\.\d+)?Z$/, ""); }
+
 function cell(row, text, className) {
   const td = document.createElement("td");
   if (text instanceof Node) td.appendChild(text); else td.textContent = text;
@@ -160,7 +163,7 @@ async function loadLog() {
     const row = document.createElement("tr");
     row.dataset.eventId = event.event_id;
     cell(row, String(event.seq), "num");
-    cell(row, event.ts.replace("T", " ").replace(/\.\d+/, "").replace("Z", ""));
+    cell(row, utc(event.ts));
     cell(row, event.session_id);
     cell(row, event.kind);
     cell(row, `${event.actor_type}:${event.actor_id}`);
@@ -380,7 +383,7 @@ async function loadDecisions() {
       const badge = document.createElement("span");
       badge.className = `badge ${d.status}`;
       badge.textContent = d.status;
-      head.append(badge, ` seq ${d.seq} · ${d.ts.replace("T", " ").replace(/\.\d+Z$/, " UTC")} · ${d.actor_id}`);
+      head.append(badge, ` seq ${d.seq} · ${utc(d.ts)} UTC · ${d.actor_id}`);
       const text = document.createElement("p");
       text.className = "decision-text";
       text.textContent = d.decision;
@@ -432,7 +435,7 @@ function showSummaries(summaries) {
     const row = document.createElement("tr");
     row.className = s.conflicted ? "conflicted" : "";
     cell(row, String(s.seq), "num");
-    cell(row, s.ts.replace("T", " ").replace(/\.\d+Z$/, ""));
+    cell(row, utc(s.ts));
     const standing = document.createElement("div");
     const badge = document.createElement("span");
     badge.className = `badge ${s.conflicted ? "rejected" : "active"}`;
@@ -566,7 +569,7 @@ async function loadProjections() {
     cell(row, p.version === null ? "—" : String(p.version), "num");
     cell(row, String(p.lag), p.lag > 0 ? "num lagging" : "num");
     cell(row, p.last_error
-      ? `${p.last_error_at.replace("T", " ").replace(/\.\d+Z$/, " UTC")}: ${p.last_error}` +
+      ? `${utc(p.last_error_at)} UTC: ${p.last_error}` +
         (p.lag === 0 ? " (caught up since)" : "")
       : "none", p.last_error ? (p.lag > 0 ? "failing" : "recovered") : "");
     body.appendChild(row);
@@ -586,8 +589,8 @@ function showDiff(box, text) {
 }
 
 // Queues an admin job and follows it; returns the finished job.
-async function followJob(path, what, status) {
-  const queued = await api(path, "POST");
+async function followJob(path, what, status, body = undefined) {
+  const queued = await api(path, "POST", body);
   status.textContent = `${what}: queued (job ${queued.job_id})`;
   let job;
   do {
@@ -598,35 +601,96 @@ async function followJob(path, what, status) {
   return job;
 }
 
-async function runVerify() {
+// The Verify page's request: the chain alone, or with the pasted
+// checkpoints under the pasted key. Throws an Error naming what is wrong.
+function verifyRequest() {
+  const pasted = $("verify-checkpoints").value.trim();
+  const key = $("verify-public-key").value.trim();
+  if (!pasted) return key ? { public_key: key } : undefined;
+  let parsed;
+  try {
+    parsed = JSON.parse(pasted);
+  } catch (err) {
+    throw new Error(`The checkpoints are not JSON: ${err.message}`);
+  }
+  return { checkpoints: Array.isArray(parsed) ? parsed : [parsed], public_key: key || undefined };
+}
+
+// What the verification found, in one line: the chain first, then the
+// first checkpoint that does not hold.
+function verifySummary(r) {
+  if (r.broken) return `BROKEN: the chain no longer matches at seq ${r.broken.seq}.`;
+  const failing = r.checkpoints.find((c) => c.finding !== "holds");
+  if (!failing) {
+    const held = r.checkpoints.length ? `; ${r.checkpoints.length} signed checkpoint(s) hold` : "";
+    return `The chain verifies: ${r.events_ok} events${held}.`;
+  }
+  if (failing.finding === "bad_signature") {
+    return `UNSIGNED: the checkpoint at seq ${failing.seq} is not signed by the key you trust.`;
+  }
+  const after = failing.last_holding_seq === null
+    ? "no earlier checkpoint holds"
+    : `the first rewritten event is after seq ${failing.last_holding_seq}`;
+  return `BROKEN: the log was rewritten at or before seq ${failing.seq} (${after}), ` +
+    "though the chain's hashes were recomputed to match.";
+}
+
+async function runVerify(submitted) {
+  submitted.preventDefault();
+  const error = $("verify-error");
   const status = $("verify-status");
   const result = $("verify-result");
+  const checkpoints = $("verify-checkpoint-results");
   const button = $("start-verify");
-  status.hidden = false;
+  error.hidden = true;
   result.hidden = true;
+  checkpoints.hidden = true;
+  let body;
+  try {
+    body = verifyRequest();
+  } catch (err) {
+    error.textContent = err.message;
+    error.hidden = false;
+    return;
+  }
+  status.hidden = false;
+  status.className = "";
   button.disabled = true;
   try {
-    const job = await followJob("/api/v1/admin/verify", "Verification", status);
+    const job = await followJob("/api/v1/admin/verify", "Verification", status, body);
     if (job.status === "failed") {
       status.textContent = `Verification failed to run: ${job.error}`;
       return;
     }
     const r = job.result;
-    status.textContent = r.ok
-      ? `The chain verifies: ${r.events_ok} events.`
-      : `BROKEN: the chain no longer matches at seq ${r.broken.seq}.`;
+    status.textContent = verifySummary(r);
     status.className = r.ok ? "good" : "error";
     result.replaceChildren();
     field(result, "events verified", String(r.events_ok));
     if (r.head_hash) field(result, r.broken ? "hash of the last good event" : "head hash", r.head_hash);
     if (r.broken) {
       field(result, "first broken seq", String(r.broken.seq));
-      if (r.broken.event_id) field(result, "event", r.broken.event_id);
+      if (r.broken.event_id) field(result, "event", eventLink(r.broken.event_id));
       field(result, "why", r.broken.reason);
     }
+    if (r.checkpoints.length) field(result, "trusted key", r.public_key);
     result.hidden = false;
+    checkpoints.replaceChildren();
+    for (const c of r.checkpoints) {
+      const li = document.createElement("li");
+      li.textContent = c.line;
+      li.className = c.finding === "holds" ? "good" : "error";
+      checkpoints.appendChild(li);
+    }
+    checkpoints.hidden = r.checkpoints.length === 0;
   } catch (err) {
-    status.textContent = `Verification: ${err.message}`;
+    if (err.field) {
+      error.textContent = `${err.field}: ${err.message}`;
+      error.hidden = false;
+      status.hidden = true;
+    } else {
+      status.textContent = `Verification: ${err.message}`;
+    }
   } finally {
     button.disabled = false;
   }
@@ -702,7 +766,7 @@ function route() {
 
 document.addEventListener("DOMContentLoaded", async () => {
   setUpLog();
-  $("start-verify").addEventListener("click", runVerify);
+  $("verify-form").addEventListener("submit", runVerify);
   $("bundle-form").addEventListener("submit", buildBundle);
   $("start-rebuild").addEventListener("click", () => runJob("/api/v1/admin/rebuild", "Rebuild"));
   $("start-drift-check").addEventListener("click", () => runJob("/api/v1/admin/drift-check", "Drift check"));
