@@ -547,6 +547,17 @@ async fn the_decisions_page_draws_the_supersession_chain_and_the_tasks(
         }
     };
     let actor = json!({"type": "agent", "id": "coder"});
+    // Deciding a key again supersedes the decision before without naming
+    // it: the chain is drawn all the same, its newest steps first shown.
+    for attempt in 1..=7 {
+        post(
+            "/api/v1/decisions",
+            json!({"session_id": "s1", "actor": actor, "refs": [evidence],
+                   "decision": format!("Retry failed exports {attempt} times"), "key": "export.retries",
+                   "scope": "project"}),
+        )
+        .await;
+    }
     let first = post(
         "/api/v1/decisions",
         json!({"session_id": "s1", "actor": actor, "refs": [evidence],
@@ -586,16 +597,40 @@ async fn the_decisions_page_draws_the_supersession_chain_and_the_tasks(
         .await;
     browser.sign_in(&token).await;
     browser
-        .wait_for("document.querySelectorAll('#decision-chains .decision').length === 2")
+        .wait_for("document.querySelectorAll('#decision-chains .decision').length === 2 + 5")
         .await;
-    // One chain, oldest first: the superseded decision, then the one in force.
+    // The chain changed last comes first, oldest step first: the superseded
+    // decision, then the one in force.
     let statuses = browser
-        .run("return [...document.querySelectorAll('#decision-chains .decision')].map(d => d.className);")
+        .run("return [...document.querySelectorAll('#decision-chains .chain:first-child .decision')].map(d => d.className);")
         .await;
     assert_eq!(statuses, json!(["decision superseded", "decision active"]));
-    let chain = browser.text("#decision-chains").await;
+    let chain = browser.text("#decision-chains .chain:first-child").await;
     assert!(chain.contains("export.page_size"), "{chain}");
     assert!(chain.contains("pages of 200"), "{chain}");
+    let retries = "#decision-chains .chain:nth-child(2)";
+    let chain = browser.text(retries).await;
+    assert!(
+        chain.contains("export.retries")
+            && chain.contains("Show the 2 earlier decisions of this chain")
+            && chain.contains("Retry failed exports 7 times")
+            && !chain.contains("Retry failed exports 2 times"),
+        "{chain}"
+    );
+    browser.screenshot(&screenshot("decisions")).await;
+    browser.click(&format!("{retries} li.earlier button")).await;
+    let steps = browser
+        .run(&format!(
+            "return [...document.querySelectorAll('{retries} .decision')].map(d => d.className + ': ' + d.querySelector('.decision-text').textContent);"
+        ))
+        .await;
+    let expected: Vec<String> = (1..=7)
+        .map(|n| {
+            let status = if n == 7 { "active" } else { "superseded" };
+            format!("decision {status}: Retry failed exports {n} times")
+        })
+        .collect();
+    assert_eq!(steps, json!(expected));
     let tasks = browser.text("#tasks-table").await;
     assert!(
         tasks.contains("Fix the nightly export") && tasks.contains("doing"),
@@ -613,7 +648,10 @@ async fn the_decisions_page_draws_the_supersession_chain_and_the_tasks(
             && summaries.contains("pages of 200"),
         "{summaries}"
     );
-    browser.screenshot(&screenshot("decisions")).await;
+    browser
+        .run("document.getElementById('summaries-table').scrollIntoView();")
+        .await;
+    browser.screenshot(&screenshot("summaries")).await;
     // What a decision cites opens in the log.
     browser.click("#decision-chains .decision .refs a").await;
     browser

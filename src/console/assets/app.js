@@ -330,22 +330,108 @@ function setUpLog() {
 
 // ---- Decisions ---------------------------------------------------------
 
-// Chains of supersession: each decision that supersedes nothing (in this
-// page) starts a chain; `superseded_by` links lead to the one in force.
+// Chains drawn at once ("Show more" draws the next ones), and the newest
+// steps of a long chain drawn (the earlier ones on demand): a browser lays
+// out a few thousand ledger entries in seconds, and nobody reads them all.
+const CHAINS_SHOWN = 50;
+const STEPS_SHOWN = 5;
+
+// Chains of supersession, each from its first decision (in this page) to
+// the newest. A decision's successor is named on either side: the later
+// one's `supersedes`, or, when a later decision on the same key replaced
+// it, only its own `superseded_by`. Most recently changed chains first.
 function chains(decisions) {
   const byId = new Map(decisions.map((d) => [d.decision_id, d]));
-  const starts = decisions
-    .filter((d) => !d.supersedes || !byId.has(d.supersedes))
-    .sort((a, b) => a.seq - b.seq);
-  return starts.map((start) => {
-    const chain = [start];
-    let next = start.superseded_by && byId.get(start.superseded_by);
-    while (next && !chain.includes(next)) {
-      chain.push(next);
-      next = next.superseded_by && byId.get(next.superseded_by);
-    }
-    return chain;
-  });
+  const next = new Map();
+  for (const d of decisions) {
+    if (d.superseded_by && byId.has(d.superseded_by)) next.set(d.decision_id, byId.get(d.superseded_by));
+  }
+  for (const d of decisions) {
+    if (d.supersedes && byId.has(d.supersedes) && !next.has(d.supersedes)) next.set(d.supersedes, d);
+  }
+  const followed = new Set([...next.values()].map((d) => d.decision_id));
+  return decisions
+    .filter((d) => !followed.has(d.decision_id))
+    .map((start) => {
+      const chain = [start];
+      const seen = new Set([start.decision_id]);
+      for (let n = next.get(start.decision_id); n && !seen.has(n.decision_id); n = next.get(n.decision_id)) {
+        chain.push(n);
+        seen.add(n.decision_id);
+      }
+      return chain;
+    })
+    .sort((a, b) => b[b.length - 1].seq - a[a.length - 1].seq);
+}
+
+function decisionStep(d) {
+  const step = document.createElement("li");
+  step.className = `decision ${d.status}`;
+  const head = document.createElement("p");
+  const badge = document.createElement("span");
+  badge.className = `badge ${d.status}`;
+  badge.textContent = d.status;
+  head.append(badge, ` seq ${d.seq} · ${utc(d.ts)} UTC · ${d.actor_id}`);
+  const text = document.createElement("p");
+  text.className = "decision-text";
+  text.textContent = d.decision;
+  step.append(head, text);
+  const notes = [];
+  if (d.rationale.length) notes.push(`why: ${d.rationale.join("; ")}`);
+  if (d.rejected_reason) notes.push(`rejected: ${d.rejected_reason}`);
+  for (const note of notes) {
+    const p = document.createElement("p");
+    p.className = "refs";
+    p.textContent = note;
+    step.appendChild(p);
+  }
+  if (d.refs.length) {
+    const p = document.createElement("p");
+    p.className = "refs";
+    p.append("cites ", citations(d.refs));
+    step.appendChild(p);
+  }
+  return step;
+}
+
+function chainArticle(chain) {
+  const article = document.createElement("article");
+  article.className = "chain";
+  const title = document.createElement("h3");
+  const last = chain[chain.length - 1];
+  title.textContent = `${last.key || "(no key)"} — ${last.scope}`;
+  const list = document.createElement("ol");
+  const hidden = chain.length - STEPS_SHOWN;
+  if (hidden > 0) {
+    const earlier = document.createElement("li");
+    earlier.className = "earlier";
+    const button = document.createElement("button");
+    button.type = "button";
+    button.textContent = `Show the ${hidden} earlier decision${hidden === 1 ? "" : "s"} of this chain`;
+    button.addEventListener("click", () => earlier.replaceWith(...chain.slice(0, hidden).map(decisionStep)));
+    earlier.appendChild(button);
+    list.appendChild(earlier);
+  }
+  list.append(...chain.slice(Math.max(hidden, 0)).map(decisionStep));
+  article.append(title, list);
+  return article;
+}
+
+// Draws chains `from` on, CHAINS_SHOWN of them, and a button for the rest.
+function drawChains(box, all, from) {
+  for (const chain of all.slice(from, from + CHAINS_SHOWN)) box.appendChild(chainArticle(chain));
+  const rest = all.length - from - CHAINS_SHOWN;
+  if (rest > 0) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "more-chains";
+    button.textContent = `Show ${Math.min(rest, CHAINS_SHOWN)} more of the ${rest} other chains`;
+    button.addEventListener("click", () => {
+      button.remove();
+      drawChains(box, all, from + CHAINS_SHOWN);
+    });
+    box.appendChild(button);
+  }
 }
 
 async function loadDecisions() {
@@ -368,46 +454,7 @@ async function loadDecisions() {
   }
   const box = $("decision-chains");
   box.replaceChildren();
-  for (const chain of chains(ledger.decisions)) {
-    const article = document.createElement("article");
-    article.className = "chain";
-    const title = document.createElement("h3");
-    const last = chain[chain.length - 1];
-    title.textContent = `${last.key || "(no key)"} — ${last.scope}`;
-    article.appendChild(title);
-    const list = document.createElement("ol");
-    for (const d of chain) {
-      const step = document.createElement("li");
-      step.className = `decision ${d.status}`;
-      const head = document.createElement("p");
-      const badge = document.createElement("span");
-      badge.className = `badge ${d.status}`;
-      badge.textContent = d.status;
-      head.append(badge, ` seq ${d.seq} · ${utc(d.ts)} UTC · ${d.actor_id}`);
-      const text = document.createElement("p");
-      text.className = "decision-text";
-      text.textContent = d.decision;
-      step.append(head, text);
-      const notes = [];
-      if (d.rationale.length) notes.push(`why: ${d.rationale.join("; ")}`);
-      if (d.rejected_reason) notes.push(`rejected: ${d.rejected_reason}`);
-      for (const note of notes) {
-        const p = document.createElement("p");
-        p.className = "refs";
-        p.textContent = note;
-        step.appendChild(p);
-      }
-      if (d.refs.length) {
-        const p = document.createElement("p");
-        p.className = "refs";
-        p.append("cites ", citations(d.refs));
-        step.appendChild(p);
-      }
-      list.appendChild(step);
-    }
-    article.appendChild(list);
-    box.appendChild(article);
-  }
+  drawChains(box, chains(ledger.decisions), 0);
   if (!ledger.decisions.length) {
     const none = document.createElement("p");
     none.textContent = "No decisions recorded.";
