@@ -76,6 +76,9 @@ pub(crate) struct Cursor {
     /// Events above this seq are left for later (drift checks stop where
     /// the live cursor stood).
     pub until: i64,
+    /// Time spent in the projector's `apply` in this transaction (its own
+    /// work and its statements' round trips), for the rebuild's accounts.
+    pub spent: std::time::Duration,
 }
 
 /// How to treat cursors another transaction holds.
@@ -297,6 +300,7 @@ impl Engine {
                 projector: projector.clone(),
                 seq,
                 until: i64::MAX,
+                spent: std::time::Duration::ZERO,
             });
         }
         Ok(cursors)
@@ -328,6 +332,7 @@ pub(crate) async fn apply(
             continue;
         }
         let slice = &events[start..end];
+        let started = std::time::Instant::now();
         cursor
             .projector
             .apply(tx, tenant, slice)
@@ -336,6 +341,7 @@ pub(crate) async fn apply(
                 projector: cursor.projector.name(),
                 source,
             })?;
+        cursor.spent += started.elapsed();
         cursor.seq = slice[slice.len() - 1].seq;
     }
     Ok(())

@@ -151,8 +151,11 @@ pub(crate) async fn list_tasks(
     }
     let limit = page_limit(query.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
     let mut tasks: Vec<Task> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT task_id, status, title, details, refs, event_ids, session_id, channel,
-                sensitivity, updated_at
+        "SELECT task_id, status, title, details, refs,
+                ARRAY(SELECT e.event_id FROM projections.task_events e
+                       WHERE e.tenant_id = t.tenant_id AND e.task_id = t.task_id
+                       ORDER BY e.seq) AS event_ids,
+                session_id, channel, sensitivity, updated_at
            FROM projections.tasks t
           WHERE tenant_id = $1 AND ($2::text IS NULL OR status = $2)
             AND {owner}

@@ -5,6 +5,7 @@ mod acb;
 mod append;
 pub mod browser;
 mod console;
+mod cpu;
 pub(crate) mod harness;
 pub mod histories;
 mod locomo;

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use sqlx::{PgPool, postgres::PgListener};
 
 use super::{
+    cpu::CpuTimes,
     harness::{
         ScratchDatabase, environment, percentile, report_header, start_daemon, write_report,
     },
@@ -69,6 +70,11 @@ struct RebuildResult {
     /// PostgreSQL alone writing the same chunk rows (see [`raw_chunk_insert`]).
     raw_chunks: Duration,
     load_elapsed: Duration,
+    /// CPU used during the rebuild by memd and by PostgreSQL, if readable.
+    cpu: Option<CpuTimes>,
+    /// Reading the log, then each projector's share of `elapsed`.
+    reading: Duration,
+    by_projector: Vec<(&'static str, Duration)>,
 }
 
 /// PostgreSQL's own cost of what dominates a rebuild: one INSERT of the
@@ -134,9 +140,13 @@ async fn measure(
             let load_elapsed = started.elapsed();
             loaded = size;
             let engine = ProjectionConfig::default().engine();
+            let cpu_before = CpuTimes::now();
             let started = Instant::now();
             let done = rebuild::rebuild(&pool, &engine, Some(tenant.as_str()), &mut |_| {}).await?;
             let elapsed = started.elapsed();
+            let cpu = CpuTimes::now()
+                .zip(cpu_before)
+                .map(|(after, before)| after.since(&before));
             let chunks: i64 =
                 sqlx::query_scalar("SELECT count(*) FROM projections.chunks WHERE tenant_id = $1")
                     .bind(tenant.as_str())
@@ -151,6 +161,9 @@ async fn measure(
                 events as f64 / elapsed.as_secs_f64(),
                 raw_chunks.as_secs_f64(),
             );
+            let [done] = done.as_slice() else {
+                anyhow::bail!("one tenant rebuilt, not {}", done.len());
+            };
             rebuilds.push(RebuildResult {
                 history,
                 events,
@@ -158,6 +171,9 @@ async fn measure(
                 elapsed,
                 raw_chunks,
                 load_elapsed,
+                cpu,
+                reading: done.reading,
+                by_projector: done.by_projector.clone(),
             });
             if matches!(history, History::Chat)
                 && options.embed_sizes.contains(&size)
@@ -435,6 +451,7 @@ fn render(
             r.load_elapsed.as_secs_f64()
         );
     }
+    render_accounts(&mut out, rebuilds);
     if !embedding_rebuilds.is_empty() {
         let _ = writeln!(
             out,
@@ -456,4 +473,59 @@ fn render(
         }
     }
     out
+}
+
+/// Where each rebuild's wall-clock time went: on whose CPU, and in which
+/// step (reading the log, each projector's `apply`).
+fn render_accounts(out: &mut String, rebuilds: &[RebuildResult]) {
+    let Some(first) = rebuilds.first() else {
+        return;
+    };
+    let names: Vec<&str> = first.by_projector.iter().map(|(name, _)| *name).collect();
+    let _ = writeln!(
+        out,
+        "\n### Where a rebuild's time goes\n\n\
+         CPU seconds during the rebuild, from `/proc`: memd's process, and every `postgres` process on the \
+         machine (its backend, WAL writer, checkpointer). Two cores: CPU seconds above the wall seconds mean \
+         both were busy at once. Then the wall seconds of each step inside the transaction: reading (and \
+         opening) the log, and each projector's `apply`, which includes the round trips of its statements \
+         (PostgreSQL's work on its rows) as well as memd's own.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| history | events | wall s | memd CPU s | PostgreSQL CPU s | reading s | {} |",
+        names
+            .iter()
+            .map(|n| format!("{n} s"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    let _ = writeln!(
+        out,
+        "|---|---:|---:|---:|---:|---:|{}",
+        "---:|".repeat(names.len())
+    );
+    let seconds = |d: Duration| format!("{:.1}", d.as_secs_f64());
+    for r in rebuilds {
+        let (memd, postgres) = match r.cpu {
+            Some(cpu) => (
+                seconds(cpu.memd),
+                cpu.postgres.map_or_else(|| "n/a".to_owned(), seconds),
+            ),
+            None => ("n/a".to_owned(), "n/a".to_owned()),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {memd} | {postgres} | {} | {} |",
+            r.history.name(),
+            r.events,
+            seconds(r.elapsed),
+            seconds(r.reading),
+            r.by_projector
+                .iter()
+                .map(|(_, spent)| seconds(*spent))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+    }
 }

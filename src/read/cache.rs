@@ -233,8 +233,11 @@ async fn load(
         .collect();
 
     let mut tasks: Vec<TaskRow> = sqlx::query_as(
-        "SELECT task_id, status, title, details, refs, event_ids, channel, sensitivity,
-                updated_at,
+        "SELECT task_id, status, title, details, refs,
+                ARRAY(SELECT e.event_id FROM projections.task_events e
+                       WHERE e.tenant_id = t.tenant_id AND e.task_id = t.task_id
+                       ORDER BY e.seq DESC LIMIT 3) AS latest_event_ids,
+                channel, sensitivity, updated_at,
                 (SELECT e.agent_id FROM public.events e
                   WHERE e.tenant_id = t.tenant_id AND e.seq = t.first_seq) AS owner
            FROM projections.tasks t
@@ -386,7 +389,8 @@ struct TaskRow {
     title: String,
     details: String,
     refs: Vec<String>,
-    event_ids: Vec<String>,
+    /// The task's last three updates, newest first: cited by its item.
+    latest_event_ids: Vec<String>,
     channel: String,
     sensitivity: String,
     updated_at: DateTime<Utc>,
@@ -404,7 +408,7 @@ impl TaskRow {
             text.push('\n');
             text.push_str(&self.details);
         }
-        let mut refs: Vec<String> = self.event_ids.iter().rev().take(3).cloned().collect();
+        let mut refs: Vec<String> = self.latest_event_ids.clone();
         refs.extend(self.refs.iter().cloned());
         let item = Item::counted("task", self.task_id.clone(), meta, &text, refs, counter)?
             .with("task_id", self.task_id)

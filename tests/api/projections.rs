@@ -404,8 +404,11 @@ async fn tasks_keep_their_latest_state_and_views_their_latest_text(
         i32,
         String,
     ) = sqlx::query_as(
-        "SELECT status, title, details, sensitivity, cardinality(event_ids), event_ids[3]
-           FROM projections.tasks WHERE task_id = 'T-1'",
+        "SELECT status, title, details, sensitivity,
+                (SELECT count(*)::int FROM projections.task_events e WHERE e.task_id = t.task_id),
+                (SELECT e.event_id FROM projections.task_events e WHERE e.task_id = t.task_id
+                  ORDER BY e.seq DESC LIMIT 1)
+           FROM projections.tasks t WHERE task_id = 'T-1'",
     )
     .fetch_one(&app.pool)
     .await
@@ -425,4 +428,73 @@ async fn tasks_keep_their_latest_state_and_views_their_latest_text(
             .unwrap();
     assert_eq!(text, "1. Be brief.\n2. Cite sources.");
     assert_eq!(event_id, latest);
+}
+
+/// Tasks projected before `task_events` existed keep their history through
+/// the migration, with nothing to replay.
+#[sqlx::test(migrations = false)]
+async fn a_tasks_projected_updates_move_to_task_events_in_the_migration(pool: PgPool) {
+    use memd::{
+        db::MIGRATOR,
+        domain::{
+            event::{EventRequest, NewEvent},
+            redact::Redactor,
+            tenant::{Scope, TenantId},
+        },
+    };
+    MIGRATOR.run_to(20261125000017, &pool).await.unwrap();
+    let acme = TenantId::parse("acme").unwrap();
+    memd::tenants::create_tenant(&pool, &acme, Scope::Write)
+        .await
+        .unwrap();
+    let updates = ["open", "done"].map(|status| {
+        let request: EventRequest = serde_json::from_value(json!({
+            "session_id": "s1", "channel": "private", "actor": {"type": "agent", "id": "coder"},
+            "kind": "task_update", "content": {"task_id": "T-1", "status": status, "title": "Port"},
+        }))
+        .unwrap();
+        NewEvent::parse(request, &Redactor::default()).unwrap()
+    });
+    let appended = memd::write::append(
+        &pool,
+        &memd_projectors::seal::Keyring::none(),
+        &acme,
+        updates.to_vec(),
+    )
+    .await
+    .unwrap();
+    let ids: Vec<&str> = appended.iter().map(|a| a.event_id.as_str()).collect();
+    sqlx::query(
+        "INSERT INTO projections.tasks (tenant_id, task_id, status, title, details, refs, event_ids,
+                                        session_id, channel, sensitivity, first_seq, last_seq, updated_at)
+         VALUES ('acme', 'T-1', 'done', 'Port', '', '{}', $1, 's1', 'private', 'none', 1, 2, now())",
+    )
+    .bind(&ids)
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    MIGRATOR.run(&pool).await.unwrap();
+    let moved: Vec<(String, i64, String)> = sqlx::query_as(
+        "SELECT task_id, seq, event_id FROM projections.task_events
+          WHERE tenant_id = 'acme' ORDER BY seq",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        moved,
+        [
+            ("T-1".to_owned(), 1, ids[0].to_owned()),
+            ("T-1".to_owned(), 2, ids[1].to_owned())
+        ]
+    );
+    let columns: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM information_schema.columns
+          WHERE table_schema = 'projections' AND table_name = 'tasks' AND column_name = 'event_ids'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(columns, 0, "the array is gone from the task's row");
 }

@@ -216,9 +216,9 @@ async fn drift_check_passes_on_live_projections_and_names_every_tampered_row(
     .await
     .unwrap();
     sqlx::query(
-        "INSERT INTO projections.tasks (tenant_id, task_id, status, title, details, refs, event_ids,
+        "INSERT INTO projections.tasks (tenant_id, task_id, status, title, details, refs,
                                         session_id, channel, sensitivity, first_seq, last_seq, updated_at)
-         VALUES ('acme', 'ghost', 'open', 'ghost', '', '{}', '{}', 's', 'private', 'none', 1, 1, now())",
+         VALUES ('acme', 'ghost', 'open', 'ghost', '', '{}', 's', 'private', 'none', 1, 1, now())",
     )
     .execute(&app.pool)
     .await

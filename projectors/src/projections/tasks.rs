@@ -10,10 +10,18 @@ use crate::{
     seal::Keyring,
 };
 
-const TABLES: &[Table] = &[Table {
-    name: "tasks",
-    key: &["tenant_id", "task_id"],
-}];
+const TABLES: &[Table] = &[
+    Table {
+        name: "tasks",
+        key: &["tenant_id", "task_id"],
+    },
+    // Which events updated each task, a row per update: appended, so that
+    // a task updated thousands of times costs each batch only its own.
+    Table {
+        name: "task_events",
+        key: &["tenant_id", "task_id", "seq"],
+    },
+];
 
 pub struct TaskProjector;
 
@@ -50,7 +58,7 @@ impl Projector for TaskProjector {
             // one transaction leaves versions every later lookup walks.
             let ids: Vec<&str> = updates.iter().map(|(id, _)| *id).collect();
             let mut tasks: BTreeMap<String, Task> = sqlx::query_as::<_, Task>(
-                "SELECT task_id, status, title, details, refs, event_ids, session_id, channel,
+                "SELECT task_id, status, title, details, refs, session_id, channel,
                         sensitivity, first_seq, last_seq, updated_at
                    FROM tasks WHERE tenant_id = $1 AND task_id = ANY ($2)",
             )
@@ -69,15 +77,16 @@ impl Projector for TaskProjector {
                     .and_then(|()| keyring.open_in_place(tenant, &mut task.details))
                     .map_err(|error| sqlx::Error::Protocol(format!("task of {tenant}: {error}")))?;
             }
-            for (task_id, event) in updates {
-                match tasks.get_mut(task_id) {
+            for (task_id, event) in &updates {
+                match tasks.get_mut(*task_id) {
                     Some(task) => task.update(event),
                     None => {
-                        tasks.insert(task_id.to_owned(), Task::new(task_id, event));
+                        tasks.insert((*task_id).to_owned(), Task::new(task_id, event));
                     }
                 }
             }
-            upsert(tx, tenant, &keyring, tasks.into_values()).await
+            upsert(tx, tenant, &keyring, tasks.into_values()).await?;
+            record_updates(tx, tenant, &updates).await
         })
     }
 }
@@ -90,7 +99,6 @@ struct Task {
     title: String,
     details: String,
     refs: Vec<String>,
-    event_ids: Vec<String>,
     session_id: String,
     channel: String,
     sensitivity: String,
@@ -109,7 +117,6 @@ impl Task {
             title: event.text("title").unwrap_or(task_id).to_owned(),
             details: String::new(),
             refs: Vec::new(),
-            event_ids: Vec::new(),
             session_id: String::new(),
             channel: String::new(),
             sensitivity: event.sensitivity.clone(),
@@ -134,7 +141,6 @@ impl Task {
             self.details = details.to_owned();
         }
         self.refs = event.refs.clone();
-        self.event_ids.push(event.event_id.clone());
         self.session_id = event.session_id.clone();
         self.channel = event.channel.clone();
         let rank = |s: &str| SENSITIVITIES.iter().position(|known| *known == s);
@@ -158,7 +164,6 @@ async fn upsert(
     let mut title = Vec::new();
     let mut details = Vec::new();
     let mut refs = Vec::new();
-    let mut event_ids = Vec::new();
     let mut session_id = Vec::new();
     let mut channel = Vec::new();
     let mut sensitivity = Vec::new();
@@ -179,7 +184,6 @@ async fn upsert(
             }
         }
         refs.push(json(&task.refs));
-        event_ids.push(json(&task.event_ids));
         session_id.push(task.session_id);
         channel.push(task.channel);
         sensitivity.push(task.sensitivity);
@@ -188,21 +192,19 @@ async fn upsert(
         updated_at.push(task.updated_at);
     }
     sqlx::query(
-        "INSERT INTO tasks (tenant_id, task_id, status, title, details, refs, event_ids,
+        "INSERT INTO tasks (tenant_id, task_id, status, title, details, refs,
                             session_id, channel, sensitivity, first_seq, last_seq, updated_at)
          SELECT $1, u.task_id, u.status, u.title, u.details,
                 ARRAY(SELECT jsonb_array_elements_text(u.refs::jsonb)),
-                ARRAY(SELECT jsonb_array_elements_text(u.event_ids::jsonb)),
                 u.session_id, u.channel, u.sensitivity, u.first_seq, u.last_seq, u.updated_at
-           FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-                       $8::text[], $9::text[], $10::text[], $11::bigint[], $12::bigint[],
-                       $13::timestamptz[])
-                AS u (task_id, status, title, details, refs, event_ids, session_id, channel,
+           FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                       $7::text[], $8::text[], $9::text[], $10::bigint[], $11::bigint[],
+                       $12::timestamptz[])
+                AS u (task_id, status, title, details, refs, session_id, channel,
                       sensitivity, first_seq, last_seq, updated_at)
          ON CONFLICT (tenant_id, task_id) DO UPDATE SET
              status = EXCLUDED.status, title = EXCLUDED.title, details = EXCLUDED.details,
-             refs = EXCLUDED.refs, event_ids = EXCLUDED.event_ids,
-             session_id = EXCLUDED.session_id, channel = EXCLUDED.channel,
+             refs = EXCLUDED.refs, session_id = EXCLUDED.session_id, channel = EXCLUDED.channel,
              sensitivity = EXCLUDED.sensitivity, first_seq = EXCLUDED.first_seq,
              last_seq = EXCLUDED.last_seq, updated_at = EXCLUDED.updated_at",
     )
@@ -212,13 +214,38 @@ async fn upsert(
     .bind(title)
     .bind(details)
     .bind(refs)
-    .bind(event_ids)
     .bind(session_id)
     .bind(channel)
     .bind(sensitivity)
     .bind(first_seq)
     .bind(last_seq)
     .bind(updated_at)
+    .execute(tx)
+    .await?;
+    Ok(())
+}
+
+/// One `task_events` row per update of the batch.
+async fn record_updates(
+    tx: &mut PgConnection,
+    tenant: &str,
+    updates: &[(&str, &StoredEvent)],
+) -> Result<(), sqlx::Error> {
+    let task_ids: Vec<&str> = updates.iter().map(|(task_id, _)| *task_id).collect();
+    let seqs: Vec<i64> = updates.iter().map(|(_, event)| event.seq).collect();
+    let event_ids: Vec<&str> = updates
+        .iter()
+        .map(|(_, event)| event.event_id.as_str())
+        .collect();
+    sqlx::query(
+        "INSERT INTO task_events (tenant_id, task_id, seq, event_id)
+         SELECT $1, u.task_id, u.seq, u.event_id
+           FROM unnest($2::text[], $3::bigint[], $4::text[]) AS u (task_id, seq, event_id)",
+    )
+    .bind(tenant)
+    .bind(task_ids)
+    .bind(seqs)
+    .bind(event_ids)
     .execute(tx)
     .await?;
     Ok(())
