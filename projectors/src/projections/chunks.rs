@@ -315,7 +315,41 @@ pub fn texts_of(event: &StoredEvent) -> Vec<ChunkText> {
         .collect()
 }
 
+/// Batches at least this long are chunked on several threads.
+const PARALLEL_FROM: usize = 64;
+
 impl ChunkProjector {
+    /// The chunks of each event, in order. A long batch (a rebuild's, a
+    /// worker catching up) is split across up to four threads: counting
+    /// tokens with the BPE and hashing words are most of memd's CPU in a
+    /// rebuild, and PostgreSQL sits idle meanwhile (nothing else runs in
+    /// the transaction), so another core would otherwise wait too.
+    pub fn chunks_of_all(&self, events: &[StoredEvent]) -> Vec<Vec<Chunk>> {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+        if events.len() < PARALLEL_FROM || threads < 2 {
+            return events.iter().map(|event| self.chunks_of(event)).collect();
+        }
+        std::thread::scope(|scope| {
+            let parts: Vec<_> = events
+                .chunks(events.len().div_ceil(threads))
+                .map(|part| {
+                    scope.spawn(move || {
+                        part.iter()
+                            .map(|event| self.chunks_of(event))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            parts
+                .into_iter()
+                .flat_map(|part| {
+                    part.join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect()
+        })
+    }
+
     /// The chunks of one event.
     pub fn chunks_of(&self, event: &StoredEvent) -> Vec<Chunk> {
         let importance = importance(event);
@@ -369,8 +403,8 @@ impl Projector for ChunkProjector {
     ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
         Box::pin(async move {
             let mut rows = Rows::default();
-            for event in events {
-                for chunk in self.chunks_of(event) {
+            for (event, chunks) in events.iter().zip(self.chunks_of_all(events)) {
+                for chunk in chunks {
                     rows.push(event, chunk);
                 }
             }
@@ -562,6 +596,39 @@ impl Rows {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_long_batch_chunks_on_threads_exactly_as_one_by_one() {
+        let projector = ChunkProjector::new(TokenCounter::new(Default::default()));
+        let events: Vec<StoredEvent> = (1..=PARALLEL_FROM as i64 * 3 + 1)
+            .map(|seq| StoredEvent {
+                seq,
+                event_id: format!("evt_{seq:026}"),
+                created_at: chrono::DateTime::UNIX_EPOCH,
+                ts: chrono::DateTime::UNIX_EPOCH,
+                session_id: "s".into(),
+                channel: "private".into(),
+                actor_type: "human".into(),
+                actor_id: "a".into(),
+                agent_id: None,
+                kind: "message".into(),
+                sensitivity: "none".into(),
+                tags: vec![],
+                content: serde_json::json!({"text": format!("message {seq}: ").repeat(seq as usize)}),
+                refs: vec![],
+                artifact_id: None,
+                hash: vec![],
+                sealer: None,
+                keyring: crate::seal::Keyring::none(),
+            })
+            .collect();
+        let one_by_one: Vec<Vec<Chunk>> = events.iter().map(|e| projector.chunks_of(e)).collect();
+        assert!(
+            one_by_one.iter().any(|chunks| chunks.len() > 1),
+            "some split"
+        );
+        assert_eq!(projector.chunks_of_all(&events), one_by_one);
+    }
 
     #[test]
     fn short_text_is_one_part() {
