@@ -16,6 +16,7 @@ INSERT INTO projections.task_events (tenant_id, task_id, seq, event_id)
 SELECT t.tenant_id, t.task_id, e.seq, e.event_id
   FROM projections.tasks t
  CROSS JOIN LATERAL unnest(t.event_ids) AS u (event_id)
-  JOIN public.events e ON e.event_id = u.event_id;
+  JOIN public.events e ON e.tenant_id = t.tenant_id AND e.event_id = u.event_id
+    ON CONFLICT DO NOTHING;
 
 ALTER TABLE projections.tasks DROP COLUMN event_ids;

@@ -437,7 +437,11 @@ async fn the_verify_page_proves_the_chain_and_names_the_first_rewritten_event(
         .wait_for("document.getElementById('verify-status').textContent.startsWith('BROKEN')")
         .await;
     let status = browser.text("#verify-status").await;
-    assert!(status.contains("rewritten at or before seq 5"), "{status}");
+    assert!(
+        status.contains("checkpoint at seq 5 no longer holds")
+            && status.contains("The chain alone verifies"),
+        "{status}"
+    );
     let findings = browser.text("#verify-checkpoint-results").await;
     assert!(
         findings.starts_with("BROKEN") && findings.contains("checkpoint tenant=acme seq=5"),

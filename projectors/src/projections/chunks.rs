@@ -325,7 +325,9 @@ impl ChunkProjector {
     /// rebuild, and PostgreSQL sits idle meanwhile (nothing else runs in
     /// the transaction), so another core would otherwise wait too.
     pub fn chunks_of_all(&self, events: &[StoredEvent]) -> Vec<Vec<Chunk>> {
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+        static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let threads = *THREADS
+            .get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(4)));
         if events.len() < PARALLEL_FROM || threads < 2 {
             return events.iter().map(|event| self.chunks_of(event)).collect();
         }

@@ -346,8 +346,11 @@ function chains(decisions) {
   for (const d of decisions) {
     if (d.superseded_by && byId.has(d.superseded_by)) next.set(d.decision_id, byId.get(d.superseded_by));
   }
+  // A rejected decision superseded nothing, whatever it named.
   for (const d of decisions) {
-    if (d.supersedes && byId.has(d.supersedes) && !next.has(d.supersedes)) next.set(d.supersedes, d);
+    if (d.status !== "rejected" && d.supersedes && byId.has(d.supersedes) && !next.has(d.supersedes)) {
+      next.set(d.supersedes, d);
+    }
   }
   const followed = new Set([...next.values()].map((d) => d.decision_id));
   return decisions
@@ -678,8 +681,9 @@ function verifySummary(r) {
   const after = failing.last_holding_seq === null
     ? "no earlier checkpoint holds"
     : `the first rewritten event is after seq ${failing.last_holding_seq}`;
-  return `BROKEN: the log was rewritten at or before seq ${failing.seq} (${after}), ` +
-    "though the chain's hashes were recomputed to match.";
+  const chain = r.events_ok ? " The chain alone verifies: its hashes were recomputed to match." : "";
+  // Why (a rewrite, a cut) is in its line below.
+  return `BROKEN: the checkpoint at seq ${failing.seq} no longer holds; ${after}.${chain}`;
 }
 
 async function runVerify(submitted) {
