@@ -34,6 +34,13 @@ pub trait Projector: Send + Sync {
 
     fn tables(&self) -> &'static [Table];
 
+    /// Says that `events` come next in this transaction, after the batch
+    /// about to be applied: a projector may start deriving their rows on
+    /// another thread while the current batch's statements run. `apply`
+    /// must write the same rows whether or not this was called. Replays
+    /// (rebuild, drift check) call it; live workers do not.
+    fn prepare(&self, _events: &std::sync::Arc<[StoredEvent]>) {}
+
     fn apply<'a>(
         &'a self,
         tx: &'a mut PgConnection,

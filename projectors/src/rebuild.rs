@@ -3,13 +3,16 @@
 //! until the new ones commit; live workers skip the tenant meanwhile (its
 //! cursors are locked) and resume from the rebuilt cursors.
 
-use std::time::{Duration, Instant};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use sqlx::{PgConnection, PgPool};
 
 use crate::{
     engine::{Cursor, Engine, ProjectError, Wait, apply, save_cursors},
-    event::read_after,
+    event::{StoredEvent, read_after},
     projector::reset,
     schema::Schema,
 };
@@ -123,20 +126,16 @@ pub(crate) async fn replay(
     let mut position = cursors.iter().map(|c| c.seq).min().unwrap_or(0);
     let mut read = 0;
     let mut reading = Duration::ZERO;
-    loop {
-        let started = Instant::now();
-        let events = read_after(
-            tx,
-            engine.keyring(),
-            tenant,
-            position,
-            until,
-            engine.batch_size(),
-        )
-        .await?;
-        reading += started.elapsed();
-        let Some(last) = events.last() else { break };
-        if last.seq != position + events.len() as i64 {
+    let batch_size = engine.batch_size();
+    let keyring = engine.keyring();
+    let started = Instant::now();
+    let mut batch: Arc<[StoredEvent]> =
+        read_after(tx, keyring, tenant, position, until, batch_size)
+            .await?
+            .into();
+    reading += started.elapsed();
+    while let Some(last) = batch.last() {
+        if last.seq != position + batch.len() as i64 {
             tracing::warn!(
                 tenant,
                 after = position,
@@ -144,14 +143,28 @@ pub(crate) async fn replay(
             );
             break;
         }
-        apply(tx, tenant, cursors, &events).await?;
-        position = last.seq;
-        read += events.len() as i64;
+        // The next batch is read before this one is applied, so that
+        // projectors can derive its rows while this one's are written.
+        let last_seq = last.seq;
+        let started = Instant::now();
+        let next: Arc<[StoredEvent]> = read_after(tx, keyring, tenant, last_seq, until, batch_size)
+            .await?
+            .into();
+        reading += started.elapsed();
+        if next.first().is_some_and(|first| first.seq == last_seq + 1) {
+            for cursor in cursors.iter() {
+                cursor.projector.prepare(&next);
+            }
+        }
+        apply(tx, tenant, cursors, &batch).await?;
+        position = last_seq;
+        read += batch.len() as i64;
         progress(Progress {
             tenant,
             done: position,
             total: total.max(position),
         });
+        batch = next;
     }
     Ok((read, reading))
 }

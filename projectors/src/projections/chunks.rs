@@ -49,6 +49,31 @@ const ENTRYPOINT_STEMS: &[&str] = &["main", "index", "app", "server", "cli", "__
 
 pub struct ChunkProjector {
     tokens: TokenCounter,
+    /// The chunks of the batches a replay said come next, being derived on
+    /// a thread while the current batch's rows are written: the newest
+    /// [`PREPARED_KEPT`], since the one after the current batch is prepared
+    /// before the current one is applied.
+    prepared: std::sync::Mutex<std::collections::VecDeque<Prepared>>,
+}
+
+const PREPARED_KEPT: usize = 2;
+
+/// Chunks derived ahead for a run of events, known by its first and last
+/// event ids (unique across tenants: the projector serves every tenant's
+/// workers, and one must never take another's rows) and its length.
+struct Prepared {
+    first: String,
+    last: String,
+    len: usize,
+    chunks: std::thread::JoinHandle<Vec<Vec<Chunk>>>,
+}
+
+impl Prepared {
+    fn covers(&self, events: &[StoredEvent]) -> bool {
+        events.len() == self.len
+            && events.first().map(|e| e.event_id.as_str()) == Some(self.first.as_str())
+            && events.last().map(|e| e.event_id.as_str()) == Some(self.last.as_str())
+    }
 }
 
 impl ChunkProjector {
@@ -57,7 +82,25 @@ impl ChunkProjector {
     const BASE_VERSION: i32 = 3;
 
     pub fn new(tokens: TokenCounter) -> Self {
-        Self { tokens }
+        Self {
+            tokens,
+            prepared: std::sync::Mutex::default(),
+        }
+    }
+
+    /// The chunks derived ahead for exactly `events`, if any.
+    fn take_prepared(&self, events: &[StoredEvent]) -> Option<Vec<Vec<Chunk>>> {
+        let prepared = {
+            let mut kept = self.prepared.lock().ok()?;
+            let index = kept.iter().position(|p| p.covers(events))?;
+            kept.remove(index)?
+        };
+        Some(
+            prepared
+                .chunks
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+        )
     }
 }
 
@@ -354,34 +397,38 @@ impl ChunkProjector {
 
     /// The chunks of one event.
     pub fn chunks_of(&self, event: &StoredEvent) -> Vec<Chunk> {
-        let importance = importance(event);
-        texts_of(event)
-            .into_iter()
-            .map(|part| {
-                let rendered = render::chunk_meta(
-                    &event.actor_id,
-                    &event.kind,
-                    part.source.as_deref(),
-                    part.line_start.zip(part.line_end),
-                    event.ts,
-                ) + &render::body(&part.text);
-                Chunk {
-                    token_est: self.tokens.count(&rendered) as i32,
-                    importance,
-                    content_hash: content_hash(&part.text),
-                    word_hashes: dedupe::encode(&dedupe::words(&part.text)),
-                    chunk_id: part.chunk_id,
-                    event_id: event.event_id.clone(),
-                    seq: event.seq,
-                    part: part.part,
-                    source: part.source,
-                    line_start: part.line_start,
-                    line_end: part.line_end,
-                    text: part.text,
-                }
-            })
-            .collect()
+        chunk_event(self.tokens, event)
     }
+}
+
+fn chunk_event(tokens: TokenCounter, event: &StoredEvent) -> Vec<Chunk> {
+    let importance = importance(event);
+    texts_of(event)
+        .into_iter()
+        .map(|part| {
+            let rendered = render::chunk_meta(
+                &event.actor_id,
+                &event.kind,
+                part.source.as_deref(),
+                part.line_start.zip(part.line_end),
+                event.ts,
+            ) + &render::body(&part.text);
+            Chunk {
+                token_est: tokens.count(&rendered) as i32,
+                importance,
+                content_hash: content_hash(&part.text),
+                word_hashes: dedupe::encode(&dedupe::words(&part.text)),
+                chunk_id: part.chunk_id,
+                event_id: event.event_id.clone(),
+                seq: event.seq,
+                part: part.part,
+                source: part.source,
+                line_start: part.line_start,
+                line_end: part.line_end,
+                text: part.text,
+            }
+        })
+        .collect()
 }
 
 impl Projector for ChunkProjector {
@@ -397,6 +444,33 @@ impl Projector for ChunkProjector {
         TABLES
     }
 
+    /// One thread, not [`ChunkProjector::chunks_of_all`]'s several: it runs
+    /// while PostgreSQL writes the current batch, on the other core.
+    fn prepare(&self, events: &std::sync::Arc<[StoredEvent]>) {
+        let (tokens, ahead) = (self.tokens, events.clone());
+        let chunks = std::thread::spawn(move || {
+            ahead
+                .iter()
+                .map(|event| chunk_event(tokens, event))
+                .collect()
+        });
+        if let (Ok(mut kept), Some(first), Some(last)) =
+            (self.prepared.lock(), events.first(), events.last())
+        {
+            // An older one nobody took (a replay that failed) is dropped;
+            // its thread finishes on its own.
+            if kept.len() == PREPARED_KEPT {
+                kept.pop_front();
+            }
+            kept.push_back(Prepared {
+                first: first.event_id.clone(),
+                last: last.event_id.clone(),
+                len: events.len(),
+                chunks,
+            });
+        }
+    }
+
     fn apply<'a>(
         &'a self,
         tx: &'a mut PgConnection,
@@ -404,8 +478,11 @@ impl Projector for ChunkProjector {
         events: &'a [StoredEvent],
     ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
         Box::pin(async move {
+            let chunks = self
+                .take_prepared(events)
+                .unwrap_or_else(|| self.chunks_of_all(events));
             let mut rows = Rows::default();
-            for (event, chunks) in events.iter().zip(self.chunks_of_all(events)) {
+            for (event, chunks) in events.iter().zip(chunks) {
                 for chunk in chunks {
                     rows.push(event, chunk);
                 }
@@ -599,13 +676,11 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    #[test]
-    fn a_long_batch_chunks_on_threads_exactly_as_one_by_one() {
-        let projector = ChunkProjector::new(TokenCounter::new(Default::default()));
-        let events: Vec<StoredEvent> = (1..=PARALLEL_FROM as i64 * 3 + 1)
+    fn messages(count: i64, id_prefix: &str) -> Vec<StoredEvent> {
+        (1..=count)
             .map(|seq| StoredEvent {
                 seq,
-                event_id: format!("evt_{seq:026}"),
+                event_id: format!("evt_{id_prefix}{seq:020}"),
                 created_at: chrono::DateTime::UNIX_EPOCH,
                 ts: chrono::DateTime::UNIX_EPOCH,
                 session_id: "s".into(),
@@ -623,7 +698,35 @@ mod tests {
                 sealer: None,
                 keyring: crate::seal::Keyring::none(),
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn chunks_prepared_ahead_serve_only_the_very_same_events() {
+        let projector = ChunkProjector::new(TokenCounter::new(Default::default()));
+        let ours: std::sync::Arc<[StoredEvent]> = messages(70, "OURS").into();
+        // Another tenant's events, at the same seqs.
+        let theirs = messages(70, "THEIRS");
+        let next: std::sync::Arc<[StoredEvent]> = messages(3, "NEXT").into();
+        // A replay prepares the batch after the one it is about to apply.
+        projector.prepare(&ours);
+        projector.prepare(&next);
+        assert_eq!(projector.take_prepared(&theirs), None);
+        assert_eq!(
+            projector.take_prepared(&ours),
+            Some(projector.chunks_of_all(&ours))
+        );
+        assert_eq!(projector.take_prepared(&ours), None, "taken once");
+        assert_eq!(
+            projector.take_prepared(&next),
+            Some(projector.chunks_of_all(&next))
+        );
+    }
+
+    #[test]
+    fn a_long_batch_chunks_on_threads_exactly_as_one_by_one() {
+        let projector = ChunkProjector::new(TokenCounter::new(Default::default()));
+        let events = messages(PARALLEL_FROM as i64 * 3 + 1, "");
         let one_by_one: Vec<Vec<Chunk>> = events.iter().map(|e| projector.chunks_of(e)).collect();
         assert!(
             one_by_one.iter().any(|chunks| chunks.len() > 1),
