@@ -384,26 +384,7 @@ mod tests {
     use super::*;
 
     fn event(seq: i64) -> StoredEvent {
-        StoredEvent {
-            seq,
-            event_id: format!("evt_{seq}"),
-            created_at: chrono::DateTime::UNIX_EPOCH,
-            ts: chrono::DateTime::UNIX_EPOCH,
-            session_id: "s".into(),
-            channel: "private".into(),
-            actor_type: "human".into(),
-            actor_id: "a".into(),
-            agent_id: None,
-            kind: "message".into(),
-            sensitivity: "none".into(),
-            tags: vec![],
-            content: serde_json::json!({"text": "x"}),
-            refs: vec![],
-            artifact_id: None,
-            hash: vec![],
-            sealer: None,
-            keyring: Keyring::none(),
-        }
+        StoredEvent::test_message(seq, format!("evt_{seq}"), "x")
     }
 
     #[test]

@@ -126,3 +126,30 @@ pub fn open(keyring: &Keyring, tenant: &str, event: &mut StoredEvent) -> Result<
     event.keyring = keyring.clone();
     Ok(())
 }
+
+#[cfg(test)]
+impl StoredEvent {
+    /// A human's message with `text`, for unit tests.
+    pub(crate) fn test_message(seq: i64, event_id: String, text: &str) -> Self {
+        Self {
+            seq,
+            event_id,
+            created_at: chrono::DateTime::UNIX_EPOCH,
+            ts: chrono::DateTime::UNIX_EPOCH,
+            session_id: "s".into(),
+            channel: "private".into(),
+            actor_type: "human".into(),
+            actor_id: "a".into(),
+            agent_id: None,
+            kind: "message".into(),
+            sensitivity: "none".into(),
+            tags: vec![],
+            content: serde_json::json!({ "text": text }),
+            refs: vec![],
+            artifact_id: None,
+            hash: vec![],
+            sealer: None,
+            keyring: Keyring::none(),
+        }
+    }
+}

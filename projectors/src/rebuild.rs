@@ -126,14 +126,7 @@ pub(crate) async fn replay(
     let mut position = cursors.iter().map(|c| c.seq).min().unwrap_or(0);
     let mut read = 0;
     let mut reading = Duration::ZERO;
-    let batch_size = engine.batch_size();
-    let keyring = engine.keyring();
-    let started = Instant::now();
-    let mut batch: Arc<[StoredEvent]> =
-        read_after(tx, keyring, tenant, position, until, batch_size)
-            .await?
-            .into();
-    reading += started.elapsed();
+    let mut batch = read_batch(tx, engine, tenant, position, until, &mut reading).await?;
     while let Some(last) = batch.last() {
         if last.seq != position + batch.len() as i64 {
             tracing::warn!(
@@ -146,11 +139,7 @@ pub(crate) async fn replay(
         // The next batch is read before this one is applied, so that
         // projectors can derive its rows while this one's are written.
         let last_seq = last.seq;
-        let started = Instant::now();
-        let next: Arc<[StoredEvent]> = read_after(tx, keyring, tenant, last_seq, until, batch_size)
-            .await?
-            .into();
-        reading += started.elapsed();
+        let next = read_batch(tx, engine, tenant, last_seq, until, &mut reading).await?;
         if next.first().is_some_and(|first| first.seq == last_seq + 1) {
             for cursor in cursors.iter() {
                 cursor.projector.prepare(&next);
@@ -167,6 +156,30 @@ pub(crate) async fn replay(
         batch = next;
     }
     Ok((read, reading))
+}
+
+/// The batch of events after `after` (up to `until`), its reading time
+/// added to `reading`.
+async fn read_batch(
+    tx: &mut PgConnection,
+    engine: &Engine,
+    tenant: &str,
+    after: i64,
+    until: i64,
+    reading: &mut Duration,
+) -> Result<Arc<[StoredEvent]>, sqlx::Error> {
+    let started = Instant::now();
+    let batch = read_after(
+        tx,
+        engine.keyring(),
+        tenant,
+        after,
+        until,
+        engine.batch_size(),
+    )
+    .await?;
+    *reading += started.elapsed();
+    Ok(batch.into())
 }
 
 /// A digest of each of the engine's tables for `tenant` in `schema`: MD5

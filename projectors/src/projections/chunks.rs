@@ -678,25 +678,9 @@ mod tests {
 
     fn messages(count: i64, id_prefix: &str) -> Vec<StoredEvent> {
         (1..=count)
-            .map(|seq| StoredEvent {
-                seq,
-                event_id: format!("evt_{id_prefix}{seq:020}"),
-                created_at: chrono::DateTime::UNIX_EPOCH,
-                ts: chrono::DateTime::UNIX_EPOCH,
-                session_id: "s".into(),
-                channel: "private".into(),
-                actor_type: "human".into(),
-                actor_id: "a".into(),
-                agent_id: None,
-                kind: "message".into(),
-                sensitivity: "none".into(),
-                tags: vec![],
-                content: serde_json::json!({"text": format!("message {seq}: ").repeat(seq as usize)}),
-                refs: vec![],
-                artifact_id: None,
-                hash: vec![],
-                sealer: None,
-                keyring: crate::seal::Keyring::none(),
+            .map(|seq| {
+                let text = format!("message {seq}: ").repeat(seq as usize);
+                StoredEvent::test_message(seq, format!("evt_{id_prefix}{seq:020}"), &text)
             })
             .collect()
     }
