@@ -3,6 +3,7 @@
 
 pub mod event;
 pub mod hash_chain;
+pub mod jsonb_text;
 pub mod limits;
 pub mod redact;
 pub mod tenant;

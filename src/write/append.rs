@@ -7,10 +7,21 @@
 //! - the hash chain always extends the true head;
 //! - an idempotency key can be checked without a race.
 //!
-//! Four round trips whatever the batch size: BEGIN, lock (which also returns
-//! the clock, PostgreSQL's rendering of each content, and earlier events with
-//! the same idempotency keys), one INSERT of all rows plus the head update and
-//! `pg_notify`, COMMIT.
+//! Two ways to one outcome:
+//! - **One statement**, when the writer knows the head its previous append
+//!   left (the usual case: one writer task per tenant, see `group_commit`).
+//!   It hashes in memd, with content rendered as PostgreSQL renders `jsonb`
+//!   (`domain::jsonb_text`), and sends a single INSERT whose head update
+//!   only matches if the head is still the one it extended, no event has
+//!   any of its idempotency keys, and PostgreSQL renders every content as
+//!   memd did. Otherwise nothing is stored and the append goes the long way.
+//! - **Four round trips** otherwise: BEGIN, lock (which also returns
+//!   PostgreSQL's rendering of each content, earlier events with the same
+//!   idempotency keys, and the last event's time), one INSERT of all rows plus
+//!   the head update and `pg_notify`, COMMIT.
+//!
+//! `created_at` comes from memd's clock, never earlier than the tenant's
+//! previous event, so both ways can hash it before the statement runs.
 
 use std::collections::HashMap;
 
@@ -27,6 +38,7 @@ use sqlx::{PgPool, Row};
 use crate::domain::{
     event::NewEvent,
     hash_chain::{ChainedEvent, GENESIS},
+    jsonb_text,
     tenant::TenantId,
 };
 
@@ -75,7 +87,7 @@ type Replay = (String, String, i64, DateTime<Utc>, Option<String>);
 const LOCK_HEAD: &str = r#"
 SELECT h.seq,
        h.hash,
-       clock_timestamp() AS now,
+       (SELECT e.created_at FROM events e WHERE e.tenant_id = $1 AND e.seq = h.seq) AS last_created_at,
        (SELECT coalesce(array_agg(c::jsonb::text ORDER BY o), '{}')
           FROM unnest($2::text[]) WITH ORDINALITY AS u (c, o)) AS contents,
        (SELECT coalesce(jsonb_agg(jsonb_build_array(e.idempotency_key, e.event_id, e.seq, e.created_at, e.artifact_id)), '[]')
@@ -106,6 +118,37 @@ WITH inserted AS (
     UPDATE tenant_heads SET seq = $19, hash = $20 WHERE tenant_id = $1
 )
 SELECT count(*) AS inserted, pg_notify($21, $1 || ':' || $19::text) FROM inserted
+"#;
+
+/// [`INSERT_EVENTS`] in one autocommitted statement, storing nothing unless
+/// the head is still `($23, $24)`, none of the idempotency keys is taken, and
+/// PostgreSQL renders each content exactly as sent.
+const INSERT_EVENTS_AFTER_HEAD: &str = r#"
+WITH head AS (
+    UPDATE tenant_heads SET seq = $19, hash = $20
+     WHERE tenant_id = $1 AND seq = $23 AND hash = $24
+       AND NOT EXISTS (SELECT 1 FROM events e
+                        WHERE e.tenant_id = $1 AND e.idempotency_key = ANY ($15::text[]))
+       AND (SELECT bool_and(c::jsonb::text = c) FROM unnest($13::text[]) AS c)
+    RETURNING pg_notify($21, $1 || ':' || $19::text)
+), inserted AS (
+    INSERT INTO events (tenant_id, seq, event_id, created_at, ts, session_id, channel, actor_type,
+                        actor_id, kind, sensitivity, tags, content, refs, idempotency_key,
+                        artifact_id, prev_hash, hash, agent_id)
+    SELECT $1, u.seq, u.event_id, $2, u.ts, u.session_id, u.channel, u.actor_type,
+           u.actor_id, u.kind, u.sensitivity,
+           ARRAY(SELECT jsonb_array_elements_text(u.tags::jsonb)), u.content::jsonb,
+           ARRAY(SELECT jsonb_array_elements_text(u.refs::jsonb)), u.idempotency_key,
+           u.artifact_id, u.prev_hash, u.hash, u.agent_id
+      FROM head,
+           unnest($3::bigint[], $4::text[], $5::timestamptz[], $6::text[], $7::text[], $8::text[],
+                  $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[],
+                  $15::text[], $16::text[], $17::bytea[], $18::bytea[], $22::text[])
+           AS u (seq, event_id, ts, session_id, channel, actor_type, actor_id, kind, sensitivity,
+                 tags, content, refs, idempotency_key, artifact_id, prev_hash, hash, agent_id)
+    RETURNING 1
+)
+SELECT count(*) AS inserted FROM inserted
 "#;
 
 const INSERT_ARTIFACTS: &str = r#"
@@ -170,44 +213,104 @@ fn seal_artifact(sealer: &Sealer, event: &mut NewEvent) {
     }
 }
 
+/// A tenant's head as an append left it: what the next append extends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Head {
+    pub seq: i64,
+    pub hash: [u8; 32],
+    /// The last event's `created_at`; the next is never earlier.
+    pub created_at: DateTime<Utc>,
+}
+
 /// Appends `events` for `tenant`, all or nothing, and returns, in order, each
 /// event's id, sequence number and commit time.
-#[tracing::instrument(skip_all, fields(tenant = %tenant, events = events.len()))]
 pub async fn append(
     pool: &PgPool,
     keyring: &Keyring,
     tenant: &TenantId,
-    mut events: Vec<NewEvent>,
+    events: Vec<NewEvent>,
 ) -> Result<Vec<Appended>, AppendError> {
+    append_after(pool, keyring, tenant, events, None)
+        .await
+        .map(|(appended, _)| appended)
+}
+
+/// [`append`], in one statement when `known` is the tenant's head (as the
+/// previous append returned it); also returns the head this append left.
+#[tracing::instrument(skip_all, fields(tenant = %tenant, events = events.len()))]
+pub async fn append_after(
+    pool: &PgPool,
+    keyring: &Keyring,
+    tenant: &TenantId,
+    mut events: Vec<NewEvent>,
+    known: Option<Head>,
+) -> Result<(Vec<Appended>, Head), AppendError> {
     // Sealed before hashing: the chain covers what is stored, so `memd
     // verify` needs no key.
     let contents: Vec<String> = events
         .iter_mut()
         .map(|event| stored_content(keyring, tenant, event))
         .collect();
+    if let Some(head) = known
+        && events.iter().all(|e| e.artifact.is_none())
+        && let Some(rendered) = contents
+            .iter()
+            .map(|text| {
+                serde_json::from_str(text)
+                    .ok()
+                    .and_then(|v| jsonb_text::render(&v))
+            })
+            .collect::<Option<Vec<String>>>()
+    {
+        let now = clock(head.created_at);
+        let batch = Batch::build(tenant, events.clone(), rendered, head, now, HashMap::new());
+        if let Some(batch) = batch.insert_if_head(pool, tenant, &head).await? {
+            return Ok(batch.finish());
+        }
+        // The head moved (another daemon appended), a key was taken, or
+        // PostgreSQL renders a content differently: the long way decides.
+        tracing::debug!("the one-statement append stored nothing; appending under the lock");
+    }
+    append_locked(pool, tenant, events, contents).await
+}
+
+/// The time for a new event: memd's clock, to PostgreSQL's microseconds,
+/// never before the tenant's previous event.
+fn clock(last: DateTime<Utc>) -> DateTime<Utc> {
+    Utc::now().trunc_subsecs(6).max(last)
+}
+
+async fn append_locked(
+    pool: &PgPool,
+    tenant: &TenantId,
+    events: Vec<NewEvent>,
+    contents: Vec<String>,
+) -> Result<(Vec<Appended>, Head), AppendError> {
     let keys: Vec<&str> = events
         .iter()
         .filter_map(|e| e.idempotency_key.as_deref())
         .collect();
-
     let mut tx = pool.begin().await?;
-    let head = sqlx::query(LOCK_HEAD)
+    let row = sqlx::query(LOCK_HEAD)
         .bind(tenant.as_str())
         .bind(&contents)
         .bind(&keys)
         .fetch_optional(&mut *tx)
         .await?
         .ok_or_else(|| AppendError::UnknownTenant(tenant.to_string()))?;
-    let mut seq: i64 = head.try_get("seq")?;
-    let mut prev_hash: [u8; 32] = head
-        .try_get::<Vec<u8>, _>("hash")?
-        .try_into()
-        .unwrap_or(GENESIS);
-    let now: DateTime<Utc> = head.try_get("now")?;
-    let content_texts: Vec<String> = head.try_get("contents")?;
-    let replays: Vec<Replay> = serde_json::from_value(head.try_get("replays")?)
+    let last_created_at: Option<DateTime<Utc>> = row.try_get("last_created_at")?;
+    let head = Head {
+        seq: row.try_get("seq")?,
+        hash: row
+            .try_get::<Vec<u8>, _>("hash")?
+            .try_into()
+            .unwrap_or(GENESIS),
+        created_at: last_created_at.unwrap_or(DateTime::<Utc>::MIN_UTC),
+    };
+    let content_texts: Vec<String> = row.try_get("contents")?;
+    let replays: Vec<Replay> = serde_json::from_value(row.try_get("replays")?)
         .map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
-    let mut by_key: HashMap<String, Appended> = replays
+    let by_key: HashMap<String, Appended> = replays
         .into_iter()
         .map(|(key, event_id, seq, created_at, artifact_id)| {
             let original = Appended {
@@ -222,148 +325,22 @@ pub async fn append(
         })
         .collect();
 
-    let mut results = Vec::with_capacity(events.len());
-    // (index in results, the event as projectors will read it), for its
-    // chunk ids once the lock is released.
-    let mut stored = Vec::new();
-    let mut rows = Columns::default();
-    let mut artifacts = ArtifactColumns::default();
-    for (mut event, content_text) in events.into_iter().zip(content_texts) {
-        if let Some(original) = event.idempotency_key.as_ref().and_then(|k| by_key.get(k)) {
-            results.push(Appended {
-                replayed: true,
-                ..original.clone()
-            });
-            continue;
-        }
-        seq += 1;
-        let event_id = crate::domain::new_id("evt");
-        // PostgreSQL keeps microseconds; hash exactly what it will store.
-        let ts = event.ts.map(|t| t.trunc_subsecs(6)).unwrap_or(now);
-        let tags = serde_json::to_string(&event.tags).expect("strings serialize");
-        let refs = serde_json::to_string(&event.refs).expect("strings serialize");
-        let artifact_id = event.artifact.as_ref().map(|a| a.artifact_id.clone());
-        let hash = ChainedEvent {
-            tenant_id: tenant.as_str(),
-            seq,
-            event_id: &event_id,
-            created_at_us: now.timestamp_micros(),
-            ts_us: ts.timestamp_micros(),
-            session_id: &event.session_id,
-            channel: event.channel.as_str(),
-            actor_type: event.actor_type.as_str(),
-            actor_id: &event.actor_id,
-            agent_id: event.agent_id.as_deref(),
-            kind: event.kind.as_str(),
-            sensitivity: event.sensitivity.as_str(),
-            tags: &event.tags,
-            refs: &event.refs,
-            idempotency_key: event.idempotency_key.as_deref(),
-            artifact_id: artifact_id.as_deref(),
-            content_text: &content_text,
-        }
-        .hash(&prev_hash);
-
-        let appended = Appended {
-            event_id: event_id.clone(),
-            seq,
-            created_at: now,
-            replayed: false,
-            artifact_id: artifact_id.clone(),
-            chunk_ids: None,
-        };
-        if let Some(key) = &event.idempotency_key {
-            // A key repeated within one batch refers to its first occurrence.
-            by_key.insert(key.clone(), appended.clone());
-        }
-        results.push(appended);
-        stored.push((
-            results.len() - 1,
-            StoredEvent {
-                seq,
-                event_id: event_id.clone(),
-                created_at: now,
-                ts,
-                session_id: event.session_id.clone(),
-                channel: event.channel.as_str().to_owned(),
-                actor_type: event.actor_type.as_str().to_owned(),
-                actor_id: event.actor_id.clone(),
-                agent_id: event.agent_id.clone(),
-                kind: event.kind.as_str().to_owned(),
-                sensitivity: event.sensitivity.as_str().to_owned(),
-                tags: event.tags.clone(),
-                content: std::mem::take(&mut event.content),
-                refs: event.refs.clone(),
-                artifact_id: artifact_id.clone(),
-                hash: hash.to_vec(),
-                sealer: None,
-                keyring: Keyring::none(),
-            },
-        ));
-
-        if let Some(artifact) = event.artifact {
-            artifacts.artifact_id.push(artifact.artifact_id);
-            artifacts.event_id.push(event_id.clone());
-            artifacts.media_type.push(artifact.media_type);
-            artifacts.sha256.push(artifact.sha256.to_vec());
-            artifacts.bytes.push(artifact.bytes);
-            artifacts.meta.push(artifact.meta.to_string());
-            artifacts.kind.push(artifact.kind);
-        }
-        rows.seq.push(seq);
-        rows.event_id.push(event_id);
-        rows.ts.push(ts);
-        rows.session_id.push(event.session_id);
-        rows.channel.push(event.channel.as_str());
-        rows.actor_type.push(event.actor_type.as_str());
-        rows.actor_id.push(event.actor_id);
-        rows.agent_id.push(event.agent_id);
-        rows.kind.push(event.kind.as_str());
-        rows.sensitivity.push(event.sensitivity.as_str());
-        rows.tags.push(tags);
-        rows.content.push(content_text);
-        rows.refs.push(refs);
-        rows.idempotency_key.push(event.idempotency_key);
-        rows.artifact_id.push(artifact_id);
-        rows.prev_hash.push(prev_hash.to_vec());
-        rows.hash.push(hash.to_vec());
-        prev_hash = hash;
-    }
-
-    if rows.seq.is_empty() {
+    let now = clock(head.created_at);
+    let batch = Batch::build(tenant, events, content_texts, head, now, by_key);
+    if batch.rows.seq.is_empty() {
         // Every event was a replay: nothing to store, nothing to announce.
         tx.rollback().await?;
-        return Ok(results);
+        return Ok(batch.finish());
     }
-    sqlx::query(INSERT_EVENTS)
-        .bind(tenant.as_str())
-        .bind(now)
-        .bind(&rows.seq)
-        .bind(&rows.event_id)
-        .bind(&rows.ts)
-        .bind(&rows.session_id)
-        .bind(&rows.channel)
-        .bind(&rows.actor_type)
-        .bind(&rows.actor_id)
-        .bind(&rows.kind)
-        .bind(&rows.sensitivity)
-        .bind(&rows.tags)
-        .bind(&rows.content)
-        .bind(&rows.refs)
-        .bind(&rows.idempotency_key)
-        .bind(&rows.artifact_id)
-        .bind(&rows.prev_hash)
-        .bind(&rows.hash)
-        .bind(seq)
-        .bind(prev_hash.to_vec())
-        .bind(NOTIFY_CHANNEL)
-        .bind(&rows.agent_id)
+    batch
+        .bind_rows(sqlx::query(INSERT_EVENTS), tenant)
         .fetch_one(&mut *tx)
         .await?;
+    let artifacts = &batch.artifacts;
     if !artifacts.artifact_id.is_empty() {
         sqlx::query(INSERT_ARTIFACTS)
             .bind(tenant.as_str())
-            .bind(now)
+            .bind(batch.now)
             .bind(&artifacts.artifact_id)
             .bind(&artifacts.event_id)
             .bind(&artifacts.media_type)
@@ -375,13 +352,224 @@ pub async fn append(
             .await?;
     }
     tx.commit().await?;
-    for (index, event) in stored {
-        results[index].chunk_ids = Some(
-            chunks::texts_of(&event)
-                .into_iter()
-                .map(|text| text.chunk_id)
-                .collect(),
-        );
+    Ok(batch.finish())
+}
+
+/// One append's new rows, hashed onto a head.
+struct Batch {
+    now: DateTime<Utc>,
+    results: Vec<Appended>,
+    /// (index in results, the event as projectors will read it), for its
+    /// chunk ids once the rows are stored.
+    stored: Vec<(usize, StoredEvent)>,
+    rows: Columns,
+    artifacts: ArtifactColumns,
+    /// The head after these rows.
+    head: Head,
+}
+
+impl Batch {
+    /// Numbers and hashes `events` (whose stored contents render as
+    /// `content_texts`) after `head`; an event whose idempotency key is in
+    /// `by_key` is a replay of that one.
+    fn build(
+        tenant: &TenantId,
+        events: Vec<NewEvent>,
+        content_texts: Vec<String>,
+        head: Head,
+        now: DateTime<Utc>,
+        mut by_key: HashMap<String, Appended>,
+    ) -> Self {
+        let mut seq = head.seq;
+        let mut prev_hash = head.hash;
+        let mut results = Vec::with_capacity(events.len());
+        let mut stored = Vec::new();
+        let mut rows = Columns::default();
+        let mut artifacts = ArtifactColumns::default();
+        for (mut event, content_text) in events.into_iter().zip(content_texts) {
+            if let Some(original) = event.idempotency_key.as_ref().and_then(|k| by_key.get(k)) {
+                results.push(Appended {
+                    replayed: true,
+                    ..original.clone()
+                });
+                continue;
+            }
+            seq += 1;
+            let event_id = crate::domain::new_id("evt");
+            // PostgreSQL keeps microseconds; hash exactly what it will store.
+            let ts = event.ts.map(|t| t.trunc_subsecs(6)).unwrap_or(now);
+            let tags = serde_json::to_string(&event.tags).expect("strings serialize");
+            let refs = serde_json::to_string(&event.refs).expect("strings serialize");
+            let artifact_id = event.artifact.as_ref().map(|a| a.artifact_id.clone());
+            let hash = ChainedEvent {
+                tenant_id: tenant.as_str(),
+                seq,
+                event_id: &event_id,
+                created_at_us: now.timestamp_micros(),
+                ts_us: ts.timestamp_micros(),
+                session_id: &event.session_id,
+                channel: event.channel.as_str(),
+                actor_type: event.actor_type.as_str(),
+                actor_id: &event.actor_id,
+                agent_id: event.agent_id.as_deref(),
+                kind: event.kind.as_str(),
+                sensitivity: event.sensitivity.as_str(),
+                tags: &event.tags,
+                refs: &event.refs,
+                idempotency_key: event.idempotency_key.as_deref(),
+                artifact_id: artifact_id.as_deref(),
+                content_text: &content_text,
+            }
+            .hash(&prev_hash);
+
+            let appended = Appended {
+                event_id: event_id.clone(),
+                seq,
+                created_at: now,
+                replayed: false,
+                artifact_id: artifact_id.clone(),
+                chunk_ids: None,
+            };
+            if let Some(key) = &event.idempotency_key {
+                // A key repeated within one batch refers to its first occurrence.
+                by_key.insert(key.clone(), appended.clone());
+            }
+            results.push(appended);
+            stored.push((
+                results.len() - 1,
+                StoredEvent {
+                    seq,
+                    event_id: event_id.clone(),
+                    created_at: now,
+                    ts,
+                    session_id: event.session_id.clone(),
+                    channel: event.channel.as_str().to_owned(),
+                    actor_type: event.actor_type.as_str().to_owned(),
+                    actor_id: event.actor_id.clone(),
+                    agent_id: event.agent_id.clone(),
+                    kind: event.kind.as_str().to_owned(),
+                    sensitivity: event.sensitivity.as_str().to_owned(),
+                    tags: event.tags.clone(),
+                    content: std::mem::take(&mut event.content),
+                    refs: event.refs.clone(),
+                    artifact_id: artifact_id.clone(),
+                    hash: hash.to_vec(),
+                    sealer: None,
+                    keyring: Keyring::none(),
+                },
+            ));
+
+            if let Some(artifact) = event.artifact {
+                artifacts.artifact_id.push(artifact.artifact_id);
+                artifacts.event_id.push(event_id.clone());
+                artifacts.media_type.push(artifact.media_type);
+                artifacts.sha256.push(artifact.sha256.to_vec());
+                artifacts.bytes.push(artifact.bytes);
+                artifacts.meta.push(artifact.meta.to_string());
+                artifacts.kind.push(artifact.kind);
+            }
+            rows.seq.push(seq);
+            rows.event_id.push(event_id);
+            rows.ts.push(ts);
+            rows.session_id.push(event.session_id);
+            rows.channel.push(event.channel.as_str());
+            rows.actor_type.push(event.actor_type.as_str());
+            rows.actor_id.push(event.actor_id);
+            rows.agent_id.push(event.agent_id);
+            rows.kind.push(event.kind.as_str());
+            rows.sensitivity.push(event.sensitivity.as_str());
+            rows.tags.push(tags);
+            rows.content.push(content_text);
+            rows.refs.push(refs);
+            rows.idempotency_key.push(event.idempotency_key);
+            rows.artifact_id.push(artifact_id);
+            rows.prev_hash.push(prev_hash.to_vec());
+            rows.hash.push(hash.to_vec());
+            prev_hash = hash;
+        }
+        let head = if rows.seq.is_empty() {
+            head
+        } else {
+            Head {
+                seq,
+                hash: prev_hash,
+                created_at: now,
+            }
+        };
+        Self {
+            now,
+            results,
+            stored,
+            rows,
+            artifacts,
+            head,
+        }
     }
-    Ok(results)
+
+    /// Binds the parameters [`INSERT_EVENTS`] and [`INSERT_EVENTS_AFTER_HEAD`] share.
+    fn bind_rows<'q>(
+        &'q self,
+        query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+        tenant: &'q TenantId,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        let rows = &self.rows;
+        query
+            .bind(tenant.as_str())
+            .bind(self.now)
+            .bind(&rows.seq)
+            .bind(&rows.event_id)
+            .bind(&rows.ts)
+            .bind(&rows.session_id)
+            .bind(&rows.channel)
+            .bind(&rows.actor_type)
+            .bind(&rows.actor_id)
+            .bind(&rows.kind)
+            .bind(&rows.sensitivity)
+            .bind(&rows.tags)
+            .bind(&rows.content)
+            .bind(&rows.refs)
+            .bind(&rows.idempotency_key)
+            .bind(&rows.artifact_id)
+            .bind(&rows.prev_hash)
+            .bind(&rows.hash)
+            .bind(self.head.seq)
+            .bind(self.head.hash.to_vec())
+            .bind(NOTIFY_CHANNEL)
+            .bind(&rows.agent_id)
+    }
+
+    /// Stores the rows in one statement if `head` is still the tenant's;
+    /// None (nothing stored) otherwise.
+    async fn insert_if_head(
+        self,
+        pool: &PgPool,
+        tenant: &TenantId,
+        head: &Head,
+    ) -> Result<Option<Self>, AppendError> {
+        if self.rows.seq.is_empty() {
+            return Ok(Some(self));
+        }
+        let inserted: i64 = self
+            .bind_rows(sqlx::query(INSERT_EVENTS_AFTER_HEAD), tenant)
+            .bind(head.seq)
+            .bind(head.hash.to_vec())
+            .fetch_one(pool)
+            .await?
+            .try_get("inserted")?;
+        Ok((inserted > 0).then_some(self))
+    }
+
+    /// The caller's answer (with chunk ids, computed once the tenant's
+    /// lock is no longer held) and the new head.
+    fn finish(mut self) -> (Vec<Appended>, Head) {
+        for (index, event) in self.stored {
+            self.results[index].chunk_ids = Some(
+                chunks::texts_of(&event)
+                    .into_iter()
+                    .map(|text| text.chunk_id)
+                    .collect(),
+            );
+        }
+        (self.results, self.head)
+    }
 }

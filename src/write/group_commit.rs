@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use memd_projectors::seal::Keyring;
 
-use super::append::{AppendError, Appended, append};
+use super::append::{AppendError, Appended, Head, append_after};
 use crate::domain::{event::NewEvent, tenant::TenantId};
 
 /// Events merged into one transaction at most (a single request may exceed it alone).
@@ -44,6 +44,27 @@ pub struct Appender {
     /// Seals high and secret events before they are hashed and stored.
     keyring: Keyring,
     writers: Arc<Mutex<HashMap<TenantId, mpsc::Sender<Pending>>>>,
+    /// Each tenant's head as this daemon's last append left it, so the next
+    /// append can be one statement (checked against the real head there).
+    heads: Heads,
+}
+
+/// Heads outlive writers, which retire whenever their queue runs dry.
+#[derive(Clone, Default)]
+struct Heads(Arc<Mutex<HashMap<TenantId, Head>>>);
+
+impl Heads {
+    fn get(&self, tenant: &TenantId) -> Option<Head> {
+        self.0.lock().expect("heads lock").get(tenant).copied()
+    }
+
+    fn set(&self, tenant: &TenantId, head: Option<Head>) {
+        let mut heads = self.0.lock().expect("heads lock");
+        match head {
+            Some(head) => heads.insert(tenant.clone(), head),
+            None => heads.remove(tenant),
+        };
+    }
 }
 
 impl Appender {
@@ -52,6 +73,7 @@ impl Appender {
             pool,
             keyring,
             writers: Arc::default(),
+            heads: Heads::default(),
         }
     }
 
@@ -83,9 +105,12 @@ impl Appender {
         let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
         writers.insert(tenant.clone(), sender.clone());
         tokio::spawn(run_writer(
-            self.pool.clone(),
-            self.keyring.clone(),
-            tenant.clone(),
+            Writer {
+                pool: self.pool.clone(),
+                keyring: self.keyring.clone(),
+                tenant: tenant.clone(),
+                heads: self.heads.clone(),
+            },
             receiver,
             sender.downgrade(),
             self.writers.clone(),
@@ -94,10 +119,34 @@ impl Appender {
     }
 }
 
-async fn run_writer(
+/// What a tenant's writer task appends with.
+struct Writer {
     pool: PgPool,
     keyring: Keyring,
     tenant: TenantId,
+    heads: Heads,
+}
+
+impl Writer {
+    /// Appends `events`, remembering the head it leaves (or forgetting the
+    /// head on failure, so the next append asks the database).
+    async fn append(&self, events: Vec<NewEvent>) -> Result<Vec<Appended>, AppendError> {
+        let known = self.heads.get(&self.tenant);
+        match append_after(&self.pool, &self.keyring, &self.tenant, events, known).await {
+            Ok((appended, head)) => {
+                self.heads.set(&self.tenant, Some(head));
+                Ok(appended)
+            }
+            Err(err) => {
+                self.heads.set(&self.tenant, None);
+                Err(err)
+            }
+        }
+    }
+}
+
+async fn run_writer(
+    writer: Writer,
     mut queue: mpsc::Receiver<Pending>,
     // Weak, so that when the Appender (and with it every sender) is dropped,
     // the queue closes and this task ends instead of idling on the pool.
@@ -122,7 +171,7 @@ async fn run_writer(
                 Err(_) => break,
             }
         }
-        commit_group(&pool, &keyring, &tenant, group).await;
+        commit_group(&writer, group).await;
         next = queue.try_recv().ok();
     }
     // Retire: leave the map first (new requests start a new writer), then
@@ -130,10 +179,10 @@ async fn run_writer(
     {
         let mut map = writers.lock().expect("writers lock");
         let ours = own.upgrade();
-        if let (Some(current), Some(ours)) = (map.get(&tenant), ours)
+        if let (Some(current), Some(ours)) = (map.get(&writer.tenant), ours)
             && current.same_channel(&ours)
         {
-            map.remove(&tenant);
+            map.remove(&writer.tenant);
         }
     }
     queue.close();
@@ -147,21 +196,14 @@ async fn run_writer(
         rest.push(pending);
     }
     if !rest.is_empty() {
-        commit_group(&pool, &keyring, &tenant, rest).await;
+        commit_group(&writer, rest).await;
     }
 }
 
-async fn commit_group(
-    pool: &PgPool,
-    keyring: &Keyring,
-    tenant: &TenantId,
-    mut group: Vec<Pending>,
-) {
+async fn commit_group(writer: &Writer, mut group: Vec<Pending>) {
     if group.len() == 1 {
         let pending = group.pop().expect("one request");
-        let result = append(pool, keyring, tenant, pending.events)
-            .await
-            .map_err(Arc::new);
+        let result = writer.append(pending.events).await.map_err(Arc::new);
         let _ = pending.reply.send(result);
         return;
     }
@@ -169,7 +211,7 @@ async fn commit_group(
         .iter()
         .flat_map(|p| p.events.iter().cloned())
         .collect();
-    match append(pool, keyring, tenant, merged).await {
+    match writer.append(merged).await {
         Ok(appended) => {
             let mut appended = appended.into_iter();
             for pending in group {
@@ -187,9 +229,7 @@ async fn commit_group(
         Err(err) => {
             tracing::warn!(error = %err, requests = group.len(), "group commit failed; retrying its requests one by one");
             for pending in group {
-                let result = append(pool, keyring, tenant, pending.events)
-                    .await
-                    .map_err(Arc::new);
+                let result = writer.append(pending.events).await.map_err(Arc::new);
                 let _ = pending.reply.send(result);
             }
         }

@@ -129,3 +129,68 @@ async fn a_truncated_tail_is_named(_: PgPoolOptions, connect: PgConnectOptions) 
         broken.reason
     );
 }
+
+/// memd renders content as PostgreSQL's `jsonb::text` does (the hash covers
+/// that text); checked against PostgreSQL itself on tricky and random values.
+#[sqlx::test]
+async fn content_renders_as_postgresql_renders_jsonb(pool: sqlx::PgPool) {
+    use memd::domain::jsonb_text::render;
+    use proptest::{
+        prelude::*,
+        strategy::ValueTree,
+        test_runner::{Config, TestRunner},
+    };
+    use serde_json::Value;
+
+    let mut values = vec![
+        json!({"text": "plain", "n": 1, "neg": -7, "big": u64::MAX, "small": i64::MIN}),
+        json!({"f": [0.1, 1.0, -2.5, 1e20, 1e-7, 1.5e-7, 123456.789, f64::MAX, f64::MIN_POSITIVE, 5e-324, -0.0]}),
+        json!({"s": "quote \" backslash \\ nl \n tab \t cr \r bs \u{8} ff \u{c} bell \u{7} \u{1f} é 漢字 😀 /"}),
+        json!({"": 0, "a": {}, "bb": [], "ab": [[], {}], "b": null, "é": true, "z": false}),
+        json!([1, "two", [3.0], {"four": 4}]),
+        json!("just a string"),
+        json!(42.5),
+    ];
+    let leaf = prop_oneof![
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(Value::from),
+        (-1e6f64..1e6).prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        "[^\u{0}]{0,12}".prop_map(Value::from),
+        any::<bool>().prop_map(Value::from),
+        Just(Value::Null),
+    ];
+    let tree = leaf.prop_recursive(3, 24, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+            prop::collection::btree_map("[^\u{0}]{0,6}", inner, 0..5)
+                .prop_map(|map| Value::Object(map.into_iter().collect())),
+        ]
+    });
+    let mut runner = TestRunner::new(Config::default());
+    for _ in 0..2_000 {
+        values.push(tree.new_tree(&mut runner).unwrap().current());
+    }
+
+    let sent: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+    let rendered: Vec<String> = sqlx::query_scalar(
+        "SELECT u::jsonb::text FROM unnest($1::text[]) WITH ORDINALITY AS t (u, o) ORDER BY o",
+    )
+    .bind(&sent)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let mut declined = 0;
+    for ((value, theirs), sent) in values.iter().zip(&rendered).zip(&sent) {
+        match render(value) {
+            Some(ours) => assert_eq!(&ours, theirs, "rendering {sent}"),
+            None => declined += 1,
+        }
+    }
+    assert!(
+        declined * 100 < values.len(),
+        "memd declined to render {declined} of {} values",
+        values.len()
+    );
+}
