@@ -7,7 +7,8 @@ use anyhow::Context;
 use serde_json::{Value, json};
 
 use super::harness::{
-    Measurement, ScratchDatabase, drive, environment, report_header, start_daemon, write_report,
+    Measurement, ScratchDatabase, drive, environment, report_header, start_daemon,
+    start_daemon_without_projections, write_report,
 };
 use crate::{
     db,
@@ -31,14 +32,22 @@ pub async fn run(
     duration: Duration,
     batch: usize,
     semantic: SemanticConfig,
+    projections: bool,
     out: &Path,
 ) -> anyhow::Result<()> {
     let scratch = ScratchDatabase::create(database_url, "memd_bench").await?;
     let embedder = semantic.embedder.clone();
-    let result = measure(&scratch, duration, batch, semantic).await;
+    let result = measure(&scratch, duration, batch, semantic, projections).await;
     scratch.drop_now().await?;
     let (rows, environment) = result?;
-    let report = render(&rows, &environment, duration, batch, embedder.as_deref());
+    let report = render(
+        &rows,
+        &environment,
+        duration,
+        batch,
+        embedder.as_deref(),
+        projections,
+    );
     write_report(out, &report)
 }
 
@@ -47,6 +56,7 @@ async fn measure(
     duration: Duration,
     batch: usize,
     semantic: SemanticConfig,
+    projections: bool,
 ) -> anyhow::Result<(Vec<Row>, String)> {
     let pool = db::connect(scratch.options.clone(), 48).await?;
     db::migrate(&pool).await?;
@@ -66,7 +76,11 @@ async fn measure(
         .execute(&pool)
         .await?;
 
-    let daemon = start_daemon(pool.clone(), semantic).await?;
+    let daemon = if projections {
+        start_daemon(pool.clone(), semantic).await?
+    } else {
+        start_daemon_without_projections(pool.clone(), semantic).await?
+    };
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(64)
         .build()
@@ -232,13 +246,19 @@ fn render(
     duration: Duration,
     batch: usize,
     embedder: Option<&str>,
+    projections: bool,
 ) -> String {
     let mut out = report_header("append", environment);
     let _ = writeln!(
         out,
-        "Each scenario runs {:.1} s; batched scenarios send {batch} events per request. Latency is per request (HTTP round trip for memd, statement for raw). The daemon's embedder: {} (its embedding worker runs beside the appends).\n",
+        "Each scenario runs {:.1} s; batched scenarios send {batch} events per request. Latency is per request (HTTP round trip for memd, statement for raw). The daemon's embedder: {} (its embedding worker runs beside the appends). {}\n",
         duration.as_secs_f64(),
-        embedder.unwrap_or("none")
+        embedder.unwrap_or("none"),
+        if projections {
+            "Its projectors run beside the appends, as in production."
+        } else {
+            "**Its projectors are off** (`--without-projections`): this shows what they cost the appends."
+        }
     );
     let _ = writeln!(
         out,

@@ -28,6 +28,23 @@ pub async fn start_daemon(pool: PgPool, semantic: SemanticConfig) -> anyhow::Res
     .await
 }
 
+/// [`start_daemon`] with no projector running: appends only.
+pub async fn start_daemon_without_projections(
+    pool: PgPool,
+    semantic: SemanticConfig,
+) -> anyhow::Result<RunningDaemon> {
+    RunningDaemon::start(
+        pool,
+        ServeConfig {
+            rate_limits: RateLimits::UNLIMITED,
+            semantic,
+            projection: None,
+            ..ServeConfig::default()
+        },
+    )
+    .await
+}
+
 /// Waits until every tenant's embeddings projection (of its chosen
 /// embedder, or `default`) has applied its log up to its head.
 pub async fn wait_embedded(pool: &PgPool, default: Option<&str>) -> anyhow::Result<()> {

@@ -44,6 +44,10 @@ pub enum BenchCommand {
         /// Where to write the results.
         #[arg(long, default_value = "bench/append.md")]
         out: PathBuf,
+        /// Run the daemon without its projectors, to see what they cost
+        /// the appends they run beside.
+        #[arg(long)]
+        without_projections: bool,
         #[command(flatten)]
         embedder: EmbedderArgs,
     },
@@ -164,6 +168,7 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
             seconds,
             batch,
             out,
+            without_projections,
             embedder,
         } => {
             append::run(
@@ -171,6 +176,7 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
                 std::time::Duration::from_secs_f64(seconds),
                 batch,
                 embedder.config()?,
+                !without_projections,
                 &out,
             )
             .await

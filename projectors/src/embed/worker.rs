@@ -161,6 +161,9 @@ impl Work for EmbeddingWork {
 
     fn lagging<'a>(&'a self, pool: &'a PgPool) -> BoxFuture<'a, Result<Vec<String>, sqlx::Error>> {
         Box::pin(async move {
+            if self.engines.is_empty() {
+                return Ok(Vec::new());
+            }
             let (names, versions): (Vec<&str>, Vec<i32>) = self
                 .engines
                 .values()
@@ -194,6 +197,10 @@ impl Work for EmbeddingWork {
         stopped: &'a watch::Receiver<bool>,
     ) -> BoxFuture<'a, Result<(), ProjectError>> {
         Box::pin(async move {
+            if self.engines.is_empty() {
+                // No embedder runs here: nothing to ask the database.
+                return Ok(());
+            }
             let choice = self.choice(pool, tenant).await?;
             for name in [&choice.active, &choice.building].into_iter().flatten() {
                 let Some(engine) = self.engines.get(name.as_str()) else {

@@ -46,6 +46,14 @@ impl Projector for TreeProjector {
                 return Ok(());
             };
             let block = 1_u64 << STORED_LEVEL;
+            // Nothing to write until a block's last leaf arrives; most live
+            // batches are a few events and complete none.
+            let completes_a_block = events
+                .iter()
+                .any(|event| (event.seq as u64).is_multiple_of(block));
+            if !completes_a_block {
+                return Ok(());
+            }
             // The leaves of the block this batch starts inside, from the log.
             let first_leaf = (first.seq - 1) as u64;
             let block_start = first_leaf - first_leaf % block;
