@@ -119,7 +119,7 @@ pub async fn drift_check(
                 .find(|(t, p, _)| t == tenant && p == cursor.projector.name())
                 .map_or(0, |c| c.2);
         }
-        replay(&mut tx, engine, tenant, &mut cursors, progress).await?;
+        replay(pool, &mut tx, engine, tenant, &mut cursors, progress).await?;
     }
 
     let mut report = DriftReport {

@@ -94,6 +94,9 @@ pub(crate) enum Wait {
 pub struct Engine {
     projectors: Vec<Arc<dyn Projector>>,
     batch_size: i64,
+    /// Events per batch when replaying a log (rebuild, drift check):
+    /// larger, since every batch costs each projector its round trips.
+    replay_batch_size: i64,
     failpoint: Option<Failpoint>,
     /// Where each batch's commit is announced.
     channel: &'static str,
@@ -103,11 +106,13 @@ pub struct Engine {
 
 impl Engine {
     pub const DEFAULT_BATCH_SIZE: i64 = 1000;
+    pub const DEFAULT_REPLAY_BATCH_SIZE: i64 = 5000;
 
     pub fn new(projectors: Vec<Arc<dyn Projector>>) -> Self {
         Self {
             projectors,
             batch_size: Self::DEFAULT_BATCH_SIZE,
+            replay_batch_size: Self::DEFAULT_REPLAY_BATCH_SIZE,
             failpoint: None,
             channel: PROJECTED_CHANNEL,
             keyring: Keyring::none(),
@@ -136,8 +141,10 @@ impl Engine {
         self.channel
     }
 
+    /// Batches of at most `batch_size` events, live and in replays.
     pub fn with_batch_size(mut self, batch_size: i64) -> Self {
         self.batch_size = batch_size.max(1);
+        self.replay_batch_size = self.batch_size;
         self
     }
 
@@ -152,6 +159,10 @@ impl Engine {
 
     pub fn batch_size(&self) -> i64 {
         self.batch_size
+    }
+
+    pub fn replay_batch_size(&self) -> i64 {
+        self.replay_batch_size
     }
 
     /// The same engine restricted to the named projectors (all when empty).

@@ -9,6 +9,7 @@ use std::{
 };
 
 use sqlx::{PgConnection, PgPool};
+use tokio::sync::mpsc;
 
 use crate::{
     engine::{Cursor, Engine, ProjectError, Wait, apply, save_cursors},
@@ -30,9 +31,9 @@ pub struct TenantRebuild {
     pub tenant: String,
     pub events: i64,
     pub elapsed: Duration,
-    /// Where `elapsed` went: reading (and opening) the log, then each
-    /// projector's `apply` (its own work and its statements), in order.
-    /// The rest is the reset and the commit.
+    /// Where `elapsed` went: waiting for the log (read ahead on another
+    /// connection), then each projector's `apply` (its own work and its
+    /// statements), in order. The rest is the reset and the commit.
     pub reading: Duration,
     pub by_projector: Vec<(&'static str, Duration)>,
 }
@@ -62,7 +63,8 @@ pub async fn rebuild(
             reset(&mut tx, cursor.projector.as_ref(), &tenant).await?;
             cursor.seq = 0;
         }
-        let (events, reading) = replay(&mut tx, engine, &tenant, &mut cursors, progress).await?;
+        let (events, reading) =
+            replay(pool, &mut tx, engine, &tenant, &mut cursors, progress).await?;
         save_cursors(&mut tx, &tenant, &cursors, engine.channel()).await?;
         tx.commit().await?;
         done.push(TenantRebuild {
@@ -108,8 +110,9 @@ pub async fn vacuum_analyze(pool: &PgPool, engine: &Engine) -> Result<(), Projec
 
 /// Applies the log above the cursors, batch by batch, up to each cursor's
 /// `until` or the first hole. Returns how many events were read, and the
-/// time reading them took.
+/// time the replay waited for the log.
 pub(crate) async fn replay(
+    pool: &PgPool,
     tx: &mut PgConnection,
     engine: &Engine,
     tenant: &str,
@@ -125,8 +128,8 @@ pub(crate) async fn replay(
     let total = head.min(until);
     let mut position = cursors.iter().map(|c| c.seq).min().unwrap_or(0);
     let mut read = 0;
-    let mut reading = Duration::ZERO;
-    let mut batch = read_batch(tx, engine, tenant, position, until, &mut reading).await?;
+    let mut log = LogReader::start(pool, engine, tenant, position, until).await;
+    let mut batch = log.next(tx).await?;
     while let Some(last) = batch.last() {
         if last.seq != position + batch.len() as i64 {
             tracing::warn!(
@@ -136,10 +139,10 @@ pub(crate) async fn replay(
             );
             break;
         }
-        // The next batch is read before this one is applied, so that
+        // The next batch is at hand before this one is applied, so that
         // projectors can derive its rows while this one's are written.
         let last_seq = last.seq;
-        let next = read_batch(tx, engine, tenant, last_seq, until, &mut reading).await?;
+        let next = log.next(tx).await?;
         if next.first().is_some_and(|first| first.seq == last_seq + 1) {
             for cursor in cursors.iter() {
                 cursor.projector.prepare(&next);
@@ -155,31 +158,105 @@ pub(crate) async fn replay(
         });
         batch = next;
     }
-    Ok((read, reading))
+    Ok((read, log.waited))
 }
 
-/// The batch of events after `after` (up to `until`), its reading time
-/// added to `reading`.
-async fn read_batch(
-    tx: &mut PgConnection,
-    engine: &Engine,
-    tenant: &str,
+/// Batches of a tenant's log, in order, for a replay.
+///
+/// Read ahead on a connection of their own while the replay's transaction
+/// applies the batch before: the log below `until` is committed and never
+/// changes, so any snapshot reads the same events, and reading then costs
+/// the replay no time of its own. Without a spare connection (a pool at its
+/// limit), read in the replay's transaction between batches.
+struct LogReader {
+    ahead: Option<mpsc::Receiver<Result<Arc<[StoredEvent]>, sqlx::Error>>>,
+    /// Reading in the transaction: the last seq read, and the bounds.
     after: i64,
     until: i64,
-    reading: &mut Duration,
-) -> Result<Arc<[StoredEvent]>, sqlx::Error> {
-    let started = Instant::now();
-    let batch = read_after(
-        tx,
-        engine.keyring(),
-        tenant,
-        after,
-        until,
-        engine.batch_size(),
-    )
-    .await?;
-    *reading += started.elapsed();
-    Ok(batch.into())
+    tenant: String,
+    engine: Engine,
+    /// Time the replay spent waiting for a batch.
+    waited: Duration,
+}
+
+/// Batches read ahead and not yet applied, at most.
+const READ_AHEAD: usize = 2;
+/// How long a replay waits for a spare connection to read ahead on.
+const SPARE_CONNECTION_WAIT: Duration = Duration::from_secs(1);
+
+impl LogReader {
+    async fn start(pool: &PgPool, engine: &Engine, tenant: &str, after: i64, until: i64) -> Self {
+        let spare = tokio::time::timeout(SPARE_CONNECTION_WAIT, pool.acquire())
+            .await
+            .ok()
+            .and_then(Result::ok);
+        let ahead = spare.map(|mut connection| {
+            let (sender, receiver) = mpsc::channel(READ_AHEAD);
+            let (engine, tenant) = (engine.clone(), tenant.to_owned());
+            tokio::spawn(async move {
+                let mut after = after;
+                loop {
+                    let batch = read_after(
+                        &mut connection,
+                        engine.keyring(),
+                        &tenant,
+                        after,
+                        until,
+                        engine.replay_batch_size(),
+                    )
+                    .await;
+                    let done = match &batch {
+                        Ok(events) => match events.last() {
+                            Some(last) => {
+                                after = last.seq;
+                                false
+                            }
+                            None => true,
+                        },
+                        Err(_) => true,
+                    };
+                    // The replay stopped listening (done, failed, or a hole).
+                    if sender.send(batch.map(Arc::from)).await.is_err() || done {
+                        return;
+                    }
+                }
+            });
+            receiver
+        });
+        Self {
+            ahead,
+            after,
+            until,
+            tenant: tenant.to_owned(),
+            engine: engine.clone(),
+            waited: Duration::ZERO,
+        }
+    }
+
+    /// The next batch; empty at the end of the log.
+    async fn next(&mut self, tx: &mut PgConnection) -> Result<Arc<[StoredEvent]>, sqlx::Error> {
+        let started = Instant::now();
+        let batch = match &mut self.ahead {
+            Some(ahead) => ahead.recv().await.unwrap_or_else(|| Ok(Arc::from([]))),
+            None => {
+                let events = read_after(
+                    tx,
+                    self.engine.keyring(),
+                    &self.tenant,
+                    self.after,
+                    self.until,
+                    self.engine.replay_batch_size(),
+                )
+                .await?;
+                if let Some(last) = events.last() {
+                    self.after = last.seq;
+                }
+                Ok(Arc::from(events))
+            }
+        };
+        self.waited += started.elapsed();
+        batch
+    }
 }
 
 /// A digest of each of the engine's tables for `tenant` in `schema`: MD5

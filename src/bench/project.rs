@@ -487,9 +487,10 @@ fn render_accounts(out: &mut String, rebuilds: &[RebuildResult]) {
         "\n### Where a rebuild's time goes\n\n\
          CPU seconds during the rebuild, from `/proc`: memd's process, and every `postgres` process on the \
          machine (its backend, WAL writer, checkpointer). Two cores: CPU seconds above the wall seconds mean \
-         both were busy at once. Then the wall seconds of each step inside the transaction: reading (and \
-         opening) the log, and each projector's `apply`, which includes the round trips of its statements \
-         (PostgreSQL's work on its rows) as well as memd's own.\n"
+         both were busy at once. Then the wall seconds of each step inside the transaction: reading the log \
+         (the time the transaction waited for its next batch, which a second connection reads ahead \
+         while the batch before is applied), and each projector's `apply`, which includes the round \
+         trips of its statements (PostgreSQL's work on its rows) as well as memd's own.\n"
     );
     let _ = writeln!(
         out,

@@ -337,3 +337,51 @@ async fn views_export_to_markdown_and_edits_import_back_as_events(
     assert_eq!(stdout.matches("unchanged").count(), 3, "{stdout}");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// A replay reads the log ahead on a connection of its own, in batches;
+/// with no spare connection it reads in its own transaction. Either way,
+/// over many small batches, it rebuilds exactly the incremental rows.
+#[sqlx::test]
+async fn a_rebuild_reads_ahead_or_in_its_transaction_alike(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect.clone()).await;
+    let token = app.tenant("acme").await;
+    varied_history(&app, &token).await;
+    wait_projected(&app.pool, "acme").await;
+    let engine = memd::startup::ProjectionConfig::default()
+        .engine()
+        .with_batch_size(5);
+    let live = Schema::live();
+    let incremental = rebuild::digests(&app.pool, &engine, &live, "acme")
+        .await
+        .unwrap();
+
+    let ahead = rebuild::rebuild(&app.pool, &engine, Some("acme"), &mut |_| {})
+        .await
+        .unwrap();
+    assert_eq!(ahead[0].events, 42);
+    assert_eq!(
+        rebuild::digests(&app.pool, &engine, &live, "acme")
+            .await
+            .unwrap(),
+        incremental
+    );
+
+    let single = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(connect)
+        .await
+        .unwrap();
+    let in_transaction = rebuild::rebuild(&single, &engine, Some("acme"), &mut |_| {})
+        .await
+        .unwrap();
+    assert_eq!(in_transaction[0].events, 42);
+    assert_eq!(
+        rebuild::digests(&app.pool, &engine, &live, "acme")
+            .await
+            .unwrap(),
+        incremental
+    );
+}
