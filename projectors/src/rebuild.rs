@@ -237,7 +237,14 @@ impl LogReader {
     async fn next(&mut self, tx: &mut PgConnection) -> Result<Arc<[StoredEvent]>, sqlx::Error> {
         let started = Instant::now();
         let batch = match &mut self.ahead {
-            Some(ahead) => ahead.recv().await.unwrap_or_else(|| Ok(Arc::from([]))),
+            // The reader ends by sending an empty batch, after which the
+            // replay asks no more: a closed channel means it died early.
+            Some(ahead) => ahead.recv().await.unwrap_or_else(|| {
+                Err(sqlx::Error::Protocol(format!(
+                    "the log reader of {} stopped before the end of the log",
+                    self.tenant
+                )))
+            }),
             None => {
                 let events = read_after(
                     tx,

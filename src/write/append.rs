@@ -16,9 +16,10 @@
 //!   any of its idempotency keys, and PostgreSQL renders every content as
 //!   memd did. Otherwise nothing is stored and the append goes the long way.
 //! - **Four round trips** otherwise: BEGIN, lock (which also returns
-//!   PostgreSQL's rendering of each content, earlier events with the same
-//!   idempotency keys, and the last event's time), one INSERT of all rows plus
-//!   the head update and `pg_notify`, COMMIT.
+//!   PostgreSQL's rendering of each content and the last event's time),
+//!   earlier events with the same idempotency keys (only when there are
+//!   keys), one INSERT of all rows plus the head update and `pg_notify`,
+//!   COMMIT.
 //!
 //! `created_at` comes from memd's clock, never earlier than the tenant's
 //! previous event, so both ways can hash it before the statement runs.
@@ -63,7 +64,8 @@ pub struct Appended {
     pub event_id: String,
     /// The event's place in its tenant's log: 1, 2, 3, ... with no gap.
     pub seq: i64,
-    /// The commit time, by PostgreSQL's clock.
+    /// When it was appended: the daemon's clock, never earlier than the
+    /// tenant's previous event.
     pub created_at: DateTime<Utc>,
     /// True when an event with this idempotency key already existed: nothing
     /// was stored and these are the original's id, seq and time.
@@ -87,15 +89,21 @@ type Replay = (String, String, i64, DateTime<Utc>, Option<String>);
 const LOCK_HEAD: &str = r#"
 SELECT h.seq,
        h.hash,
-       (SELECT e.created_at FROM events e WHERE e.tenant_id = $1 AND e.seq = h.seq) AS last_created_at,
+       h.created_at AS last_created_at,
        (SELECT coalesce(array_agg(c::jsonb::text ORDER BY o), '{}')
-          FROM unnest($2::text[]) WITH ORDINALITY AS u (c, o)) AS contents,
-       (SELECT coalesce(jsonb_agg(jsonb_build_array(e.idempotency_key, e.event_id, e.seq, e.created_at, e.artifact_id)), '[]')
-          FROM events e
-         WHERE e.tenant_id = $1 AND e.idempotency_key = ANY ($3::text[])) AS replays
+          FROM unnest($2::text[]) WITH ORDINALITY AS u (c, o)) AS contents
   FROM tenant_heads h
  WHERE h.tenant_id = $1
    FOR UPDATE OF h
+"#;
+
+/// Earlier events with any of the idempotency keys. A statement of its own,
+/// after the lock: a subquery of the locking statement would read the
+/// snapshot from before it waited, and miss a key committed meanwhile.
+const REPLAYS: &str = r#"
+SELECT coalesce(jsonb_agg(jsonb_build_array(e.idempotency_key, e.event_id, e.seq, e.created_at, e.artifact_id)), '[]')
+  FROM events e
+ WHERE e.tenant_id = $1 AND e.idempotency_key = ANY ($2::text[])
 "#;
 
 const INSERT_EVENTS: &str = r#"
@@ -115,7 +123,7 @@ WITH inserted AS (
                  tags, content, refs, idempotency_key, artifact_id, prev_hash, hash, agent_id)
     RETURNING 1
 ), head AS (
-    UPDATE tenant_heads SET seq = $19, hash = $20 WHERE tenant_id = $1
+    UPDATE tenant_heads SET seq = $19, hash = $20, created_at = $2 WHERE tenant_id = $1
 )
 SELECT count(*) AS inserted, pg_notify($21, $1 || ':' || $19::text) FROM inserted
 "#;
@@ -125,7 +133,7 @@ SELECT count(*) AS inserted, pg_notify($21, $1 || ':' || $19::text) FROM inserte
 /// PostgreSQL renders each content exactly as sent.
 const INSERT_EVENTS_AFTER_HEAD: &str = r#"
 WITH head AS (
-    UPDATE tenant_heads SET seq = $19, hash = $20
+    UPDATE tenant_heads SET seq = $19, hash = $20, created_at = $2
      WHERE tenant_id = $1 AND seq = $23 AND hash = $24
        AND NOT EXISTS (SELECT 1 FROM events e
                         WHERE e.tenant_id = $1 AND e.idempotency_key = ANY ($15::text[]))
@@ -294,7 +302,6 @@ async fn append_locked(
     let row = sqlx::query(LOCK_HEAD)
         .bind(tenant.as_str())
         .bind(&contents)
-        .bind(&keys)
         .fetch_optional(&mut *tx)
         .await?
         .ok_or_else(|| AppendError::UnknownTenant(tenant.to_string()))?;
@@ -308,8 +315,16 @@ async fn append_locked(
         created_at: last_created_at.unwrap_or(DateTime::<Utc>::MIN_UTC),
     };
     let content_texts: Vec<String> = row.try_get("contents")?;
-    let replays: Vec<Replay> = serde_json::from_value(row.try_get("replays")?)
-        .map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+    let replays: Vec<Replay> = if keys.is_empty() {
+        Vec::new()
+    } else {
+        let found: serde_json::Value = sqlx::query_scalar(REPLAYS)
+            .bind(tenant.as_str())
+            .bind(&keys)
+            .fetch_one(&mut *tx)
+            .await?;
+        serde_json::from_value(found).map_err(|e| sqlx::Error::Decode(Box::new(e)))?
+    };
     let by_key: HashMap<String, Appended> = replays
         .into_iter()
         .map(|(key, event_id, seq, created_at, artifact_id)| {
