@@ -33,6 +33,7 @@ use memd_projectors::{
     seal::{Keyring, Sealer},
 };
 use serde::Serialize;
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use sqlx::{PgPool, Row};
 
@@ -106,8 +107,12 @@ SELECT coalesce(jsonb_agg(jsonb_build_array(e.idempotency_key, e.event_id, e.seq
  WHERE e.tenant_id = $1 AND e.idempotency_key = ANY ($2::text[])
 "#;
 
-const INSERT_EVENTS: &str = r#"
-WITH inserted AS (
+/// The INSERT of a batch's rows, `FROM` whatever `$from` names before the
+/// unnest of their columns: shared by the two append statements.
+macro_rules! insert_event_rows {
+    ($from:literal) => {
+        concat!(
+            "
     INSERT INTO events (tenant_id, seq, event_id, created_at, ts, session_id, channel, actor_type,
                         actor_id, kind, sensitivity, tags, content, refs, idempotency_key,
                         artifact_id, prev_hash, hash, agent_id)
@@ -116,48 +121,45 @@ WITH inserted AS (
            ARRAY(SELECT jsonb_array_elements_text(u.tags::jsonb)), u.content::jsonb,
            ARRAY(SELECT jsonb_array_elements_text(u.refs::jsonb)), u.idempotency_key,
            u.artifact_id, u.prev_hash, u.hash, u.agent_id
-      FROM unnest($3::bigint[], $4::text[], $5::timestamptz[], $6::text[], $7::text[], $8::text[],
+      FROM ",
+            $from,
+            " unnest($3::bigint[], $4::text[], $5::timestamptz[], $6::text[], $7::text[], $8::text[],
                   $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[],
                   $15::text[], $16::text[], $17::bytea[], $18::bytea[], $22::text[])
            AS u (seq, event_id, ts, session_id, channel, actor_type, actor_id, kind, sensitivity,
                  tags, content, refs, idempotency_key, artifact_id, prev_hash, hash, agent_id)
-    RETURNING 1
+    RETURNING 1"
+        )
+    };
+}
+
+const INSERT_EVENTS: &str = concat!(
+    "WITH inserted AS (",
+    insert_event_rows!(""),
+    "
 ), head AS (
     UPDATE tenant_heads SET seq = $19, hash = $20, created_at = $2 WHERE tenant_id = $1
 )
-SELECT count(*) AS inserted, pg_notify($21, $1 || ':' || $19::text) FROM inserted
-"#;
+SELECT count(*) AS inserted, pg_notify($21, $1 || ':' || $19::text) FROM inserted"
+);
 
 /// [`INSERT_EVENTS`] in one autocommitted statement, storing nothing unless
 /// the head is still `($23, $24)`, none of the idempotency keys is taken, and
 /// PostgreSQL renders each content exactly as sent.
-const INSERT_EVENTS_AFTER_HEAD: &str = r#"
-WITH head AS (
+const INSERT_EVENTS_AFTER_HEAD: &str = concat!(
+    "WITH head AS (
     UPDATE tenant_heads SET seq = $19, hash = $20, created_at = $2
      WHERE tenant_id = $1 AND seq = $23 AND hash = $24
        AND NOT EXISTS (SELECT 1 FROM events e
                         WHERE e.tenant_id = $1 AND e.idempotency_key = ANY ($15::text[]))
        AND (SELECT bool_and(c::jsonb::text = c) FROM unnest($13::text[]) AS c)
     RETURNING pg_notify($21, $1 || ':' || $19::text)
-), inserted AS (
-    INSERT INTO events (tenant_id, seq, event_id, created_at, ts, session_id, channel, actor_type,
-                        actor_id, kind, sensitivity, tags, content, refs, idempotency_key,
-                        artifact_id, prev_hash, hash, agent_id)
-    SELECT $1, u.seq, u.event_id, $2, u.ts, u.session_id, u.channel, u.actor_type,
-           u.actor_id, u.kind, u.sensitivity,
-           ARRAY(SELECT jsonb_array_elements_text(u.tags::jsonb)), u.content::jsonb,
-           ARRAY(SELECT jsonb_array_elements_text(u.refs::jsonb)), u.idempotency_key,
-           u.artifact_id, u.prev_hash, u.hash, u.agent_id
-      FROM head,
-           unnest($3::bigint[], $4::text[], $5::timestamptz[], $6::text[], $7::text[], $8::text[],
-                  $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[],
-                  $15::text[], $16::text[], $17::bytea[], $18::bytea[], $22::text[])
-           AS u (seq, event_id, ts, session_id, channel, actor_type, actor_id, kind, sensitivity,
-                 tags, content, refs, idempotency_key, artifact_id, prev_hash, hash, agent_id)
-    RETURNING 1
+), inserted AS (",
+    insert_event_rows!("head,"),
+    "
 )
-SELECT count(*) AS inserted FROM inserted
-"#;
+SELECT count(*) AS inserted FROM inserted"
+);
 
 const INSERT_ARTIFACTS: &str = r#"
 INSERT INTO artifacts (artifact_id, tenant_id, event_id, created_at, kind, media_type, sha256, bytes, meta)
@@ -199,15 +201,13 @@ struct ArtifactColumns {
     kind: Vec<&'static str>,
 }
 
-/// The content as stored: sealed when `keyring` seals the event's
-/// sensitivity, together with its artifact (whose digest, in the event,
-/// becomes the sealed bytes'). `event.content` stays the plaintext.
-fn stored_content(keyring: &Keyring, tenant: &TenantId, event: &mut NewEvent) -> String {
-    let Some(sealer) = keyring.sealer(tenant.as_str(), event.sensitivity.as_str()) else {
-        return event.content.to_string();
-    };
+/// The content as stored when `keyring` seals the event's sensitivity
+/// (None: stored as it is), sealing its artifact too (whose digest, in the
+/// event, becomes the sealed bytes'). `event.content` stays the plaintext.
+fn sealed_content(keyring: &Keyring, tenant: &TenantId, event: &mut NewEvent) -> Option<Value> {
+    let sealer = keyring.sealer(tenant.as_str(), event.sensitivity.as_str())?;
     seal_artifact(&sealer, event);
-    sealer.seal_content(&event.content).to_string()
+    Some(sealer.seal_content(&event.content))
 }
 
 fn seal_artifact(sealer: &Sealer, event: &mut NewEvent) {
@@ -255,19 +255,20 @@ pub async fn append_after(
 ) -> Result<(Vec<Appended>, Head), AppendError> {
     // Sealed before hashing: the chain covers what is stored, so `memd
     // verify` needs no key.
-    let contents: Vec<String> = events
+    let sealed: Vec<Option<Value>> = events
         .iter_mut()
-        .map(|event| stored_content(keyring, tenant, event))
+        .map(|event| sealed_content(keyring, tenant, event))
         .collect();
+    let stored = || {
+        events
+            .iter()
+            .zip(&sealed)
+            .map(|(event, sealed)| sealed.as_ref().unwrap_or(&event.content))
+    };
     if let Some(head) = known
         && events.iter().all(|e| e.artifact.is_none())
-        && let Some(rendered) = contents
-            .iter()
-            .map(|text| {
-                serde_json::from_str(text)
-                    .ok()
-                    .and_then(|v| jsonb_text::render(&v))
-            })
+        && let Some(rendered) = stored()
+            .map(jsonb_text::render)
             .collect::<Option<Vec<String>>>()
     {
         let now = clock(head.created_at);
@@ -279,6 +280,7 @@ pub async fn append_after(
         // PostgreSQL renders a content differently: the long way decides.
         tracing::debug!("the one-statement append stored nothing; appending under the lock");
     }
+    let contents: Vec<String> = stored().map(Value::to_string).collect();
     append_locked(pool, tenant, events, contents).await
 }
 
