@@ -278,13 +278,30 @@ async fn lost_and_duplicated(
     .await?)
 }
 
-/// Whether the tenant's chain verifies and its projections match a rebuild.
+/// How long a drill waits for the daemon's projections to catch up before
+/// it checks them for drift.
+const PROJECTED_WITHIN: Duration = Duration::from_secs(60);
+
+/// Whether the tenant's chain verifies and its projections match a rebuild
+/// (a daemon on the drill's database must be running: it projects).
 async fn chain_and_drift(pool: &PgPool, tenant: &TenantId) -> anyhow::Result<(bool, bool)> {
     let chain_ok = crate::audit::verify_chains(pool, Some(tenant))
         .await?
         .iter()
         .all(|report| report.broken.is_none());
-    crate::bench::harness::wait_projected(pool).await?;
+    // The daemon under drill projects; a drill that waited past this bound
+    // reports it instead of hanging.
+    tokio::time::timeout(
+        PROJECTED_WITHIN,
+        crate::bench::harness::wait_projected(pool),
+    )
+    .await
+    .map_err(|_| {
+        anyhow::anyhow!(
+            "the projections did not reach the log's head within {} s",
+            PROJECTED_WITHIN.as_secs()
+        )
+    })??;
     let engine = crate::startup::ProjectionConfig::default().engine();
     let drift =
         memd_projectors::drift::drift_check(pool, &engine, Some(TENANT), &mut |_| {}).await?;

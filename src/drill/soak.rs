@@ -103,9 +103,12 @@ async fn soak(
     }
     let elapsed = load.started.elapsed();
     let finished = load.finish().await;
-    daemon.kill().await?;
+    // The daemon stays up until the checks are done: it runs the
+    // projectors the drift check waits for (killed first, a soak that
+    // ended with projections behind waited for nobody, forever).
     let (_, lost, duplicates) = lost_and_duplicated(&prepared.pool, &finished.acknowledged).await?;
     let (chain_ok, drift_ok) = chain_and_drift(&prepared.pool, &prepared.tenant).await?;
+    daemon.kill().await?;
     prepared.pool.close().await;
     let figures = Figures {
         clients,
