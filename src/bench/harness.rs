@@ -48,18 +48,31 @@ pub async fn start_daemon_without_projections(
 /// Waits until every tenant's embeddings projection (of its chosen
 /// embedder, or `default`) has applied its log up to its head.
 pub async fn wait_embedded(pool: &PgPool, default: Option<&str>) -> anyhow::Result<()> {
-    if default.is_none() {
+    let Some(default) = default else {
         return Ok(());
-    }
+    };
+    // A cursor of another version (the embedder changed since a kept
+    // database was embedded) is being rebuilt: not embedded yet.
+    let (names, versions): (Vec<&str>, Vec<i32>) = memd_projectors::embed::NAMES
+        .iter()
+        .filter_map(|name| {
+            memd_projectors::projections::embeddings::projector_version(name)
+                .map(|version| (*name, version))
+        })
+        .unzip();
     loop {
         let behind: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM public.tenant_heads h
                LEFT JOIN public.embedder_choice ch ON ch.tenant_id = h.tenant_id
+               CROSS JOIN LATERAL (SELECT coalesce(ch.active, $1) AS name) AS e
+               LEFT JOIN unnest($2::text[], $3::int[]) AS v (name, version) ON v.name = e.name
                LEFT JOIN projections.cursors c ON c.tenant_id = h.tenant_id
-                    AND c.projector = 'embeddings_' || coalesce(ch.active, $1)
+                    AND c.projector = 'embeddings_' || e.name AND c.version = v.version
               WHERE h.seq > 0 AND coalesce(c.seq, 0) < h.seq",
         )
         .bind(default)
+        .bind(&names)
+        .bind(&versions)
         .fetch_one(pool)
         .await?;
         if behind == 0 {

@@ -11,6 +11,7 @@ pub struct HashedEmbedder;
 
 impl HashedEmbedder {
     pub const NAME: &'static str = "hashed";
+    pub const VERSION: i32 = 1;
     pub const DIMENSIONS: usize = 256;
     /// A whole word counts this much more than one of its trigrams.
     const WORD_WEIGHT: f32 = 2.0;
@@ -69,7 +70,7 @@ impl Embedder for HashedEmbedder {
     }
 
     fn version(&self) -> i32 {
-        1
+        Self::VERSION
     }
 
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {

@@ -184,8 +184,11 @@ macro_rules! simd_kernel {
                 bias: Option<&'a [f32]>,
             }
 
-            /// A partial tile at the matrix's edge, a row at a time (the
-            /// same sums, in the same order, as in a full tile).
+            /// A partial tile at the matrix's edge (the same sums, in the
+            /// same order, as in a full tile). Whole outputs take the
+            /// remaining rows together: a question of fifteen tokens leaves
+            /// three rows past its last full tile, and taken one at a time
+            /// they load each weight three times as often.
             ///
             /// # Safety
             /// As [`tile`], for `rows × outputs`.
@@ -201,12 +204,22 @@ macro_rules! simd_kernel {
                 rows: usize,
                 outputs: usize,
             ) {
-                for r in 0..rows {
-                    if outputs == $outputs {
-                        // SAFETY: the caller's bounds.
-                        unsafe { tile::<1, $outputs>(x, w, out, shape, t + r, o) };
-                        continue;
+                if outputs == $outputs {
+                    // SAFETY: the caller's bounds (rows < the tile's rows).
+                    unsafe {
+                        match rows {
+                            3 => tile::<3, $outputs>(x, w, out, shape, t, o),
+                            2 => tile::<2, $outputs>(x, w, out, shape, t, o),
+                            _ => {
+                                for r in 0..rows {
+                                    tile::<1, $outputs>(x, w, out, shape, t + r, o);
+                                }
+                            }
+                        }
                     }
+                    return;
+                }
+                for r in 0..rows {
                     for j in 0..outputs {
                         // SAFETY: the caller's bounds.
                         unsafe { tile::<1, 1>(x, w, out, shape, t + r, o + j) };
@@ -311,8 +324,16 @@ mod tests {
     #[test]
     fn products_match_a_plain_sum_for_every_tile_shape() {
         // k with and without a remainder past the 8 lanes; m and n not
-        // multiples of the tile or the row block.
-        for (m, k, n) in [(1, 8, 1), (5, 13, 7), (37, 64, 11), (3, 384, 5)] {
+        // multiples of the tile or the row block; every partial row tile
+        // (1, 2 and 3 rows past the last whole one).
+        for (m, k, n) in [
+            (1, 8, 1),
+            (5, 13, 7),
+            (37, 64, 11),
+            (3, 384, 5),
+            (6, 40, 12),
+            (15, 384, 9),
+        ] {
             let (x, w, bias) = (values(m * k, 1), values(n * k, 2), values(n, 3));
             for path in Path::available() {
                 let mut out = vec![0.0; m * n];
@@ -331,11 +352,12 @@ mod tests {
     fn a_row_gets_the_same_bytes_alone_or_among_others() {
         let (k, n) = (96, 10);
         let w = values(n * k, 5);
-        let many = values(41 * k, 6);
+        // 43 rows: a block of 32, two whole tiles, then a tile of 3.
+        let many = values(43 * k, 6);
         for path in Path::available() {
-            let mut together = vec![0.0; 41 * n];
+            let mut together = vec![0.0; 43 * n];
             linear_on(path, &many, k, &w, None, &mut together);
-            for t in [0, 3, 4, 31, 32, 40] {
+            for t in [0, 3, 4, 31, 32, 40, 41, 42] {
                 let mut alone = vec![0.0; n];
                 linear_on(path, &many[t * k..(t + 1) * k], k, &w, None, &mut alone);
                 assert_eq!(alone, together[t * n..(t + 1) * n], "{path:?} row {t}");

@@ -32,6 +32,10 @@ pub struct MiniLm {
 
 impl MiniLm {
     pub const NAME: &'static str = "minilm";
+    /// 2: memd's own encoder (1 was candle's); 3: its GELU and softmax
+    /// without a maths library (vectorised). The same model each time,
+    /// vectors equal to within float rounding.
+    pub const VERSION: i32 = 3;
     pub const DIMENSIONS: usize = 384;
     /// sentence-transformers' `max_seq_length` for this model.
     const MAX_TOKENS: usize = 256;
@@ -109,10 +113,8 @@ impl Embedder for MiniLm {
         Self::DIMENSIONS
     }
 
-    /// 2: memd's own encoder (1 was candle's); the same model, vectors
-    /// equal to within float rounding.
     fn version(&self) -> i32 {
-        2
+        Self::VERSION
     }
 
     /// On the calling thread: a question is one short forward pass, which

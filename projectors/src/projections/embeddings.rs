@@ -39,6 +39,17 @@ pub fn projector_name(embedder: &str) -> Option<&'static str> {
     tables(embedder).map(|tables| tables[0].name)
 }
 
+/// The projector version of an embedder's projection (what its cursor
+/// must hold for its vectors to be current), without loading the model.
+pub fn projector_version(embedder: &str) -> Option<i32> {
+    let version = match embedder {
+        MiniLm::NAME => MiniLm::VERSION,
+        HashedEmbedder::NAME => HashedEmbedder::VERSION,
+        _ => return None,
+    };
+    Some(EmbeddingProjector::BASE_VERSION * 1000 + version)
+}
+
 fn tables(embedder: &str) -> Option<&'static [Table]> {
     match embedder {
         MiniLm::NAME => Some(MINILM_TABLES),
@@ -216,4 +227,23 @@ struct Rows {
     sensitivity: Vec<String>,
     kind: Vec<String>,
     agent_id: Vec<Option<String>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_version_known_without_a_model_is_the_projectors() {
+        let projector = EmbeddingProjector::new(Arc::new(HashedEmbedder)).unwrap();
+        assert_eq!(
+            projector_version(HashedEmbedder::NAME),
+            Some(projector.version())
+        );
+        assert_eq!(
+            projector_version(MiniLm::NAME),
+            Some(EmbeddingProjector::BASE_VERSION * 1000 + MiniLm::VERSION)
+        );
+        assert_eq!(projector_version("nope"), None);
+    }
 }
