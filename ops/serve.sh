@@ -24,5 +24,8 @@ fi
 # (by default DATABASE_URL with the user memd_app: set it when the server
 # asks memd_app for a password).
 target/release/memd migrate
+# Prometheus metrics on their own port (README, Operating memd); localhost
+# only unless MEMD_METRICS_LISTEN says otherwise.
+export MEMD_METRICS_LISTEN="${MEMD_METRICS_LISTEN:-127.0.0.1:7071}"
 DAEMON_DATABASE_URL="${MEMD_DAEMON_DATABASE_URL:-$(printf '%s' "$DATABASE_URL" | sed -E 's#^(postgres(ql)?://)([^@/]*@)?#\1memd_app@#')}"
 exec target/release/memd serve --database-url "$DAEMON_DATABASE_URL" "$@"

@@ -10,6 +10,7 @@
 //! - [`api`]: the HTTP interface, thin handlers over the above.
 //! - [`mcp`]: the same calls as MCP tools on `/mcp` (Streamable HTTP).
 //! - [`tenants`]: tenants and bearer tokens.
+//! - [`metrics`]: `GET /metrics` for Prometheus, on a listener of its own.
 //! - [`startup`], [`db`], [`telemetry`]: wiring; [`invalidation`]: caches
 //!   other processes invalidate by notification.
 //! - [`admin`]: operator commands over the projections (views export and
@@ -26,6 +27,7 @@ pub mod domain;
 pub mod drill;
 pub mod invalidation;
 pub mod mcp;
+pub mod metrics;
 pub mod read;
 pub mod scenario;
 pub mod startup;

@@ -133,6 +133,16 @@ enum Command {
         /// moved), in seconds; 0 leaves it to `memd checkpoint`.
         #[arg(long, env = "MEMD_CHECKPOINT_INTERVAL_SECS", default_value_t = 300)]
         checkpoint_interval_secs: u64,
+        /// Serve `GET /metrics` (Prometheus) on this address, a listener of
+        /// its own: the figures span every tenant, so no tenant token may
+        /// read them. Bind it to localhost or a private interface. Off
+        /// unless given.
+        #[arg(long, env = "MEMD_METRICS_LISTEN")]
+        metrics_listen: Option<String>,
+        /// Label the metrics by tenant too (one series per tenant: fine for
+        /// tens of tenants, not for thousands).
+        #[arg(long, env = "MEMD_METRICS_TENANT_LABELS")]
+        metrics_tenant_labels: bool,
         #[command(flatten)]
         projection: ProjectionArgs,
         #[command(flatten)]
@@ -489,6 +499,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             rate_limit_rps,
             rate_limit_bytes,
             checkpoint_interval_secs,
+            metrics_listen,
+            metrics_tenant_labels,
             projection,
             semantic,
         } => {
@@ -525,6 +537,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 semantic: semantic.config()?,
                 keyring: keyring.clone(),
                 checkpoint_interval: Duration::from_secs(checkpoint_interval_secs),
+                metrics_listen,
+                metrics_tenant_labels,
             };
             match keyring.key_id() {
                 Some(id) => tracing::info!(key = id, "high and secret memory is sealed at rest"),

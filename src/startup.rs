@@ -28,6 +28,7 @@ use crate::{
     audit::checkpoint,
     domain::{limits, redact::Redactor},
     invalidation,
+    metrics::Metrics,
     read::{
         Reader,
         semantic::{Semantic, SemanticConfig},
@@ -62,6 +63,11 @@ pub struct ServeConfig {
     /// How often each tenant's head is signed when it moved (with a key;
     /// zero: only `memd checkpoint`).
     pub checkpoint_interval: Duration,
+    /// Where `GET /metrics` is served (its own listener, see
+    /// [`crate::metrics`]); none: not served.
+    pub metrics_listen: Option<String>,
+    /// Per-tenant series in the metrics.
+    pub metrics_tenant_labels: bool,
 }
 
 /// How the projector runtime runs.
@@ -132,6 +138,8 @@ impl Default for ServeConfig {
             semantic: SemanticConfig::default(),
             keyring: Keyring::none(),
             checkpoint_interval: Duration::from_secs(300),
+            metrics_listen: None,
+            metrics_tenant_labels: false,
         }
     }
 }
@@ -140,6 +148,8 @@ impl Default for ServeConfig {
 pub struct Daemon {
     listener: TcpListener,
     router: axum::Router,
+    /// The metrics listener and its routes, when metrics are served.
+    metrics: Option<(TcpListener, axum::Router)>,
     pool: PgPool,
     projection: Option<ProjectionConfig>,
     reader: Arc<Reader>,
@@ -157,7 +167,23 @@ impl Daemon {
             semantic,
             config.keyring.clone(),
         ));
-        let tokens = Arc::new(TokenCache::new(config.token_cache_ttl));
+        let metrics = Arc::new(Metrics::new(
+            config.metrics_tenant_labels,
+            pool.options().get_max_connections(),
+        ));
+        let metrics_listener = match &config.metrics_listen {
+            Some(address) => {
+                let listener = TcpListener::bind(address).await?;
+                let projectors = scraped_projectors(config.encoding, &reader.semantic);
+                let router = crate::metrics::router(metrics.clone(), pool.clone(), projectors);
+                Some((listener, router))
+            }
+            None => None,
+        };
+        let tokens = Arc::new(TokenCache::new(
+            config.token_cache_ttl,
+            metrics.token_invalidations.clone(),
+        ));
         let state = ApiState {
             reader: reader.clone(),
             appender: Arc::new(Appender::new(pool.clone(), config.keyring.clone())),
@@ -165,9 +191,11 @@ impl Daemon {
             redactor: config.redactor.clone(),
             tokens: tokens.clone(),
             limiter: Arc::new(RateLimiter::new(config.rate_limits)),
+            metrics,
         };
         Ok(Self {
             listener,
+            metrics: metrics_listener,
             router: api::router(state, config.max_body_bytes),
             pool,
             // One key for the whole daemon: what it appends, projects and reads.
@@ -190,6 +218,15 @@ impl Daemon {
             .expect("a bound listener has an address")
     }
 
+    /// Where `GET /metrics` is served, when it is.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|(listener, _)| {
+            listener
+                .local_addr()
+                .expect("a bound listener has an address")
+        })
+    }
+
     /// Serves (and projects, unless configured not to) until `stop`
     /// completes, then stops accepting and lets requests in flight finish (an
     /// append that started is committed and answered) and projection workers
@@ -208,6 +245,17 @@ impl Daemon {
             vec![self.reader.cache.clone(), self.tokens.clone()],
             listening,
         ));
+        let metrics = self.metrics.map(|(listener, router)| {
+            tracing::info!(addr = %listener.local_addr().expect("bound"), "metrics listening");
+            let mut stopped = stop_listening.subscribe();
+            tokio::spawn(async move {
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(async move {
+                        let _ = stopped.changed().await;
+                    })
+                    .await
+            })
+        });
         let checkpoints = (self.reader.keyring.is_on() && !self.checkpoint_interval.is_zero())
             .then(|| {
                 tokio::spawn(take_checkpoints(
@@ -222,6 +270,9 @@ impl Daemon {
             .await;
         let _ = stop_listening.send(true);
         let _ = cache_listener.await;
+        if let Some(metrics) = metrics {
+            let _ = metrics.await;
+        }
         if let Some(checkpoints) = checkpoints {
             let _ = checkpoints.await;
         }
@@ -233,6 +284,27 @@ impl Daemon {
         }
         served
     }
+}
+
+/// The projections whose lag the metrics report: the engine's, and the
+/// embeddings projections of the embedders this daemon runs, with their
+/// current versions.
+fn scraped_projectors(encoding: Encoding, semantic: &Semantic) -> Vec<(String, i32)> {
+    let mut projectors: Vec<(String, i32)> = projections::all(encoding)
+        .iter()
+        .map(|p| (p.name().to_owned(), p.version()))
+        .collect();
+    let mut embedders: Vec<&str> = semantic.embedders().keys().copied().collect();
+    embedders.sort_unstable();
+    for name in embedders {
+        if let (Some(projector), Some(version)) = (
+            embeddings::projector_name(name),
+            embeddings::projector_version(name),
+        ) {
+            projectors.push((projector.to_owned(), version));
+        }
+    }
+    projectors
 }
 
 /// Signs every tenant's head every `interval` until `stopped` (a head

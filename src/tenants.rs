@@ -126,13 +126,17 @@ pub const TOKENS_CHANNEL: &str = "memd_tokens";
 pub struct TokenCache {
     ttl: Duration,
     entries: Mutex<HashMap<[u8; 32], Resolved>>,
+    /// Counts the tokens notifications dropped (the metrics'
+    /// `token_cache_invalidations`).
+    invalidations: prometheus_client::metrics::counter::Counter,
 }
 
 impl TokenCache {
-    pub fn new(ttl: Duration) -> Self {
+    pub fn new(ttl: Duration, invalidations: prometheus_client::metrics::counter::Counter) -> Self {
         Self {
             ttl,
             entries: Mutex::new(HashMap::new()),
+            invalidations,
         }
     }
 
@@ -194,13 +198,22 @@ impl Invalidated for TokenCache {
         match hash {
             Some(hash) => {
                 entries.remove(&hash);
+                self.invalidations.inc();
             }
             // Not a hash: forget every token rather than miss one.
-            None => entries.clear(),
+            None => self.forget(&mut entries),
         }
     }
 
     fn forget_all(&self) {
-        self.entries.lock().expect("token cache lock").clear();
+        self.forget(&mut self.entries.lock().expect("token cache lock"));
+    }
+}
+
+impl TokenCache {
+    /// Drops every cached token, counted as one invalidation each.
+    fn forget(&self, entries: &mut HashMap<[u8; 32], Resolved>) {
+        self.invalidations.inc_by(entries.len() as u64);
+        entries.clear();
     }
 }

@@ -11,6 +11,7 @@ use super::{
 };
 use crate::{
     domain::{parse_json, tenant::Scope},
+    metrics::{BundleSeen, Outcome},
     read::{
         AcbRequest,
         acb::{Acb, AcbError},
@@ -57,6 +58,34 @@ pub async fn post_build(
 /// Builds a bundle for `caller` from a request body: the one read path of
 /// HTTP and MCP.
 pub(crate) async fn build(state: &ApiState, caller: &Caller, body: Value) -> Result<Acb, ApiError> {
+    let started = std::time::Instant::now();
+    let built = build_unmeasured(state, caller, body).await;
+    let tenant = caller.tenant.as_str();
+    match &built {
+        Ok(acb) => state.metrics.bundle(
+            tenant,
+            Outcome::Ok,
+            started.elapsed(),
+            Some(BundleSeen {
+                path: acb.provenance.path,
+                cache_hit: acb.provenance.cache == "hit",
+                tokens_used: acb.token_used_est,
+                budget: acb.budget_tokens,
+                candidate_pool: (acb.provenance.path == "retrieval")
+                    .then_some(acb.provenance.candidate_pool_size),
+            }),
+        ),
+        Err(err) => {
+            let outcome = Outcome::of_status(err.status());
+            state
+                .metrics
+                .bundle(tenant, outcome, started.elapsed(), None);
+        }
+    }
+    built
+}
+
+async fn build_unmeasured(state: &ApiState, caller: &Caller, body: Value) -> Result<Acb, ApiError> {
     require_scope(caller, Scope::Read)?;
     let mut request: AcbRequest = parse_json("", body).map_err(ApiError::invalid)?;
     if let Some(claimed) = &request.tenant_id

@@ -18,8 +18,9 @@ use super::{
 use crate::{
     domain::{
         event::{AppendRequest, NewEvent, claimed_tenant_mismatch, parse_body},
-        tenant::Scope,
+        tenant::{Scope, TenantId},
     },
+    metrics::Outcome,
     tenants::Caller,
     write::Appended,
 };
@@ -81,6 +82,69 @@ pub(crate) async fn record(
     body: Value,
 ) -> Result<(StatusCode, AppendResponse), ApiError> {
     require_scope(caller, Scope::Write)?;
+    let parsed = parse_events(state, caller, body);
+    let (events, batch) = match parsed {
+        Ok(parsed) => parsed,
+        Err(err) => {
+            let tenant = caller.tenant.as_str();
+            state
+                .metrics
+                .append(tenant, Outcome::of_status(err.status()), 0, None);
+            return Err(err);
+        }
+    };
+    let mut appended = append_counted(state, &caller.tenant, events).await?;
+    let status = if appended.iter().all(|a| a.replayed) {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    let body = if batch {
+        AppendResponse::Batch(AppendedBatch { events: appended })
+    } else {
+        AppendResponse::One(appended.swap_remove(0))
+    };
+    Ok((status, body))
+}
+
+/// Appends `events` for `tenant` and counts the request in the metrics
+/// (stored, replayed or failed, and how long it took): every append of HTTP
+/// and MCP goes through here.
+pub(crate) async fn append_counted(
+    state: &ApiState,
+    tenant: &TenantId,
+    events: Vec<NewEvent>,
+) -> Result<Vec<Appended>, ApiError> {
+    let started = std::time::Instant::now();
+    let appended = state.appender.append(tenant, events).await;
+    let took = Some(started.elapsed());
+    match appended {
+        Ok(appended) => {
+            let stored = appended.iter().filter(|a| !a.replayed).count();
+            let outcome = if stored == 0 {
+                Outcome::Replayed
+            } else {
+                Outcome::Ok
+            };
+            state.metrics.append(tenant.as_str(), outcome, stored, took);
+            Ok(appended)
+        }
+        Err(err) => {
+            let err = ApiError::from(err);
+            let outcome = Outcome::of_status(err.status());
+            state.metrics.append(tenant.as_str(), outcome, 0, took);
+            Err(err)
+        }
+    }
+}
+
+/// The request body as events ready to append (parsed, redacted, stamped
+/// with the caller's agent), and whether it was a batch.
+fn parse_events(
+    state: &ApiState,
+    caller: &Caller,
+    body: Value,
+) -> Result<(Vec<NewEvent>, bool), ApiError> {
     let (requests, batch) = parse_body(body).map_err(ApiError::invalid)?;
     if let Some(field) = claimed_tenant_mismatch(&requests, caller.tenant.as_str(), batch) {
         return Err(ApiError::tenant_mismatch(field));
@@ -99,20 +163,7 @@ pub(crate) async fn record(
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(ApiError::invalid)?;
-    let events = stamp_agent(caller, events, batch)?;
-
-    let mut appended = state.appender.append(&caller.tenant, events).await?;
-    let status = if appended.iter().all(|a| a.replayed) {
-        StatusCode::OK
-    } else {
-        StatusCode::CREATED
-    };
-    let body = if batch {
-        AppendResponse::Batch(AppendedBatch { events: appended })
-    } else {
-        AppendResponse::One(appended.swap_remove(0))
-    };
-    Ok((status, body))
+    Ok((stamp_agent(caller, events, batch)?, batch))
 }
 
 /// The envelope fields of an event; the rest of a convenience body

@@ -161,9 +161,9 @@ pub(crate) async fn authenticate(
         .resolve(&state.pool, &token)
         .await?
         .ok_or_else(|| ApiError::unauthorized("unknown or revoked token"))?;
-    state
-        .limiter
-        .admit(caller.tenant.as_str(), Instant::now())
-        .map_err(ApiError::rate_limited)?;
+    if let Err(wait) = state.limiter.admit(caller.tenant.as_str(), Instant::now()) {
+        state.metrics.rate_limited(caller.tenant.as_str());
+        return Err(ApiError::rate_limited(wait));
+    }
     Ok(caller)
 }

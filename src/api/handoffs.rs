@@ -123,7 +123,7 @@ pub(crate) async fn create(
     }))
     .map_err(|err| ApiError::internal(&err))?;
     let event = NewEvent::parse(event, &state.redactor).map_err(ApiError::invalid)?;
-    let appended = state.appender.append(&caller.tenant, vec![event]).await?;
+    let appended = super::events::append_counted(state, &caller.tenant, vec![event]).await?;
     let appended = &appended[0];
     Ok(HandoffCreated {
         handoff_id: appended.event_id.clone(),

@@ -46,6 +46,8 @@ pub struct ApiState {
     pub appender: Arc<Appender>,
     pub reader: Arc<Reader>,
     pub limiter: Arc<rate_limit::RateLimiter>,
+    /// What `/metrics` reports (served on its own listener).
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// One route the daemon serves.

@@ -17,6 +17,8 @@ use tokio::{sync::oneshot, task::JoinHandle};
 
 pub struct TestApp {
     pub base_url: String,
+    /// The metrics listener's base URL, when the config asked for one.
+    pub metrics_url: Option<String>,
     pub client: reqwest::Client,
     /// A pool on the test's database, for asserting on what was stored.
     pub pool: PgPool,
@@ -80,12 +82,14 @@ pub async fn spawn_daemon_with(connect: PgConnectOptions, config: ServeConfig) -
     };
     let daemon = Daemon::bind(&config, pool.clone()).await.expect("bind");
     let base_url = format!("http://{}", daemon.local_addr());
+    let metrics_url = daemon.metrics_addr().map(|addr| format!("http://{addr}"));
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(daemon.run(async {
         let _ = stopped.await;
     }));
     TestApp {
         base_url,
+        metrics_url,
         client: reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
             .build()

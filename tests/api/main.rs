@@ -16,6 +16,7 @@ mod handoffs;
 mod helpers;
 mod log;
 mod mcp;
+mod metrics;
 mod openapi;
 mod policy;
 mod projections;
