@@ -11,7 +11,8 @@
 //! - [`mcp`]: the same calls as MCP tools on `/mcp` (Streamable HTTP).
 //! - [`tenants`]: tenants and bearer tokens.
 //! - [`metrics`]: `GET /metrics` for Prometheus, on a listener of its own.
-//! - [`startup`], [`db`], [`telemetry`]: wiring; [`invalidation`]: caches
+//! - [`startup`], [`db`], [`telemetry`], [`config`] (flags, environment and
+//!   a configuration file): wiring; [`invalidation`]: caches
 //!   other processes invalidate by notification.
 //! - [`admin`]: operator commands over the projections (views export and
 //!   import, rebuild progress).
@@ -21,6 +22,7 @@ pub mod admin;
 pub mod api;
 pub mod audit;
 pub mod bench;
+pub mod config;
 pub mod console;
 pub mod db;
 pub mod domain;

@@ -3,7 +3,7 @@
 use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use memd_projectors::{
     drift,
     embed::worker::EmbeddingWork,
@@ -20,6 +20,7 @@ use memd::{
     audit,
     audit::checkpoint,
     bench,
+    config::ConfigFile,
     db::{self, ScratchDatabase},
     domain::{
         limits,
@@ -64,6 +65,10 @@ struct Cli {
         global = true
     )]
     lock_timeout_ms: u64,
+    /// A YAML file of option values (`listen: 127.0.0.1:7070`); flags and
+    /// environment variables override it (see README, Operating memd).
+    #[arg(long, env = "MEMD_CONFIG", global = true)]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -90,7 +95,20 @@ enum KeyCommand {
 }
 
 #[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print what `memd serve` would run with (each option's value and
+    /// where it came from: flag, environment, file or default; passwords
+    /// masked), after checking the file and the key file.
+    Check,
+}
+
+#[derive(Subcommand)]
 enum Command {
+    /// The configuration file and the effective configuration.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
     /// The key that seals high and secret memory at rest.
     Key {
         #[command(subcommand)]
@@ -442,8 +460,28 @@ enum TenantCommand {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // The configuration file's values become the options' defaults: flags
+    // and environment variables still win (memd::config).
+    let file = match ConfigFile::locate(&args).and_then(|file| {
+        let command = file.apply(Cli::command())?;
+        Ok((file, command))
+    }) {
+        Ok(found) => found,
+        Err(err) => {
+            eprintln!("memd: error: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (file, command) = file;
+    let cli = Cli::from_arg_matches(&command.get_matches_from(&args)).unwrap_or_else(|e| e.exit());
     telemetry::init("info,sqlx=warn");
+    if let Command::Config {
+        command: ConfigCommand::Check,
+    } = &cli.command
+    {
+        return config_check(&cli, &file);
+    }
     match run(cli).await {
         Ok(code) => code,
         Err(err) => {
@@ -453,6 +491,51 @@ async fn main() -> ExitCode {
             }
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `memd config check`: the effective configuration of `memd serve`, and
+/// whether its key file and model files are there.
+fn config_check(cli: &Cli, file: &ConfigFile) -> ExitCode {
+    let report = match memd::config::effective(Cli::command(), file, &["memd", "serve"]) {
+        Ok(report) => report,
+        Err(err) => {
+            eprintln!("memd: error: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match &file.path {
+        Some(path) => println!("# configuration file: {}", path.display()),
+        None => println!("# no configuration file (--config or MEMD_CONFIG)"),
+    }
+    println!("# memd serve would run with (highest first: flag, env, file, default):");
+    let width = report.iter().map(|e| e.name.len()).max().unwrap_or(0);
+    for entry in &report {
+        println!(
+            "{:width$} = {}    ({})",
+            entry.name, entry.value, entry.source
+        );
+    }
+    let mut ok = true;
+    if let Err(err) = cli.keyring() {
+        eprintln!("memd: error: key file: {err:#}");
+        ok = false;
+    }
+    if let Some(model_dir) = report.iter().find(|e| e.name == "model-dir")
+        && !std::path::Path::new(&model_dir.value)
+            .join("model.safetensors")
+            .is_file()
+    {
+        println!(
+            "# note: no model in {}: semantic retrieval would be off ({})",
+            model_dir.value,
+            SemanticConfig::FETCH_COMMAND
+        );
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 
@@ -487,6 +570,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             None => anyhow::bail!("no key file (--key-file, MEMD_KEY_FILE)"),
         },
         Command::Key { .. } => unreachable!("generate is handled above"),
+        Command::Config { .. } => unreachable!("handled in main, without a database"),
         Command::VerifyProof { .. } => unreachable!("handled above, without a database"),
         Command::Serve {
             listen,

@@ -331,16 +331,18 @@ impl Metrics {
     }
 
     /// The text Prometheus scrapes: the figures read from the database
-    /// now (`projectors`: the current projections' names and versions, the
-    /// embeddings' included), then everything encoded.
+    /// now through `reads` (`projectors`: the current projections' names
+    /// and versions, the embeddings' included), the `daemon` pool's
+    /// connections, then everything encoded.
     pub async fn render(
         &self,
-        pool: &PgPool,
+        reads: &PgPool,
+        daemon: &PgPool,
         projectors: &[(String, i32)],
     ) -> Result<String, sqlx::Error> {
-        self.read_database(pool, projectors).await?;
-        let idle = pool.num_idle() as i64;
-        let open = i64::from(pool.size());
+        self.read_database(reads, projectors).await?;
+        let idle = daemon.num_idle() as i64;
+        let open = i64::from(daemon.size());
         self.pool_connections
             .get_or_create(&vec![("state", "idle".to_owned())])
             .set(idle);
@@ -442,27 +444,38 @@ impl Metrics {
 #[derive(Clone)]
 struct Scrape {
     metrics: Arc<Metrics>,
-    pool: PgPool,
+    /// Reads the database's figures (a connection of its own).
+    reads: PgPool,
+    /// The daemon's pool, whose connections are reported.
+    daemon: PgPool,
     projectors: Arc<Vec<(String, i32)>>,
 }
 
-/// The metrics listener's routes: `GET /metrics` alone.
-pub fn router(metrics: Arc<Metrics>, pool: PgPool, projectors: Vec<(String, i32)>) -> Router {
+/// The metrics listener's routes: `GET /metrics` alone. `reads` queries the
+/// database at each scrape; `daemon` is the pool whose connections are
+/// counted.
+pub fn router(
+    metrics: Arc<Metrics>,
+    reads: PgPool,
+    daemon: PgPool,
+    projectors: Vec<(String, i32)>,
+) -> Router {
     Router::new()
         .route("/metrics", get(scrape))
         .with_state(Scrape {
             metrics,
-            pool,
+            reads,
+            daemon,
             projectors: Arc::new(projectors),
         })
 }
 
 async fn scrape(State(scrape): State<Scrape>) -> Response {
-    match scrape
+    let rendered = scrape
         .metrics
-        .render(&scrape.pool, &scrape.projectors)
-        .await
-    {
+        .render(&scrape.reads, &scrape.daemon, &scrape.projectors)
+        .await;
+    match rendered {
         Ok(text) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
         Err(err) => {
             tracing::warn!(error = %err, "reading metrics from the database failed");

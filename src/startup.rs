@@ -175,7 +175,14 @@ impl Daemon {
             Some(address) => {
                 let listener = TcpListener::bind(address).await?;
                 let projectors = scraped_projectors(config.encoding, &reader.semantic);
-                let router = crate::metrics::router(metrics.clone(), pool.clone(), projectors);
+                // A connection of its own: a scrape must answer when the
+                // daemon's pool is saturated, which is when it matters.
+                let scrape_pool = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(Duration::from_secs(5))
+                    .connect_lazy_with((*pool.connect_options()).clone());
+                let router =
+                    crate::metrics::router(metrics.clone(), scrape_pool, pool.clone(), projectors);
                 Some((listener, router))
             }
             None => None,

@@ -9,6 +9,7 @@ mod browser;
 mod chain;
 mod checkpoints;
 mod concurrency;
+mod config;
 mod console;
 mod drills;
 mod events;
