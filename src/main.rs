@@ -199,6 +199,35 @@ enum Command {
         #[arg(long, env = "MEMD_TOKEN_ENCODING", default_value = "o200k_base")]
         token_encoding: Encoding,
     },
+    /// Write a tenant's log (events and artifacts, with their hashes) to a
+    /// file: NDJSON, gzip-compressed when FILE ends in .gz.
+    Export {
+        #[arg(long)]
+        tenant: String,
+        /// Where to write (`acme.memd.ndjson.gz`).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Read a `memd export` file into this database: the whole chain is
+    /// checked first (a file that does not verify is refused, naming the
+    /// first bad event, and nothing is stored), then the events go in with
+    /// their hashes; an interrupted import goes on where it stopped.
+    Import {
+        /// The file `memd export` wrote (or, with --foreign, the history to
+        /// append).
+        file: PathBuf,
+        /// Import history from elsewhere: one event per line in the append
+        /// envelope, without hashes, appended through the write path to
+        /// --tenant (redacted, chained); re-running it stores nothing twice.
+        #[arg(long, requires = "tenant")]
+        foreign: bool,
+        /// The tenant a --foreign import appends to (created if missing).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Extra redaction patterns for a --foreign import, one `NAME REGEX` per line.
+        #[arg(long, env = "MEMD_REDACT_PATTERNS")]
+        redact_patterns: Option<PathBuf>,
+    },
     /// Human-editable views (identity, rules, preferences) as Markdown files.
     Views {
         #[command(subcommand)]
@@ -926,6 +955,102 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             if report.drifted() {
                 return Ok(ExitCode::FAILURE);
+            }
+        }
+        Command::Export { tenant, out } => {
+            let pool = connect(options, 4).await?;
+            let tenant = tenant_arg(&tenant, "--tenant")?;
+            let mut printer = ProgressPrinter::new("export");
+            let exported = admin::transfer::export(&pool, &tenant, &out, &mut |done, total| {
+                printer.update(memd_projectors::rebuild::Progress {
+                    tenant: tenant.as_str(),
+                    done,
+                    total,
+                })
+            })
+            .await?;
+            println!(
+                "exported {tenant}: {} events, {} artifacts, head {} to {}",
+                exported.events,
+                exported.artifacts,
+                exported.head_hash,
+                out.display()
+            );
+        }
+        Command::Import {
+            file,
+            foreign: true,
+            tenant,
+            redact_patterns,
+        } => {
+            let pool = connect(options, 4).await?;
+            let tenant = tenant_arg(&tenant.unwrap_or_default(), "--tenant")?;
+            let redactor = match redact_patterns {
+                Some(path) => Redactor::with_patterns_file(&path)?,
+                None => Redactor::default(),
+            };
+            let mut printer = ProgressPrinter::new("import");
+            let imported = admin::transfer::import_foreign(
+                &pool,
+                &keyring,
+                Arc::new(redactor),
+                &tenant,
+                &file,
+                &mut |done, total| {
+                    printer.update(memd_projectors::rebuild::Progress {
+                        tenant: tenant.as_str(),
+                        done,
+                        total,
+                    })
+                },
+            )
+            .await?;
+            println!(
+                "imported into {tenant}: {} events, {} stored, {} already stored (their idempotency keys)",
+                imported.events, imported.stored, imported.replayed
+            );
+            if imported.created {
+                println!(
+                    "the tenant is new here: `memd tenant token {tenant}` issues its first token"
+                );
+            }
+        }
+        Command::Import { file, tenant, .. } => {
+            anyhow::ensure!(
+                tenant.is_none(),
+                "--tenant is for --foreign imports; an export file names its tenant (its hashes cover the name)"
+            );
+            let pool = connect(options, 4).await?;
+            let mut printer = ProgressPrinter::new("import");
+            let imported = admin::transfer::import(&pool, &file, &mut |tenant, done, total| {
+                printer.update(memd_projectors::rebuild::Progress {
+                    tenant,
+                    done,
+                    total,
+                })
+            })
+            .await?;
+            let report = audit::verify_chains(
+                &pool,
+                Some(&TenantId::parse(&imported.tenant).map_err(|e| anyhow::anyhow!("{e}"))?),
+            )
+            .await?;
+            let verified = &report[0];
+            anyhow::ensure!(
+                verified.broken.is_none() && verified.head_hash == imported.head_hash,
+                "after the import, {} does not verify: {:?}",
+                imported.tenant,
+                verified.broken
+            );
+            println!(
+                "imported {}: {} events stored ({} were already here); verify ok, head {}",
+                imported.tenant, imported.stored, imported.already, verified.head_hash
+            );
+            if imported.created {
+                println!(
+                    "the tenant is new here: `memd tenant token {}` issues its first token",
+                    imported.tenant
+                );
             }
         }
         Command::Views { command } => {

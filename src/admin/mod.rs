@@ -1,8 +1,10 @@
 //! Operator commands over the derived side: rebuild, drift check, and the
-//! human-editable views and bundle policy (export and import).
+//! human-editable views and bundle policy (export and import), and a
+//! tenant's whole log as a file ([`transfer`]: export and import).
 
 pub mod embedder;
 pub mod jobs;
 pub mod policy_file;
 pub mod progress;
+pub mod transfer;
 pub mod views;

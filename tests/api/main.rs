@@ -32,3 +32,4 @@ mod semantic;
 mod shutdown;
 mod tenants;
 mod tool_results;
+mod transfer;
