@@ -10,6 +10,7 @@ pub(crate) mod harness;
 pub mod histories;
 mod locomo;
 mod project;
+mod transfer;
 mod vectors;
 
 use std::path::PathBuf;
@@ -113,6 +114,15 @@ pub enum BenchCommand {
         /// The embedder whose question vectors are timed too (none: skip).
         #[command(flatten)]
         embedder: EmbedderArgs,
+    },
+    /// `memd export` and `memd import` of one tenant's chat history: rates,
+    /// file size, and the imported chain verified.
+    Transfer {
+        /// Events in the history.
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+        #[arg(long, default_value = "bench/transfer.md")]
+        out: PathBuf,
     },
     /// Retrieval quality on LoCoMo conversations (recall of evidence turns
     /// in 2,000-token bundles), beside a plain BM25 baseline.
@@ -231,6 +241,7 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
             out,
             embedder,
         } => vectors::run(count, searches, &embedder.config()?, &out),
+        BenchCommand::Transfer { events, out } => transfer::run(database_url, events, &out).await,
         BenchCommand::Locomo {
             dir,
             kit,
