@@ -123,6 +123,29 @@ pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Re
         scratch.drop_now().await?;
     }
     let (rows, environment) = result?;
+    let clients = |n: usize| {
+        if n == 1 {
+            "1 client".to_owned()
+        } else {
+            format!("{n} clients")
+        }
+    };
+    super::charts::lines(
+        &super::charts::path_beside(out, ""),
+        "Bundles: p95 latency by history size (dashed: PostgreSQL alone, the candidate statements)",
+        &super::charts::Axis::log("events in the tenant's history"),
+        &super::charts::Axis::log("p95 latency, ms"),
+        &super::charts::grouped(
+            rows.iter().map(|row| {
+                (
+                    format!("{}, {}", row.scenario, clients(row.clients)),
+                    row.size as f64,
+                    row.m.percentile_ms(95.0),
+                )
+            }),
+            |name| name.starts_with(CANDIDATES_ALONE),
+        ),
+    )?;
     write_report(out, &render(&rows, &options, &environment))
 }
 

@@ -40,6 +40,22 @@ pub async fn run(
     let result = measure(&scratch, duration, batch, semantic, projections).await;
     scratch.drop_now().await?;
     let (rows, environment) = result?;
+    super::charts::lines(
+        &super::charts::path_beside(out, ""),
+        "Appends: events/s by concurrent writers (dashed: raw PostgreSQL INSERTs)",
+        &super::charts::Axis::log("concurrent writers"),
+        &super::charts::Axis::log("events/s"),
+        &super::charts::grouped(
+            rows.iter().map(|row| {
+                (
+                    row.scenario.clone(),
+                    row.writers as f64,
+                    row.m.events_per_second(),
+                )
+            }),
+            |name| name.starts_with("raw"),
+        ),
+    )?;
     let report = render(
         &rows,
         &environment,

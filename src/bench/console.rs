@@ -39,6 +39,40 @@ pub async fn run(database_url: &str, size: u64, repeats: usize, out: &Path) -> a
     let result = measure(&scratch, size, repeats).await;
     scratch.drop_now().await?;
     let (rows, browser, verify, environment) = result?;
+    super::charts::bars(
+        &super::charts::path_beside(out, "api"),
+        &format!(
+            "Console pages at {} events: what each asks the daemon for",
+            super::charts::number(size as f64)
+        ),
+        "ms per page load",
+        &rows
+            .iter()
+            .map(|(name, ..)| name.to_string())
+            .collect::<Vec<_>>(),
+        &[
+            ("p50".into(), rows.iter().map(|r| r.2).collect()),
+            ("p95".into(), rows.iter().map(|r| r.3).collect()),
+        ],
+    )?;
+    if let Ok((_, browser_rows)) = &browser {
+        super::charts::bars(
+            &super::charts::path_beside(out, "browser"),
+            &format!(
+                "Console pages at {} events in Chromium",
+                super::charts::number(size as f64)
+            ),
+            "ms until on screen",
+            &browser_rows
+                .iter()
+                .map(|(name, ..)| name.to_string())
+                .collect::<Vec<_>>(),
+            &[
+                ("p50".into(), browser_rows.iter().map(|r| r.1).collect()),
+                ("p95".into(), browser_rows.iter().map(|r| r.2).collect()),
+            ],
+        )?;
+    }
     let mut report = report_header("console", &environment);
     report.push_str(&format!(
         "\nA tenant of {size} chat events (the `{}` history), fully projected; one client, {repeats} loads of each \

@@ -233,6 +233,24 @@ pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Re
         }
         rows.push((system.clone(), ours, kit.is_some(), file));
     }
+    super::charts::lines(
+        &super::charts::path_beside(out, ""),
+        "LoCoMo: recall of evidence turns in the top k, by system",
+        &super::charts::Axis::log("k (ranked turns read)"),
+        &super::charts::Axis::linear("recall (share of evidence turns found)"),
+        &super::charts::grouped(
+            rows.iter().flat_map(|(system, scores, ..)| {
+                KS.iter().map(move |k| {
+                    (
+                        system.clone(),
+                        *k as f64,
+                        scores.recall.get(&format!("R@{k}")).copied().unwrap_or(0.0),
+                    )
+                })
+            }),
+            |name| name == "BM25",
+        ),
+    )?;
     let report = render(&conversations, &rows, &options, &environment);
     write_report(out, &report)
 }

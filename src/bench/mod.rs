@@ -4,6 +4,7 @@
 mod acb;
 mod append;
 pub mod browser;
+pub mod charts;
 mod console;
 mod cpu;
 pub(crate) mod harness;

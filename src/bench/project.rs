@@ -52,6 +52,10 @@ struct LagResult {
     /// The same for the embeddings projection (`memd_embedded`).
     embedding_lags: Vec<Duration>,
     embedding_unobserved: usize,
+    /// (seconds into the run when acknowledged, lag): the lag over time,
+    /// of the projections and of the embeddings.
+    timeline: Vec<(f64, Duration)>,
+    embedding_timeline: Vec<(f64, Duration)>,
 }
 
 /// Rebuilding the embeddings projection of the chat history from zero.
@@ -108,8 +112,87 @@ pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Re
     let result = measure(&scratch, &options).await;
     scratch.drop_now().await?;
     let (lag, rebuilds, embedding_rebuilds, environment) = result?;
+    charts(out, &options, &lag, &rebuilds)?;
     let report = render(&options, &lag, &rebuilds, &embedding_rebuilds, &environment);
     write_report(out, &report)
+}
+
+/// `<out>-lag.svg`: p50 and p95 lag in each second of the steady load;
+/// `<out>-rebuild.svg`: rebuild events/s by history size, beside
+/// PostgreSQL's own INSERT of the same chunk rows.
+fn charts(
+    out: &Path,
+    options: &Options,
+    lag: &LagResult,
+    rebuilds: &[RebuildResult],
+) -> anyhow::Result<()> {
+    use super::charts::{Axis, Series, grouped, lines, path_beside};
+    let per_second = |timeline: &[(f64, Duration)], p: f64| -> Vec<(f64, f64)> {
+        let mut seconds: std::collections::BTreeMap<u64, Vec<Duration>> = Default::default();
+        for (at, lag) in timeline {
+            seconds.entry(*at as u64).or_default().push(*lag);
+        }
+        seconds
+            .into_iter()
+            .map(|(second, lags)| {
+                (
+                    second as f64 + 0.5,
+                    percentile(&lags, p).as_secs_f64() * 1e3,
+                )
+            })
+            .collect()
+    };
+    let mut series = vec![
+        Series::new("projections p50", per_second(&lag.timeline, 50.0)),
+        Series::new("projections p95", per_second(&lag.timeline, 95.0)),
+    ];
+    if !lag.embedding_timeline.is_empty() {
+        series.push(Series::new(
+            "embeddings p50",
+            per_second(&lag.embedding_timeline, 50.0),
+        ));
+        series.push(Series::new(
+            "embeddings p95",
+            per_second(&lag.embedding_timeline, 95.0),
+        ));
+    }
+    lines(
+        &path_beside(out, "lag"),
+        &format!(
+            "Projection lag over time at {} appended events/s (commit to projected)",
+            options.rate
+        ),
+        &Axis::linear("seconds into the steady load"),
+        &Axis::log("lag, ms"),
+        &series,
+    )?;
+    if !rebuilds.is_empty() {
+        lines(
+            &path_beside(out, "rebuild"),
+            "Rebuild from zero: events/s by history size (dashed: PostgreSQL inserting the same chunk rows)",
+            &Axis::log("events in the history"),
+            &Axis::log("events/s"),
+            &grouped(
+                rebuilds.iter().flat_map(|r| {
+                    let events = r.events as f64;
+                    [
+                        (
+                            format!("memd rebuild, {}", r.history.name()),
+                            events,
+                            events / r.elapsed.as_secs_f64().max(1e-9),
+                        ),
+                        (
+                            format!("raw chunk INSERT, {}", r.history.name()),
+                            events,
+                            events / r.raw_chunks.as_secs_f64().max(1e-9),
+                        ),
+                    ]
+                }),
+                |name| name.starts_with("raw"),
+            ),
+        )?;
+    }
+    Ok(())
 }
 
 async fn measure(
@@ -327,26 +410,31 @@ async fn measure_lag(pool: &PgPool, options: &Options) -> anyhow::Result<LagResu
                 by_tenant.entry(tenant).or_default().push((*seq, *at));
             }
         }
-        let mut lags = Vec::new();
+        let mut timeline = Vec::new();
         let mut unobserved = 0;
         for (tenant, acked) in &acks {
             let notes = by_tenant.get(tenant.as_str()).cloned().unwrap_or_default();
             for (seq, acked_at) in acked {
                 // The first commit covering this seq.
                 match notes.iter().find(|(covered, _)| covered >= seq) {
-                    Some((_, at)) => lags.push(at.saturating_duration_since(*acked_at)),
+                    Some((_, at)) => timeline.push((
+                        acked_at.saturating_duration_since(started).as_secs_f64(),
+                        at.saturating_duration_since(*acked_at),
+                    )),
                     None => unobserved += 1,
                 }
             }
         }
-        (lags, unobserved)
+        (timeline, unobserved)
     };
-    let (lags, unobserved) = lags_on(false);
-    let (embedding_lags, embedding_unobserved) = if options.semantic.embedder.is_some() {
+    let (timeline, unobserved) = lags_on(false);
+    let (embedding_timeline, embedding_unobserved) = if options.semantic.embedder.is_some() {
         lags_on(true)
     } else {
         (Vec::new(), 0)
     };
+    let lags = timeline.iter().map(|(_, lag)| *lag).collect();
+    let embedding_lags = embedding_timeline.iter().map(|(_, lag)| *lag).collect();
     let sent = acks.iter().map(|(_, acked)| acked.len()).sum::<usize>();
     Ok(LagResult {
         sent,
@@ -356,6 +444,8 @@ async fn measure_lag(pool: &PgPool, options: &Options) -> anyhow::Result<LagResu
         unobserved,
         embedding_lags,
         embedding_unobserved,
+        timeline,
+        embedding_timeline,
     })
 }
 

@@ -33,6 +33,24 @@ pub async fn run(database_url: &str, events: u64, out: &Path) -> anyhow::Result<
     source.drop_now().await?;
     target.drop_now().await?;
     let (figures, environment) = result?;
+    let rate = |seconds: f64| figures.events as f64 / seconds.max(1e-9);
+    super::charts::bars(
+        &super::charts::path_beside(out, ""),
+        &format!(
+            "memd export and import, {} events",
+            super::charts::number(figures.events as f64)
+        ),
+        "events/s",
+        &["export".into(), "import".into(), "verify (imported)".into()],
+        &[(
+            "events/s".into(),
+            vec![
+                rate(figures.export_seconds),
+                rate(figures.import_seconds),
+                rate(figures.verify_seconds),
+            ],
+        )],
+    )?;
     write_report(out, &render(&figures, &environment))
 }
 

@@ -94,6 +94,11 @@ pub fn run(
         ms(95.0),
         found as f64 / searches.max(1) as f64
     );
+    let mut categories = vec![format!(
+        "search, {} vectors",
+        super::charts::number(count as f64)
+    )];
+    let (mut p50s, mut p95s) = (vec![ms(50.0)], vec![ms(95.0)]);
     if let Some(name) = &semantic.embedder {
         let embedder = memd_projectors::embed::load(name, &semantic.model_dir)
             .map_err(|e| anyhow::anyhow!("--embedder {name}: {e}"))?;
@@ -105,14 +110,25 @@ pub fn run(
             embedder.embed(&[question.as_str()])?;
             latencies.push(at.elapsed());
         }
+        let question = |p| percentile(&latencies, p).as_secs_f64() * 1e3;
         let _ = writeln!(
             report,
             "\nQuestion vectors by `{name}`: {searches} distinct questions of the `bench acb` kind, one at a time \
              on the calling thread (a bundle's cache miss).\n\n\
              | embedder | questions | p50 ms | p95 ms |\n|---|---:|---:|---:|\n| {name} | {searches} | {:.2} | {:.2} |",
-            percentile(&latencies, 50.0).as_secs_f64() * 1e3,
-            percentile(&latencies, 95.0).as_secs_f64() * 1e3,
+            question(50.0),
+            question(95.0),
         );
+        categories.push(format!("a question's vector ({name})"));
+        p50s.push(question(50.0));
+        p95s.push(question(95.0));
     }
+    super::charts::bars(
+        &super::charts::path_beside(out, ""),
+        "The vector index: a search for the 200 nearest, and a question's vector",
+        "ms",
+        &categories,
+        &[("p50".into(), p50s), ("p95".into(), p95s)],
+    )?;
     write_report(out, &report)
 }
