@@ -197,7 +197,8 @@ fn draw_err<E: std::fmt::Debug>(err: E) -> anyhow::Error {
     anyhow!("drawing the chart: {err:?}")
 }
 
-/// A line chart of `series`, with a legend.
+/// A line chart of `series`, with a legend; when every point has the same
+/// x (one history size measured), bars of each series' value instead.
 pub fn lines(
     path: &Path,
     title: &str,
@@ -205,6 +206,24 @@ pub fn lines(
     y: &Axis,
     series: &[Series],
 ) -> anyhow::Result<()> {
+    let mut xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
+    if let Some(first) = xs.next()
+        && xs.all(|x| x == first)
+    {
+        return bars(
+            path,
+            &format!("{title}, at {} {}", number(first), x.label),
+            &y.label,
+            &series.iter().map(|s| s.name.clone()).collect::<Vec<_>>(),
+            &[(
+                y.label.clone(),
+                series
+                    .iter()
+                    .map(|s| s.points.first().map_or(0.0, |p| p.1))
+                    .collect(),
+            )],
+        );
+    }
     make_parent(path)?;
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(draw_err)?;
