@@ -26,6 +26,7 @@ mod proofs;
 mod rebuild;
 mod roles;
 mod scenarios;
+mod schema;
 mod sealing;
 mod secrets;
 mod semantic;
