@@ -13,6 +13,7 @@ mod locomo;
 mod project;
 mod transfer;
 mod vectors;
+mod workers;
 
 use std::path::PathBuf;
 
@@ -123,6 +124,22 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1_000_000)]
         events: u64,
         #[arg(long, default_value = "bench/transfer.md")]
+        out: PathBuf,
+    },
+    /// Projection shared by several `memd project` processes: throughput
+    /// with each number of processes over many tenants, and `kill -9` of
+    /// one of two: how soon the other takes its tenants over.
+    Workers {
+        /// Tenants written for each run.
+        #[arg(long, default_value_t = 100)]
+        tenants: usize,
+        /// Events in each tenant's log.
+        #[arg(long, default_value_t = 3000)]
+        events: u64,
+        /// Numbers of processes, a run for each.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+        processes: Vec<usize>,
+        #[arg(long, default_value = "bench/workers.md")]
         out: PathBuf,
     },
     /// Retrieval quality on LoCoMo conversations (recall of evidence turns
@@ -243,6 +260,23 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
             embedder,
         } => vectors::run(count, searches, &embedder.config()?, &out),
         BenchCommand::Transfer { events, out } => transfer::run(database_url, events, &out).await,
+        BenchCommand::Workers {
+            tenants,
+            events,
+            processes,
+            out,
+        } => {
+            workers::run(
+                database_url,
+                workers::Options {
+                    tenants,
+                    events,
+                    processes,
+                },
+                &out,
+            )
+            .await
+        }
         BenchCommand::Locomo {
             dir,
             kit,

@@ -34,3 +34,4 @@ mod shutdown;
 mod tenants;
 mod tool_results;
 mod transfer;
+mod workers;
