@@ -10,6 +10,7 @@ use sqlx::{
     postgres::{PgConnectOptions, PgPool, PgPoolOptions},
 };
 
+pub mod private_server;
 pub mod roles;
 
 /// The schema in `migrations/`, compiled into the binary.

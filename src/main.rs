@@ -27,7 +27,10 @@ use memd::{
         redact::Redactor,
         tenant::{ApiToken, Scope, TenantId},
     },
-    read::semantic::{Semantic, SemanticConfig},
+    read::{
+        replica::ReplicaConfig,
+        semantic::{Semantic, SemanticConfig},
+    },
     scenario,
     startup::{Daemon, ProjectionConfig, ServeConfig, shutdown_signal},
     telemetry, tenants,
@@ -161,6 +164,19 @@ enum Command {
         /// tens of tenants, not for thousands).
         #[arg(long, env = "MEMD_METRICS_TENANT_LABELS")]
         metrics_tenant_labels: bool,
+        /// A streaming-replication standby of the database: bundles read it
+        /// while it keeps up (appends, projectors and admin stay on the
+        /// primary). Off unless given.
+        #[arg(long, env = "MEMD_READ_DATABASE_URL")]
+        read_database_url: Option<String>,
+        /// Further behind the primary than this (ms), the standby is not read.
+        #[arg(long, env = "MEMD_READ_MAX_LAG_MS", default_value_t = 5_000)]
+        read_max_lag_ms: u64,
+        /// How long a bundle that must see given writes (`after`, `consistency:
+        /// strong`) waits for the standby to have them before it reads the
+        /// primary (ms).
+        #[arg(long, env = "MEMD_READ_WAIT_MS", default_value_t = 500)]
+        read_wait_ms: u64,
         #[command(flatten)]
         projection: ProjectionArgs,
         #[command(flatten)]
@@ -614,6 +630,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             checkpoint_interval_secs,
             metrics_listen,
             metrics_tenant_labels,
+            read_database_url,
+            read_max_lag_ms,
+            read_wait_ms,
             projection,
             semantic,
         } => {
@@ -652,6 +671,18 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 checkpoint_interval: Duration::from_secs(checkpoint_interval_secs),
                 metrics_listen,
                 metrics_tenant_labels,
+                read_replica: read_database_url
+                    .map(|url| -> anyhow::Result<ReplicaConfig> {
+                        Ok(ReplicaConfig {
+                            options: url
+                                .parse()
+                                .context("--read-database-url is not a PostgreSQL URL")?,
+                            max_connections: db_connections,
+                            max_lag: Duration::from_millis(read_max_lag_ms),
+                            wait: Duration::from_millis(read_wait_ms),
+                        })
+                    })
+                    .transpose()?,
             };
             match keyring.key_id() {
                 Some(id) => tracing::info!(key = id, "high and secret memory is sealed at rest"),

@@ -31,6 +31,7 @@ use crate::{
     metrics::Metrics,
     read::{
         Reader,
+        replica::{Replica, ReplicaConfig},
         semantic::{Semantic, SemanticConfig},
     },
     tenants::TokenCache,
@@ -68,6 +69,9 @@ pub struct ServeConfig {
     pub metrics_listen: Option<String>,
     /// Per-tenant series in the metrics.
     pub metrics_tenant_labels: bool,
+    /// A standby that bundles read (`--read-database-url`); none: the
+    /// primary serves every read.
+    pub read_replica: Option<ReplicaConfig>,
 }
 
 /// How the projector runtime runs.
@@ -140,6 +144,7 @@ impl Default for ServeConfig {
             checkpoint_interval: Duration::from_secs(300),
             metrics_listen: None,
             metrics_tenant_labels: false,
+            read_replica: None,
         }
     }
 }
@@ -191,7 +196,12 @@ impl Daemon {
             config.token_cache_ttl,
             metrics.token_invalidations.clone(),
         ));
+        let replica = config
+            .read_replica
+            .clone()
+            .map(|replica| Arc::new(Replica::start(&reader, replica)));
         let state = ApiState {
+            replica,
             reader: reader.clone(),
             appender: Arc::new(Appender::new(pool.clone(), config.keyring.clone())),
             pool: pool.clone(),

@@ -14,8 +14,9 @@ use crate::{
     metrics::{BundleSeen, Outcome},
     read::{
         AcbRequest,
-        acb::{Acb, AcbError},
+        acb::{Acb, AcbError, Consistency},
         build_acb,
+        replica::{Needs, ReadReport},
     },
     tenants::Caller,
 };
@@ -100,10 +101,52 @@ async fn build_unmeasured(state: &ApiState, caller: &Caller, body: Value) -> Res
             _ => request.agent_id = Some(agent.clone()),
         }
     }
-    build_acb(&state.reader, caller.tenant.as_str(), request)
+    let tenant = caller.tenant.as_str();
+    let Some(replica) = &state.replica else {
+        return build_acb(&state.reader, tenant, request)
+            .await
+            .map_err(acb_error);
+    };
+    // What the bundle must find: the caller's own append (`after`), or for
+    // strong consistency every projection up to the head as of now.
+    let needs = if request.consistency == Consistency::Strong {
+        let (head, _) = state.reader.positions(tenant).await?;
+        Needs::Projected(head.max(request.after.unwrap_or(0)))
+    } else {
+        request.after.map_or(Needs::Nothing, Needs::Log)
+    };
+    let (standby, report) = replica.route(tenant, needs).await;
+    if standby {
+        match build_acb(&replica.reader, tenant, request.clone()).await {
+            Ok(mut acb) => {
+                acb.provenance.read = report;
+                return Ok(acb);
+            }
+            Err(AcbError::Database(error)) => {
+                replica.failed(&error);
+                let mut acb = build_acb(&state.reader, tenant, request)
+                    .await
+                    .map_err(acb_error)?;
+                acb.provenance.read = ReadReport {
+                    from: "primary",
+                    reason: Some(format!("the standby failed the bundle: {error}")),
+                    ..report
+                };
+                return Ok(acb);
+            }
+            Err(invalid) => return Err(acb_error(invalid)),
+        }
+    }
+    let mut acb = build_acb(&state.reader, tenant, request)
         .await
-        .map_err(|err| match err {
-            AcbError::Invalid(field) => ApiError::invalid(field),
-            AcbError::Database(db) => ApiError::from(db),
-        })
+        .map_err(acb_error)?;
+    acb.provenance.read = report;
+    Ok(acb)
+}
+
+fn acb_error(err: AcbError) -> ApiError {
+    match err {
+        AcbError::Invalid(field) => ApiError::invalid(field),
+        AcbError::Database(db) => ApiError::from(db),
+    }
 }

@@ -45,6 +45,8 @@ pub struct ApiState {
     pub tokens: Arc<TokenCache>,
     pub appender: Arc<Appender>,
     pub reader: Arc<Reader>,
+    /// A streaming-replication standby that bundles read while it keeps up.
+    pub replica: Option<Arc<crate::read::replica::Replica>>,
     pub limiter: Arc<rate_limit::RateLimiter>,
     /// What `/metrics` reports (served on its own listener).
     pub metrics: Arc<crate::metrics::Metrics>,

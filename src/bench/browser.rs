@@ -30,7 +30,7 @@ impl Browser {
     /// Starts chromedriver on a free port and opens a headless window of
     /// 1400×900.
     pub async fn start() -> anyhow::Result<Self> {
-        let port = crate::drill::free_port()?;
+        let port = crate::db::private_server::free_port()?;
         let driver = tokio::process::Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
             .stdout(std::process::Stdio::null())

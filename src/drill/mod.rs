@@ -26,7 +26,10 @@ use sqlx::PgPool;
 
 use crate::{
     bench::harness::environment,
-    db,
+    db::{
+        self,
+        private_server::{free_port, run_program},
+    },
     domain::tenant::{Scope, TenantId},
     tenants,
 };
@@ -235,13 +238,6 @@ impl Daemon {
     }
 }
 
-/// A port of 127.0.0.1 that nothing listens on now.
-pub(crate) fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 /// How long a drill's client waits for an answer. Anything slower counts as
 /// a hang: a drill fails instead of waiting forever.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -314,22 +310,6 @@ fn ok_or_broken(ok: bool) -> &'static str {
 
 fn none_or_found(clean: bool) -> &'static str {
     if clean { "none" } else { "FOUND" }
-}
-
-/// Runs a helper program to its end; its output is shown only if it fails.
-async fn run_program(command: &mut tokio::process::Command) -> anyhow::Result<()> {
-    let output = command
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .with_context(|| format!("running {command:?}"))?;
-    anyhow::ensure!(
-        output.status.success(),
-        "{command:?} failed: {}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Ok(())
 }
 
 /// Writes `section` (which starts with its `# title` line) into `out`,

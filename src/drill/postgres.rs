@@ -9,19 +9,19 @@
 //! nothing acknowledged was lost or doubled.
 
 use std::{
-    os::unix::fs::MetadataExt,
-    path::{Path, PathBuf},
+    path::Path,
     time::{Duration, Instant},
 };
-
-use anyhow::Context;
 
 use super::{
     CLIENT_TIMEOUT, Daemon, chain_and_drift, client,
     load::{Load, Op, Outcome, Sample, Tally},
-    lost_and_duplicated, none_or_found, ok_or_broken, prepare, run_program, write_section,
+    lost_and_duplicated, none_or_found, ok_or_broken, prepare, write_section,
 };
-use crate::{bench::harness::titled_header, db};
+use crate::{
+    bench::harness::titled_header,
+    db::{self, private_server::PrivateServer},
+};
 
 /// Load before PostgreSQL stops, and after both kinds of request work again.
 const STEADY: Duration = Duration::from_secs(3);
@@ -259,138 +259,4 @@ fn render(
         let _ = writeln!(out, "\nRound {}'s bad answers: {:?}", i + 1, f.tally);
     }
     out
-}
-
-/// A PostgreSQL cluster of the drill's own, removed when dropped.
-struct PrivateServer {
-    dir: PathBuf,
-    bin: PathBuf,
-    port: u16,
-}
-
-impl PrivateServer {
-    async fn create() -> anyhow::Result<Self> {
-        let bin = server_binaries()?;
-        let dir = std::env::temp_dir().join(format!("memd-drill-pg-{}", ulid::Ulid::generate()));
-        std::fs::create_dir_all(&dir)?;
-        let port = super::free_port()?;
-        let server = Self { dir, bin, port };
-        if running_as_root() {
-            // PostgreSQL refuses to run as root.
-            run_program(
-                tokio::process::Command::new("chown")
-                    .arg("postgres:")
-                    .arg(&server.dir),
-            )
-            .await?;
-        }
-        run_program(
-            server
-                .command("initdb")
-                .args(["--auth=trust", "--username=postgres", "--no-sync", "-D"])
-                .arg(server.data()),
-        )
-        .await?;
-        server.start().await?;
-        Ok(server)
-    }
-
-    fn data(&self) -> PathBuf {
-        self.dir.join("data")
-    }
-
-    fn url(&self, database: &str) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
-    }
-
-    /// `pg_ctl start`, waiting until it accepts connections.
-    async fn start(&self) -> anyhow::Result<()> {
-        let options = format!(
-            "-p {} -c listen_addresses=127.0.0.1 -k {}",
-            self.port,
-            self.dir.display()
-        );
-        run_program(
-            self.command("pg_ctl")
-                .args(["start", "-w", "-t", "60", "-D"])
-                .arg(self.data())
-                .arg("-l")
-                .arg(self.dir.join("server.log"))
-                .args(["-o", &options]),
-        )
-        .await
-    }
-
-    /// `pg_ctl stop -m fast`: ends every session, then shuts down cleanly.
-    async fn stop(&self) -> anyhow::Result<()> {
-        run_program(
-            self.command("pg_ctl")
-                .args(["stop", "-w", "-m", "fast", "-D"])
-                .arg(self.data()),
-        )
-        .await
-    }
-
-    /// A server program, as the `postgres` user when running as root.
-    fn command(&self, program: &str) -> tokio::process::Command {
-        let mut command = tokio::process::Command::from(self.blocking_command(program));
-        command.kill_on_drop(true);
-        command
-    }
-
-    /// [`Self::command`] for `Drop`, which cannot await.
-    fn blocking_command(&self, program: &str) -> std::process::Command {
-        let path = self.bin.join(program);
-        if running_as_root() {
-            let mut command = std::process::Command::new("runuser");
-            command.args(["-u", "postgres", "--"]).arg(path);
-            command
-        } else {
-            std::process::Command::new(path)
-        }
-    }
-}
-
-impl Drop for PrivateServer {
-    fn drop(&mut self) {
-        let _ = self
-            .blocking_command("pg_ctl")
-            .args(["stop", "-w", "-m", "immediate", "-D"])
-            .arg(self.data())
-            .output();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Where `initdb` and `pg_ctl` are: Debian keeps them out of `PATH`, under
-/// `/usr/lib/postgresql/<version>/bin` (the newest wins).
-fn server_binaries() -> anyhow::Result<PathBuf> {
-    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| {
-            let version = entry.file_name().to_str()?.parse().ok()?;
-            let bin = entry.path().join("bin");
-            bin.join("pg_ctl").exists().then_some((version, bin))
-        })
-        .collect();
-    found.sort();
-    if let Some((_, bin)) = found.pop() {
-        return Ok(bin);
-    }
-    let which = std::process::Command::new("sh")
-        .args(["-c", "dirname \"$(command -v pg_ctl)\""])
-        .output()
-        .context("looking for pg_ctl")?;
-    let dir = String::from_utf8_lossy(&which.stdout).trim().to_owned();
-    anyhow::ensure!(
-        which.status.success() && !dir.is_empty() && dir != ".",
-        "no PostgreSQL server programs (pg_ctl, initdb) found: install PostgreSQL"
-    );
-    Ok(PathBuf::from(dir))
-}
-
-fn running_as_root() -> bool {
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }

@@ -189,6 +189,8 @@ pub struct BuildAcbArgs {
     pub consistency: Option<String>,
     /// A specific handoff packet (needs `agent_id` and `session_id`).
     pub handoff_id: Option<String>,
+    /// The `seq` a record_event answered with: the bundle then reads a copy of memory that holds that event.
+    pub after: Option<i64>,
 }
 
 impl BuildAcbArgs {
@@ -214,6 +216,7 @@ impl BuildAcbArgs {
             ("include_history", self.include_history.map(Value::from)),
             ("consistency", self.consistency.map(Value::from)),
             ("handoff_id", self.handoff_id.map(Value::from)),
+            ("after", self.after.map(Value::from)),
         ] {
             if let Some(value) = value {
                 body.insert(name.into(), value);

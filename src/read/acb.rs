@@ -98,6 +98,11 @@ pub struct AcbRequest {
     pub include_history: Option<bool>,
     /// A specific handoff packet for `agent_id` in `session_id`.
     pub handoff_id: Option<String>,
+    /// A seq an append of the tenant answered with: the bundle reads a copy
+    /// of the log that holds it (with a standby, waits for the standby to
+    /// have replayed it, or reads the primary).
+    #[schema(minimum = 1)]
+    pub after: Option<i64>,
 }
 
 fn private() -> Channel {
@@ -142,6 +147,9 @@ impl AcbRequest {
                     query.len()
                 ),
             ));
+        }
+        if self.after.is_some_and(|seq| seq < 1) {
+            return Err(FieldError::new("after", "must be a seq, 1 or more"));
         }
         if self.handoff_id.is_some() && (self.agent_id.is_none() || self.session_id.is_none()) {
             return Err(FieldError::new(
@@ -237,6 +245,8 @@ pub struct Provenance {
     /// The version of the tenant's policy that built it (`GET /api/v1/policy`
     /// shows the current one; 0: the defaults, never changed).
     pub policy_version: i64,
+    /// Which database it read (the primary, or a standby), and why.
+    pub read: super::replica::ReadReport,
 }
 
 /// Milliseconds per stage of building a bundle. `prepare`: the log's head,
@@ -712,6 +722,7 @@ pub async fn build_acb(
             elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
             stages_ms: stages,
             policy_version: policy.version,
+            read: super::replica::ReadReport::primary(),
         },
         prompt,
     };

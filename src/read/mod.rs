@@ -13,6 +13,7 @@
 //! - [`handoff`]: packets between agents.
 //! - [`bundle`]: packing under the budget, rendering.
 //! - [`acb`]: the build itself.
+//! - [`replica`]: bundles from a streaming-replication standby.
 
 pub mod acb;
 pub mod bundle;
@@ -21,6 +22,7 @@ pub mod handoff;
 pub mod hybrid;
 pub mod policy;
 pub mod privacy;
+pub mod replica;
 pub mod retrieve;
 pub mod semantic;
 pub mod vectors;
@@ -76,6 +78,22 @@ impl Reader {
             chunker: ChunkProjector::new(counter),
             counter,
             keyring,
+        }
+    }
+
+    /// A reader of another database (a standby of this one) that shares
+    /// this one's caches, embedders, vector index and keys.
+    pub fn on_pool(&self, pool: PgPool) -> Self {
+        let counter = self.counter;
+        Self {
+            pool,
+            cache: self.cache.clone(),
+            counter,
+            costs: bundle::Costs::new(&counter),
+            chunker: ChunkProjector::new(counter),
+            projectors: self.projectors.clone(),
+            semantic: self.semantic.clone(),
+            keyring: self.keyring.clone(),
         }
     }
 

@@ -721,6 +721,8 @@ async fn bad_requests_are_refused_by_field(_: PgPoolOptions, connect: PgConnectO
         (json!({"query_text": "x".repeat(20_000)}), "query_text"),
         (json!({"quer_text": "typo"}), "quer_text"),
         (json!({"handoff_id": "evt_x"}), "handoff_id"),
+        (json!({"after": 0}), "after"),
+        (json!({"after": "soon"}), "after"),
     ] {
         let (status, error) = app.post_acb(&token, &body).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {error}");

@@ -24,6 +24,7 @@ mod projections;
 mod projector_runtime;
 mod proofs;
 mod rebuild;
+mod replica;
 mod roles;
 mod scenarios;
 mod schema;

@@ -1,0 +1,357 @@
+//! Bundles from a streaming-replication standby (`--read-database-url`).
+//!
+//! Appends, projectors, admin jobs and policy writes stay on the primary;
+//! bundles read the standby while it keeps up. A monitor compares the
+//! standby's replay position with the primary's WAL every
+//! [`MONITOR_INTERVAL`]: the standby's lag, in time, is how long ago the
+//! primary was where the standby is now. A standby further behind than
+//! `max_lag`, or one that does not answer, is not read until it has caught
+//! up again. A bundle that must see given writes (`after: <seq>`, or
+//! `consistency: strong`) waits at most `wait` for the standby to have
+//! them, then reads the primary. A bundle that fails on the standby is
+//! built again on the primary: a standby can only send bundles back to the
+//! primary, never make them fail or leave them stale.
+
+use std::{
+    collections::VecDeque,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use serde::Serialize;
+use sqlx::{
+    PgPool,
+    postgres::{PgConnectOptions, PgPoolOptions},
+};
+use tokio::task::JoinHandle;
+
+use super::Reader;
+
+/// How often the monitor compares the standby with the primary.
+pub const MONITOR_INTERVAL: Duration = Duration::from_millis(200);
+/// How long the monitor and a bundle wait for a standby's connection
+/// before counting it as gone.
+const STANDBY_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How much of the primary's WAL history the monitor remembers: a standby
+/// behind all of it is at least this far behind.
+const HISTORY: Duration = Duration::from_secs(300);
+
+#[derive(Debug, Clone)]
+pub struct ReplicaConfig {
+    pub options: PgConnectOptions,
+    pub max_connections: u32,
+    /// Further behind than this, the standby is not read.
+    pub max_lag: Duration,
+    /// How long a bundle that needs given writes waits for the standby.
+    pub wait: Duration,
+}
+
+/// Where a bundle read, and why: `provenance.read`.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ReadReport {
+    /// `primary` or `standby`.
+    pub from: &'static str,
+    /// Why not the standby, when one is configured and was not read.
+    pub reason: Option<String>,
+    /// The standby's lag when the bundle chose (ms), as the monitor last
+    /// measured it.
+    pub standby_lag_ms: Option<f64>,
+    /// How long the bundle waited for the standby to have what it needs.
+    pub waited_ms: f64,
+}
+
+impl ReadReport {
+    /// No standby configured.
+    pub fn primary() -> Self {
+        Self {
+            from: "primary",
+            reason: None,
+            standby_lag_ms: None,
+            waited_ms: 0.0,
+        }
+    }
+}
+
+/// What a bundle must find in the database it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needs {
+    /// Whatever is there (eventual consistency).
+    Nothing,
+    /// The tenant's log up to this seq (an append the caller made).
+    Log(i64),
+    /// Every projection of the tenant up to this seq.
+    Projected(i64),
+}
+
+#[derive(Debug, Clone)]
+enum Health {
+    /// Not measured yet.
+    Unknown,
+    Lagging(Duration),
+    Gone(String),
+}
+
+pub struct Replica {
+    /// Reads the standby; shares the primary reader's caches.
+    pub reader: Reader,
+    max_lag: Duration,
+    wait: Duration,
+    health: Arc<Mutex<Health>>,
+    monitor: JoinHandle<()>,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.monitor.abort();
+    }
+}
+
+impl Replica {
+    /// Connects lazily (a standby that is down at start is only not read)
+    /// and starts the monitor.
+    pub fn start(primary: &Reader, config: ReplicaConfig) -> Self {
+        let pool = PgPoolOptions::new()
+            .max_connections(config.max_connections.max(1))
+            .acquire_timeout(STANDBY_CONNECT_TIMEOUT)
+            .connect_lazy_with(config.options);
+        let health = Arc::new(Mutex::new(Health::Unknown));
+        let monitor = tokio::spawn(monitor(primary.pool.clone(), pool.clone(), health.clone()));
+        Self {
+            reader: primary.on_pool(pool),
+            max_lag: config.max_lag,
+            wait: config.wait,
+            health,
+            monitor,
+        }
+    }
+
+    /// The standby's lag as last measured, or why it is not usable.
+    fn health(&self) -> Health {
+        self.health.lock().expect("health lock").clone()
+    }
+
+    /// A query on the standby failed: read the primary until the monitor
+    /// sees the standby answer again.
+    pub fn failed(&self, error: &sqlx::Error) {
+        tracing::warn!(%error, "the standby failed a read; reading the primary");
+        *self.health.lock().expect("health lock") = Health::Gone(error.to_string());
+    }
+
+    /// Whether a bundle of `tenant` that `needs` this should read the
+    /// standby, and the report for its provenance.
+    pub async fn route(&self, tenant: &str, needs: Needs) -> (bool, ReadReport) {
+        let lag = match self.health() {
+            Health::Lagging(lag) if lag <= self.max_lag => lag,
+            Health::Lagging(lag) => {
+                return (
+                    false,
+                    primary_because(
+                        format!(
+                            "the standby is {} ms behind (more than {} ms)",
+                            lag.as_millis(),
+                            self.max_lag.as_millis()
+                        ),
+                        Some(lag),
+                        Duration::ZERO,
+                    ),
+                );
+            }
+            Health::Unknown => {
+                return (
+                    false,
+                    primary_because(
+                        "the standby's lag is not measured yet".into(),
+                        None,
+                        Duration::ZERO,
+                    ),
+                );
+            }
+            Health::Gone(error) => {
+                return (
+                    false,
+                    primary_because(
+                        format!("the standby does not answer: {error}"),
+                        None,
+                        Duration::ZERO,
+                    ),
+                );
+            }
+        };
+        let started = Instant::now();
+        let deadline = started + self.wait;
+        loop {
+            let has = match needs {
+                Needs::Nothing => Ok(true),
+                Needs::Log(seq) => self.reader.positions(tenant).await.map(|(h, _)| h >= seq),
+                Needs::Projected(seq) => self.reader.positions(tenant).await.map(|(_, p)| p >= seq),
+            };
+            match has {
+                Ok(true) => {
+                    return (
+                        true,
+                        ReadReport {
+                            from: "standby",
+                            reason: None,
+                            standby_lag_ms: Some(ms(lag)),
+                            waited_ms: ms(started.elapsed()),
+                        },
+                    );
+                }
+                Ok(false) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Ok(false) => {
+                    let what = match needs {
+                        Needs::Log(seq) => format!("the log up to seq {seq}"),
+                        Needs::Projected(seq) => format!("projections up to seq {seq}"),
+                        Needs::Nothing => unreachable!("nothing is always there"),
+                    };
+                    return (
+                        false,
+                        primary_because(
+                            format!(
+                                "the standby did not have {what} within {} ms",
+                                self.wait.as_millis()
+                            ),
+                            Some(lag),
+                            started.elapsed(),
+                        ),
+                    );
+                }
+                Err(error) => {
+                    self.failed(&error);
+                    return (
+                        false,
+                        primary_because(
+                            format!("the standby does not answer: {error}"),
+                            Some(lag),
+                            started.elapsed(),
+                        ),
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn primary_because(reason: String, lag: Option<Duration>, waited: Duration) -> ReadReport {
+    ReadReport {
+        from: "primary",
+        reason: Some(reason),
+        standby_lag_ms: lag.map(ms),
+        waited_ms: ms(waited),
+    }
+}
+
+fn ms(duration: Duration) -> f64 {
+    (duration.as_secs_f64() * 1e6).round() / 1e3
+}
+
+/// Samples the primary's WAL position and the standby's replay position
+/// forever, keeping `health` current.
+async fn monitor(primary: PgPool, standby: PgPool, health: Arc<Mutex<Health>>) {
+    let mut history = WalHistory::default();
+    let mut tick = tokio::time::interval(MONITOR_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match sqlx::query_scalar::<_, String>("SELECT pg_current_wal_lsn()::text")
+            .fetch_one(&primary)
+            .await
+        {
+            Ok(lsn) => match parse_lsn(&lsn) {
+                Some(lsn) => history.record(Instant::now(), lsn),
+                None => continue,
+            },
+            // The primary's own trouble is not the standby's: keep the
+            // last verdict (bundles on the primary will say what failed).
+            Err(_) => continue,
+        }
+        let replayed = tokio::time::timeout(
+            STANDBY_CONNECT_TIMEOUT,
+            sqlx::query_scalar::<_, Option<String>>("SELECT pg_last_wal_replay_lsn()::text")
+                .fetch_one(&standby),
+        )
+        .await;
+        let verdict = match replayed {
+            Ok(Ok(Some(lsn))) => match parse_lsn(&lsn) {
+                Some(lsn) => Health::Lagging(history.lag(Instant::now(), lsn)),
+                None => Health::Gone(format!("unreadable replay position {lsn}")),
+            },
+            Ok(Ok(None)) => Health::Gone(
+                "it is not a standby (pg_last_wal_replay_lsn() is null): not read".into(),
+            ),
+            Ok(Err(error)) => Health::Gone(error.to_string()),
+            Err(_) => Health::Gone(format!(
+                "no answer within {} ms",
+                STANDBY_CONNECT_TIMEOUT.as_millis()
+            )),
+        };
+        *health.lock().expect("health lock") = verdict;
+    }
+}
+
+/// The primary's WAL positions at the monitor's samples, oldest first.
+#[derive(Default)]
+struct WalHistory {
+    samples: VecDeque<(Instant, u64)>,
+}
+
+impl WalHistory {
+    fn record(&mut self, at: Instant, lsn: u64) {
+        self.samples.push_back((at, lsn));
+        while self
+            .samples
+            .front()
+            .is_some_and(|(first, _)| at.duration_since(*first) > HISTORY)
+        {
+            self.samples.pop_front();
+        }
+    }
+
+    /// How long ago the primary first went past `replayed`: zero when the
+    /// standby has replayed the newest position sampled.
+    fn lag(&self, now: Instant, replayed: u64) -> Duration {
+        self.samples
+            .iter()
+            .find(|(_, lsn)| *lsn > replayed)
+            .map_or(Duration::ZERO, |(at, _)| now.duration_since(*at))
+    }
+}
+
+/// PostgreSQL's `pg_lsn` text (`16/B374D848`) as a number.
+fn parse_lsn(text: &str) -> Option<u64> {
+    let (high, low) = text.split_once('/')?;
+    Some((u64::from_str_radix(high, 16).ok()? << 32) | u64::from_str_radix(low, 16).ok()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lsns_read_as_postgresql_orders_them() {
+        assert_eq!(parse_lsn("0/0"), Some(0));
+        assert_eq!(parse_lsn("16/B374D848"), Some((0x16 << 32) | 0xB374_D848));
+        assert!(parse_lsn("1/FFFFFFFF") < parse_lsn("2/0"));
+        assert_eq!(parse_lsn("nonsense"), None);
+    }
+
+    #[test]
+    fn lag_is_how_long_ago_the_primary_passed_the_standby() {
+        let start = Instant::now();
+        let mut history = WalHistory::default();
+        for (ms, lsn) in [(0, 100), (200, 100), (400, 150), (600, 300)] {
+            history.record(start + Duration::from_millis(ms), lsn);
+        }
+        let now = start + Duration::from_millis(700);
+        // Caught up with the newest sample.
+        assert_eq!(history.lag(now, 300), Duration::ZERO);
+        // At 150: the primary passed it at the 600 ms sample.
+        assert_eq!(history.lag(now, 150), Duration::from_millis(100));
+        // At 120: passed at 400 ms.
+        assert_eq!(history.lag(now, 120), Duration::from_millis(300));
+        // Behind everything remembered: at least as old as the history.
+        assert_eq!(history.lag(now, 50), Duration::from_millis(700));
+    }
+}
