@@ -101,20 +101,24 @@ pub(crate) async fn fetch(
     artifact_id: &str,
 ) -> Result<Artifact, ApiError> {
     require_scope(caller, Scope::Read)?;
-    let row = sqlx::query(
-        "SELECT bytes, media_type, event_id, encode(sha256, 'hex') AS sha256
+    let row = state
+        .read_log(move |pool| async move {
+            sqlx::query(
+                "SELECT bytes, media_type, event_id, encode(sha256, 'hex') AS sha256
            FROM artifacts a WHERE tenant_id = $1 AND artifact_id = $2
             AND NOT EXISTS (SELECT FROM events e
                              WHERE e.tenant_id = a.tenant_id AND e.event_id = a.event_id
                                AND NOT (e.channel <> 'private' OR e.agent_id IS NULL
                                         OR $3::text IS NULL OR e.agent_id = $3))",
-    )
-    .bind(caller.tenant.as_str())
-    .bind(artifact_id)
-    .bind(&caller.agent)
-    .fetch_optional(&state.pool)
-    .await?
-    .ok_or_else(|| ApiError::not_found(format!("no artifact {artifact_id}")))?;
+            )
+            .bind(caller.tenant.as_str())
+            .bind(artifact_id)
+            .bind(&caller.agent)
+            .fetch_optional(pool)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("no artifact {artifact_id}")))
+        })
+        .await?;
     let (bytes, sealed) = opened(state, caller, row.try_get("bytes")?)?;
     Ok(Artifact {
         bytes,
@@ -137,9 +141,11 @@ pub(crate) async fn fetch_range(
     len: usize,
 ) -> Result<(Artifact, usize), ApiError> {
     require_scope(caller, Scope::Read)?;
-    let row = sqlx::query(
-        // A sealed artifact is opened whole, then cut.
-        "SELECT CASE WHEN substring(bytes FROM 1 FOR $6) = $7 THEN bytes
+    let row = state
+        .read_log(move |pool| async move {
+            sqlx::query(
+                // A sealed artifact is opened whole, then cut.
+                "SELECT CASE WHEN substring(bytes FROM 1 FOR $6) = $7 THEN bytes
                      ELSE substring(bytes FROM $3 FOR $4) END AS bytes,
                 length(bytes) AS total, media_type,
                 event_id, encode(sha256, 'hex') AS sha256
@@ -148,17 +154,19 @@ pub(crate) async fn fetch_range(
                              WHERE e.tenant_id = a.tenant_id AND e.event_id = a.event_id
                                AND NOT (e.channel <> 'private' OR e.agent_id IS NULL
                                         OR $5::text IS NULL OR e.agent_id = $5))",
-    )
-    .bind(caller.tenant.as_str())
-    .bind(artifact_id)
-    .bind(i32::try_from(offset.saturating_add(1)).unwrap_or(i32::MAX))
-    .bind(i32::try_from(len).unwrap_or(i32::MAX))
-    .bind(&caller.agent)
-    .bind(SEALED_PREFIX.len() as i32)
-    .bind(SEALED_PREFIX.as_bytes())
-    .fetch_optional(&state.pool)
-    .await?
-    .ok_or_else(|| ApiError::not_found(format!("no artifact {artifact_id}")))?;
+            )
+            .bind(caller.tenant.as_str())
+            .bind(artifact_id)
+            .bind(i32::try_from(offset.saturating_add(1)).unwrap_or(i32::MAX))
+            .bind(i32::try_from(len).unwrap_or(i32::MAX))
+            .bind(&caller.agent)
+            .bind(SEALED_PREFIX.len() as i32)
+            .bind(SEALED_PREFIX.as_bytes())
+            .fetch_optional(pool)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("no artifact {artifact_id}")))
+        })
+        .await?;
     let total: i32 = row.try_get("total")?;
     let (bytes, sealed) = opened(state, caller, row.try_get("bytes")?)?;
     let (bytes, total) = if sealed {

@@ -188,62 +188,73 @@ pub async fn get_events(
             )));
         }
     };
-    let words = match query.text.as_deref().map(str::trim) {
-        None | Some("") => None,
-        Some(text) if text.chars().count() > MAX_TEXT_FILTER_CHARS => {
-            return Err(ApiError::invalid(FieldError::new(
-                "text",
-                format!("must be at most {MAX_TEXT_FILTER_CHARS} characters"),
-            )));
-        }
-        Some(text) => Some(
-            every_word_query(&state.pool, &state.reader.keyring, text)
-                .await?
-                .ok_or_else(|| {
-                    ApiError::invalid(FieldError::new(
-                        "text",
-                        "holds no searchable word (only stop words or punctuation)",
-                    ))
-                })?,
-        ),
-    };
+    let text = query
+        .text
+        .as_deref()
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    if let Some(text) = text
+        && text.chars().count() > MAX_TEXT_FILTER_CHARS
+    {
+        return Err(ApiError::invalid(FieldError::new(
+            "text",
+            format!("must be at most {MAX_TEXT_FILTER_CHARS} characters"),
+        )));
+    }
     // Both directions walk the (tenant_id, seq) key: a page of a
     // million-event log costs what a page of a small one does. The text
     // filter reads the chunks' full-text index instead, then the events it
     // names.
     let direction = if newest_first { "DESC" } else { "ASC" };
-    let mut events: Vec<StoredEvent> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {EVENT_COLUMNS} FROM events
-          WHERE tenant_id = $1
-            AND ($2::text IS NULL OR session_id = $2)
-            AND ($3::text IS NULL OR kind = $3)
-            AND seq > coalesce($4, 0)
-            AND ($10::bigint IS NULL OR seq < $10)
-            AND ($11::text IS NULL OR actor_id = $11)
-            AND ($7::timestamptz IS NULL OR ts >= $7)
-            AND ($8::timestamptz IS NULL OR ts < $8)
-            AND ($9::text IS NULL OR tags @> ARRAY[$9])
-            AND ($12::tsquery IS NULL
-                 OR event_id IN (SELECT c.event_id FROM projections.chunks c
-                                  WHERE c.tenant_id = $1 AND c.tsv @@ $12::tsquery))
-            AND {owner}
-          ORDER BY seq {direction} LIMIT $5",
-        owner = owner_condition(6)
-    )))
-    .bind(caller.tenant.as_str())
-    .bind(&query.session_id)
-    .bind(&query.kind)
-    .bind(query.after_seq)
-    .bind(limit)
-    .bind(&caller.agent)
-    .bind(query.since)
-    .bind(query.until)
-    .bind(&query.tag)
-    .bind(query.before_seq)
-    .bind(&query.actor_id)
-    .bind(words)
-    .fetch_all(&state.pool)
-    .await?;
+    let (caller, query, keyring) = (&caller, &query, &state.reader.keyring);
+    let mut events: Vec<StoredEvent> = state
+        .read_log(move |pool| async move {
+            let words = match text {
+                None => None,
+                Some(text) => Some(every_word_query(pool, keyring, text).await?.ok_or_else(
+                    || {
+                        ApiError::invalid(FieldError::new(
+                            "text",
+                            "holds no searchable word (only stop words or punctuation)",
+                        ))
+                    },
+                )?),
+            };
+            let events = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT {EVENT_COLUMNS} FROM events
+                  WHERE tenant_id = $1
+                    AND ($2::text IS NULL OR session_id = $2)
+                    AND ($3::text IS NULL OR kind = $3)
+                    AND seq > coalesce($4, 0)
+                    AND ($10::bigint IS NULL OR seq < $10)
+                    AND ($11::text IS NULL OR actor_id = $11)
+                    AND ($7::timestamptz IS NULL OR ts >= $7)
+                    AND ($8::timestamptz IS NULL OR ts < $8)
+                    AND ($9::text IS NULL OR tags @> ARRAY[$9])
+                    AND ($12::tsquery IS NULL
+                         OR event_id IN (SELECT c.event_id FROM projections.chunks c
+                                          WHERE c.tenant_id = $1 AND c.tsv @@ $12::tsquery))
+                    AND {owner}
+                  ORDER BY seq {direction} LIMIT $5",
+                owner = owner_condition(6)
+            )))
+            .bind(caller.tenant.as_str())
+            .bind(&query.session_id)
+            .bind(&query.kind)
+            .bind(query.after_seq)
+            .bind(limit)
+            .bind(&caller.agent)
+            .bind(query.since)
+            .bind(query.until)
+            .bind(&query.tag)
+            .bind(query.before_seq)
+            .bind(&query.actor_id)
+            .bind(words)
+            .fetch_all(pool)
+            .await?;
+            Ok(events)
+        })
+        .await?;
     for event in &mut events {
         event.open(&state.reader.keyring, caller.tenant.as_str())?;
     }
@@ -288,16 +299,21 @@ pub async fn get_event(
     Path(event_id): Path<String>,
 ) -> Result<Response, ApiError> {
     require_scope(&caller, Scope::Read)?;
-    let mut event: StoredEvent = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = $1 AND event_id = $2 AND {owner}",
-        owner = owner_condition(3)
-    )))
-    .bind(caller.tenant.as_str())
-    .bind(&event_id)
-    .bind(&caller.agent)
-    .fetch_optional(&state.pool)
-    .await?
-    .ok_or_else(|| ApiError::not_found(format!("no event {event_id}")))?;
+    let (caller_ref, event_ref) = (&caller, &event_id);
+    let mut event: StoredEvent = state
+        .read_log(move |pool| async move {
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = $1 AND event_id = $2 AND {owner}",
+                owner = owner_condition(3)
+            )))
+            .bind(caller_ref.tenant.as_str())
+            .bind(event_ref)
+            .bind(&caller_ref.agent)
+            .fetch_optional(pool)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("no event {event_ref}")))
+        })
+        .await?;
     event.open(&state.reader.keyring, caller.tenant.as_str())?;
     Ok(Json(event).into_response())
 }
@@ -374,26 +390,31 @@ pub async fn get_event_chunks(
     Path(event_id): Path<String>,
 ) -> Result<Response, ApiError> {
     require_scope(&caller, Scope::Read)?;
-    let visible: bool = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "SELECT EXISTS (SELECT 1 FROM events WHERE tenant_id = $1 AND event_id = $2 AND {owner})",
-        owner = owner_condition(3)
-    )))
-    .bind(caller.tenant.as_str())
-    .bind(&event_id)
-    .bind(&caller.agent)
-    .fetch_one(&state.pool)
-    .await?;
-    if !visible {
-        return Err(ApiError::not_found(format!("no event {event_id}")));
-    }
-    let mut chunks: Vec<Chunk> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {CHUNK_COLUMNS} FROM projections.chunks
-          WHERE tenant_id = $1 AND event_id = $2 ORDER BY part"
-    )))
-    .bind(caller.tenant.as_str())
-    .bind(&event_id)
-    .fetch_all(&state.pool)
-    .await?;
+    let (caller_ref, event_ref) = (&caller, &event_id);
+    let mut chunks: Vec<Chunk> = state
+        .read_log(move |pool| async move {
+            let visible: bool = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT EXISTS (SELECT 1 FROM events WHERE tenant_id = $1 AND event_id = $2 AND {owner})",
+                owner = owner_condition(3)
+            )))
+            .bind(caller_ref.tenant.as_str())
+            .bind(event_ref)
+            .bind(&caller_ref.agent)
+            .fetch_one(pool)
+            .await?;
+            if !visible {
+                return Err(ApiError::not_found(format!("no event {event_ref}")));
+            }
+            Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT {CHUNK_COLUMNS} FROM projections.chunks
+                  WHERE tenant_id = $1 AND event_id = $2 ORDER BY part"
+            )))
+            .bind(caller_ref.tenant.as_str())
+            .bind(event_ref)
+            .fetch_all(pool)
+            .await?)
+        })
+        .await?;
     for chunk in &mut chunks {
         state
             .reader
@@ -429,17 +450,22 @@ pub async fn get_chunk(
     Path(chunk_id): Path<String>,
 ) -> Result<Response, ApiError> {
     require_scope(&caller, Scope::Read)?;
-    let mut chunk: Chunk = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {CHUNK_COLUMNS}
-           FROM projections.chunks WHERE tenant_id = $1 AND chunk_id = $2 AND {owner}",
-        owner = owner_condition(3)
-    )))
-    .bind(caller.tenant.as_str())
-    .bind(&chunk_id)
-    .bind(&caller.agent)
-    .fetch_optional(&state.pool)
-    .await?
-    .ok_or_else(|| ApiError::not_found(format!("no chunk {chunk_id}")))?;
+    let (caller_ref, chunk_ref) = (&caller, &chunk_id);
+    let mut chunk: Chunk = state
+        .read_log(move |pool| async move {
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT {CHUNK_COLUMNS}
+                   FROM projections.chunks WHERE tenant_id = $1 AND chunk_id = $2 AND {owner}",
+                owner = owner_condition(3)
+            )))
+            .bind(caller_ref.tenant.as_str())
+            .bind(chunk_ref)
+            .bind(&caller_ref.agent)
+            .fetch_optional(pool)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("no chunk {chunk_ref}")))
+        })
+        .await?;
     state
         .reader
         .keyring

@@ -52,6 +52,34 @@ pub struct ApiState {
     pub metrics: Arc<crate::metrics::Metrics>,
 }
 
+impl ApiState {
+    /// Runs a read of the log routes on the standby while it keeps up
+    /// (within `--read-max-lag-ms`), else on the primary; on the primary
+    /// too when the standby fails the read, or answers 404 (an event or
+    /// chunk it has not replayed yet may well be on the primary), so the
+    /// standby never answers worse than the primary would. Pages of a list
+    /// read on the standby may miss its last moments of appends.
+    pub(crate) async fn read_log<'a, T, F, Fut>(&'a self, read: F) -> Result<T, ApiError>
+    where
+        F: Fn(&'a PgPool) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ApiError>>,
+    {
+        if let Some(replica) = &self.replica
+            && replica.usable()
+        {
+            match read(&replica.reader.pool).await {
+                Ok(found) => return Ok(found),
+                Err(err) if err.status() == axum::http::StatusCode::NOT_FOUND => {}
+                Err(err) if err.status().is_server_error() => {
+                    replica.failed_because(&err.body().error.message);
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        read(&self.pool).await
+    }
+}
+
 /// One route the daemon serves.
 pub struct Route {
     pub method: Method,

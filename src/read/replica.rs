@@ -133,8 +133,18 @@ impl Replica {
     /// A query on the standby failed: read the primary until the monitor
     /// sees the standby answer again.
     pub fn failed(&self, error: &sqlx::Error) {
-        tracing::warn!(%error, "the standby failed a read; reading the primary");
-        *self.health.lock().expect("health lock") = Health::Gone(error.to_string());
+        self.failed_because(&error.to_string());
+    }
+
+    pub fn failed_because(&self, error: &str) {
+        tracing::warn!(error, "the standby failed a read; reading the primary");
+        *self.health.lock().expect("health lock") = Health::Gone(error.to_owned());
+    }
+
+    /// Whether a read that may be a little behind (a page of the log) can
+    /// go to the standby now.
+    pub fn usable(&self) -> bool {
+        matches!(self.health(), Health::Lagging(lag) if lag <= self.max_lag)
     }
 
     /// Whether a bundle of `tenant` that `needs` this should read the

@@ -213,3 +213,78 @@ async fn a_standby_that_lags_or_disappears_sends_bundles_to_the_primary() {
     }
     pair.app.stop().await;
 }
+
+#[tokio::test]
+async fn the_log_routes_read_the_standby_and_the_primary_for_what_it_lacks() {
+    let pair = pair(Duration::from_secs(60), Duration::from_millis(300)).await;
+    let (app, token) = (&pair.app, pair.token.as_str());
+    app.append(token, &message("s1", "Replicated before the pause"))
+        .await;
+    bundle_until(app, token, json!({"session_id": "s1"}), |read| {
+        read["from"] == "standby"
+    })
+    .await;
+    let standby = db::connect(pair.standby.url("memd").parse().unwrap(), 1)
+        .await
+        .unwrap();
+    // Wait until the standby has the first event, then stop its replay.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sqlx::query_scalar::<_, i64>("SELECT count(*) FROM events")
+        .fetch_one(&standby)
+        .await
+        .unwrap()
+        == 0
+    {
+        assert!(Instant::now() < deadline, "the standby never had the event");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    sqlx::query("SELECT pg_wal_replay_pause()")
+        .execute(&standby)
+        .await
+        .unwrap();
+    let appended = app
+        .append(token, &message("s1", "Appended during the pause"))
+        .await;
+    let event_id = appended["event_id"].as_str().unwrap();
+
+    // A page of the log comes from the standby (within the lag bound): it
+    // does not have the new event yet.
+    let page: Value = app
+        .get("/api/v1/events?session_id=s1", token)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let texts: Vec<&str> = page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["content"]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["Replicated before the pause"], "{page}");
+    // The event by id: not on the standby, so read on the primary.
+    let response = app.get(&format!("/api/v1/events/{event_id}"), token).await;
+    assert_eq!(response.status(), 200);
+    let event: Value = response.json().await.unwrap();
+    assert_eq!(event["content"]["text"], "Appended during the pause");
+
+    sqlx::query("SELECT pg_wal_replay_resume()")
+        .execute(&standby)
+        .await
+        .unwrap();
+    // Replayed, the page has it too.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let page: Value = app
+            .get("/api/v1/events?session_id=s1", token)
+            .await
+            .json()
+            .await
+            .unwrap();
+        if page["events"].as_array().unwrap().len() == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{page}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
