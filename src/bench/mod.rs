@@ -11,6 +11,7 @@ pub(crate) mod harness;
 pub mod histories;
 mod locomo;
 mod project;
+mod scale;
 mod transfer;
 mod vectors;
 mod workers;
@@ -124,6 +125,25 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1_000_000)]
         events: u64,
         #[arg(long, default_value = "bench/transfer.md")]
+        out: PathBuf,
+    },
+    /// Whether costs stay flat as the log grows: one log over several
+    /// tenants loaded to each size; appends, bundles, a tenant's rebuild
+    /// and verify at each.
+    Scale {
+        /// Total events of the log at each measurement, ascending.
+        #[arg(long, value_delimiter = ',', default_value = "100000,1000000,10000000")]
+        sizes: Vec<u64>,
+        /// Tenants the log is spread over.
+        #[arg(long, default_value_t = 10)]
+        tenants: usize,
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Keep the log in this database between runs (created if
+        /// missing); a later run loads only what is missing.
+        #[arg(long)]
+        keep_database: Option<String>,
+        #[arg(long, default_value = "bench/scale.md")]
         out: PathBuf,
     },
     /// Projection shared by several `memd project` processes: throughput
@@ -260,6 +280,25 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
             embedder,
         } => vectors::run(count, searches, &embedder.config()?, &out),
         BenchCommand::Transfer { events, out } => transfer::run(database_url, events, &out).await,
+        BenchCommand::Scale {
+            sizes,
+            tenants,
+            seconds,
+            keep_database,
+            out,
+        } => {
+            scale::run(
+                database_url,
+                scale::Options {
+                    sizes,
+                    tenants,
+                    seconds,
+                    keep_database,
+                },
+                &out,
+            )
+            .await
+        }
         BenchCommand::Workers {
             tenants,
             events,

@@ -26,6 +26,7 @@ mod proofs;
 mod rebuild;
 mod replica;
 mod roles;
+mod scale;
 mod scenarios;
 mod schema;
 mod sealing;
