@@ -16,7 +16,7 @@ use crate::{
         AcbRequest,
         acb::{Acb, AcbError, Consistency},
         build_acb,
-        replica::{Needs, ReadReport},
+        replica::{Needs, ReadReport, STANDBY_READ_TIMEOUT},
     },
     tenants::Caller,
 };
@@ -117,25 +117,30 @@ async fn build_unmeasured(state: &ApiState, caller: &Caller, body: Value) -> Res
     };
     let (standby, report) = replica.route(tenant, needs).await;
     if standby {
-        match build_acb(&replica.reader, tenant, request.clone()).await {
-            Ok(mut acb) => {
+        let failure = match tokio::time::timeout(
+            STANDBY_READ_TIMEOUT,
+            build_acb(&replica.reader, tenant, request.clone()),
+        )
+        .await
+        {
+            Ok(Ok(mut acb)) => {
                 acb.provenance.read = report;
                 return Ok(acb);
             }
-            Err(AcbError::Database(error)) => {
-                replica.failed(&error);
-                let mut acb = build_acb(&state.reader, tenant, request)
-                    .await
-                    .map_err(acb_error)?;
-                acb.provenance.read = ReadReport {
-                    from: "primary",
-                    reason: Some(format!("the standby failed the bundle: {error}")),
-                    ..report
-                };
-                return Ok(acb);
-            }
-            Err(invalid) => return Err(acb_error(invalid)),
-        }
+            Ok(Err(AcbError::Database(error))) => error.to_string(),
+            Ok(Err(invalid)) => return Err(acb_error(invalid)),
+            Err(_) => format!("no answer within {} ms", STANDBY_READ_TIMEOUT.as_millis()),
+        };
+        replica.failed_because(&failure);
+        let mut acb = build_acb(&state.reader, tenant, request)
+            .await
+            .map_err(acb_error)?;
+        acb.provenance.read = ReadReport {
+            from: "primary",
+            reason: Some(format!("the standby failed the bundle: {failure}")),
+            ..report
+        };
+        return Ok(acb);
     }
     let mut acb = build_acb(&state.reader, tenant, request)
         .await

@@ -67,13 +67,17 @@ impl ApiState {
         if let Some(replica) = &self.replica
             && replica.usable()
         {
-            match read(&replica.reader.pool).await {
-                Ok(found) => return Ok(found),
-                Err(err) if err.status() == axum::http::StatusCode::NOT_FOUND => {}
-                Err(err) if err.status().is_server_error() => {
+            let timeout = crate::read::replica::STANDBY_READ_TIMEOUT;
+            match tokio::time::timeout(timeout, read(&replica.reader.pool)).await {
+                Ok(Ok(found)) => return Ok(found),
+                Ok(Err(err)) if err.status() == axum::http::StatusCode::NOT_FOUND => {}
+                Ok(Err(err)) if err.status().is_server_error() => {
                     replica.failed_because(&err.body().error.message);
                 }
-                Err(err) => return Err(err),
+                Ok(Err(err)) => return Err(err),
+                Err(_) => {
+                    replica.failed_because(&format!("no answer within {} ms", timeout.as_millis()))
+                }
             }
         }
         read(&self.pool).await

@@ -183,7 +183,14 @@ where
 /// head.
 pub async fn wait_projected(pool: &PgPool) -> anyhow::Result<()> {
     let engine = crate::startup::ProjectionConfig::default().engine();
+    // Far beyond what the largest bench history takes: a bench whose
+    // projector stopped fails instead of waiting forever.
+    let deadline = Instant::now() + Duration::from_secs(3_600);
     loop {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the projections did not reach the log's head within an hour"
+        );
         if memd_projectors::runtime::lagging_tenants(pool, &engine)
             .await?
             .is_empty()

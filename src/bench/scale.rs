@@ -40,6 +40,9 @@ pub struct Options {
 
 struct Row {
     size: u64,
+    /// Events in the log when the bundles were measured: the history, and
+    /// the bench's own appends of the sizes before.
+    log_events: i64,
     per_tenant: u64,
     single: Measurement,
     batched: Measurement,
@@ -51,9 +54,10 @@ struct Row {
     chunks_bytes: i64,
 }
 
-/// Appends the bench makes go to a session of their own, so a kept
-/// database's history can be told apart from them.
-const APPEND_SESSION: &str = "scale-appends";
+/// Appends the bench makes go to a tenant of their own: the tenants whose
+/// bundles, rebuild and verify are measured hold their history alone.
+const APPEND_TENANT: &str = "scale-appends";
+const APPEND_SESSION: &str = "appends";
 const BATCH: usize = 100;
 
 fn tenant_name(i: usize) -> String {
@@ -98,6 +102,13 @@ async fn measure(
         };
         tokens.push(token.expose().to_string());
     }
+    let appender = TenantId::parse(APPEND_TENANT).expect("a valid name");
+    let append_token = match tenants::issue_token(&pool, &appender, Scope::Admin, None).await? {
+        Some(token) => token,
+        None => tenants::create_tenant(&pool, &appender, Scope::Admin).await?,
+    }
+    .expose()
+    .to_string();
     let engine = ProjectionConfig::default().engine();
     let mut rows = Vec::new();
     for &size in &options.sizes {
@@ -123,10 +134,14 @@ async fn measure(
         let seconds = Duration::from_secs_f64(options.seconds);
         let (base, token) = (daemon.base_url.clone(), tokens[0].clone());
         let session = format!("session-{}", per_tenant.saturating_sub(1) / 200);
+        let log_events: i64 =
+            sqlx::query_scalar("SELECT coalesce(sum(seq), 0)::bigint FROM public.tenant_heads")
+                .fetch_one(&pool)
+                .await?;
         let fast = bundles(&base, &token, &session, true, seconds).await;
         let retrieval = bundles(&base, &token, &session, false, seconds).await;
-        let single = appends(&base, &token, 1, seconds).await;
-        let batched = appends(&base, &token, BATCH, seconds).await;
+        let single = appends(&base, &append_token, 1, seconds).await;
+        let batched = appends(&base, &append_token, BATCH, seconds).await;
         eprintln!(
             "{size}: fast p95 {:.1} ms, retrieval p95 {:.1} ms, single {:.0}/s, batched {:.0}/s",
             fast.percentile_ms(95.0),
@@ -136,8 +151,7 @@ async fn measure(
         );
         wait_projected(&pool).await?;
         daemon.stop().await?;
-        // Another tenant than the one the appends went to: its log is
-        // exactly `per_tenant` events.
+        // Another tenant than the one whose bundles were measured.
         let other = tenant_name(1);
         let started = Instant::now();
         memd_projectors::rebuild::rebuild(&pool, &engine, Some(&other), &mut |_| {}).await?;
@@ -164,6 +178,7 @@ async fn measure(
         );
         rows.push(Row {
             size,
+            log_events,
             per_tenant,
             single,
             batched,
@@ -179,15 +194,12 @@ async fn measure(
     Ok((rows, environment))
 }
 
-/// Events of `tenant`'s loaded history (not the bench's own appends).
+/// Events of `tenant`'s loaded history.
 async fn history_events(pool: &PgPool, tenant: &str) -> anyhow::Result<u64> {
-    let count: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM public.events WHERE tenant_id = $1 AND session_id <> $2",
-    )
-    .bind(tenant)
-    .bind(APPEND_SESSION)
-    .fetch_one(pool)
-    .await?;
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM public.events WHERE tenant_id = $1")
+        .bind(tenant)
+        .fetch_one(pool)
+        .await?;
     Ok(count as u64)
 }
 
@@ -294,16 +306,17 @@ fn charts(out: &Path, rows: &[Row]) -> anyhow::Result<()> {
 fn render(rows: &[Row], options: &Options, environment: &str) -> String {
     let mut out = report_header("scale", environment);
     out.push_str(&format!(
-        "\nThe log: {} tenants, each with a chat history (as `memd bench acb` loads it), loaded to each total size in turn and fully projected (lexical retrieval, no embedder). At each size, with the daemon in-process and nothing else running: bundles of the first tenant, one client for {} s each (fast path: `intent: continue`; retrieval: varied questions), then one writer appending to it (single events, then batches of {BATCH}) for {} s each, over HTTP. Then, with the daemon stopped: a rebuild of every projection of the second tenant (its whole log) and `verify` of its chain.\n\n",
+        "\nThe log: {} tenants, each with a chat history (as `memd bench acb` loads it), loaded to each total size in turn and fully projected (lexical retrieval, no embedder). At each size, with the daemon in-process and nothing else running: bundles of the first tenant, one client for {} s each (fast path: `intent: continue`; retrieval: varied questions), then one writer appending (single events, then batches of {BATCH}) for {} s each, over HTTP, to a tenant of its own (`{APPEND_TENANT}`, whose events count in the log's total from the next size on). Then, with the daemon stopped: a rebuild of every projection of the second tenant (its whole log) and `verify` of its chain.\n\n",
         options.tenants, options.seconds, options.seconds
     ));
-    out.push_str("| events (all tenants) | per tenant | fast p50 / p95 ms | retrieval p50 / p95 ms | single appends/s (p95 ms) | batched events/s (p95 ms) | rebuild of one tenant s (events/s) | verify of one tenant s (events/s) | events table | chunks table |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("| size | events in the log | per tenant | fast p50 / p95 ms | retrieval p50 / p95 ms | single appends/s (p95 ms) | batched events/s (p95 ms) | rebuild of one tenant s (events/s) | verify of one tenant s (events/s) | events table | chunks table |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     let mib = |bytes: i64| format!("{:.0} MiB", bytes as f64 / 1_048_576.0);
     for row in rows {
         let rate = |d: Duration| row.per_tenant as f64 / d.as_secs_f64().max(1e-9);
         out.push_str(&format!(
-            "| {} | {} | {:.2} / {:.2} | {:.2} / {:.2} | {:.0} ({:.2}) | {:.0} ({:.2}) | {:.1} ({:.0}) | {:.1} ({:.0}) | {} | {} |\n",
+            "| {} | {} | {} | {:.2} / {:.2} | {:.2} / {:.2} | {:.0} ({:.2}) | {:.0} ({:.2}) | {:.1} ({:.0}) | {:.1} ({:.0}) | {} | {} |\n",
             row.size,
+            row.log_events,
             row.per_tenant,
             row.fast.percentile_ms(50.0),
             row.fast.percentile_ms(95.0),

@@ -194,6 +194,9 @@ pub(crate) async fn kill_one_of_two(
     };
     let victim = workers.0.remove(0);
     let victim_name = victim.name.clone();
+    // Frozen first (SIGSTOP), so that what it holds and what it committed
+    // cannot change between reading them and the kill.
+    victim.freeze().await?;
     // The tenants whose cursor rows the victim's open transactions lock:
     // a row locked FOR UPDATE carries its locker's transaction id.
     let in_hand: Vec<String> = sqlx::query_scalar(
@@ -205,6 +208,13 @@ pub(crate) async fn kill_one_of_two(
     .bind(tenants)
     .fetch_all(pool)
     .await?;
+    // Where the held tenants stand: what the victim committed before it
+    // froze counts as its own work, what it had open is lost with it.
+    let mut waiting: Vec<(String, i64, i64)> = positions(pool, &in_hand)
+        .await?
+        .into_iter()
+        .filter(|(_, at, head)| at < head)
+        .collect();
     let killed = Instant::now();
     victim.kill().await?;
     while sqlx::query_scalar::<_, i64>(
@@ -219,13 +229,6 @@ pub(crate) async fn kill_one_of_two(
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let sessions_gone = killed.elapsed();
-    // Where the held tenants stand once the victim's transactions are
-    // gone: what it committed before the kill counts as its own work.
-    let mut waiting: Vec<(String, i64, i64)> = positions(pool, &in_hand)
-        .await?
-        .into_iter()
-        .filter(|(_, at, head)| at < head)
-        .collect();
     let held = waiting.len();
     let mut taken_over = Vec::with_capacity(held);
     while !waiting.is_empty() {
@@ -349,6 +352,17 @@ impl Workers {
 }
 
 impl Worker {
+    /// SIGSTOP: the process keeps its sessions and locks, and does nothing.
+    async fn freeze(&self) -> anyhow::Result<()> {
+        let pid = self.process.id().context("the worker has exited")?;
+        let status = tokio::process::Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()
+            .await?;
+        anyhow::ensure!(status.success(), "kill -STOP {pid} failed");
+        Ok(())
+    }
+
     /// SIGKILL, as an operator's `kill -9` or the OOM killer would.
     async fn kill(mut self) -> anyhow::Result<()> {
         self.process.start_kill()?;
@@ -394,7 +408,7 @@ fn render(options: &Options, scales: &[Scale], takeover: &Takeover, environment:
     }
     let ms = |d: Duration| format!("{:.0}", d.as_secs_f64() * 1e3);
     out.push_str(&format!(
-        "\n## kill -9 of one of two processes\n\nTwo processes on a new backlog of the same size; the first is sent SIGKILL once {:.0}% of the backlog is projected. *Held*: tenants whose cursor rows the killed process had locked in an open batch (its sessions' transaction ids on the rows) and that still had work left. *Sessions gone*: until PostgreSQL had ended the killed process's sessions, rolling back their batches and releasing their rows. *Taken over*: until the other process advanced each held tenant's cursors. *Drift*: every tenant's projections against a rebuild of its log (`memd drift-check`): an event applied twice or skipped would differ.\n\n",
+        "\n## kill -9 of one of two processes\n\nTwo processes on a new backlog of the same size; the first is sent SIGKILL once {:.0}% of the backlog is projected. *Held*: tenants whose cursor rows the killed process had locked in an open batch (its sessions' transaction ids on the rows) and that still had work left. *Sessions gone*: until PostgreSQL had ended the killed process's sessions, rolling back their batches and releasing their rows. *Taken over*: until the other process advanced each held tenant's cursors (n/a when the killed process held none: it was between batches). The process is frozen (SIGSTOP) before what it holds and where its tenants stand are read, then killed (SIGKILL). *Drift*: every tenant's projections against a rebuild of its log (`memd drift-check`): an event applied twice or skipped would differ.\n\n",
         takeover.projected_at_kill * 100.0
     ));
     out.push_str("| events | projected at kill | held | sessions gone ms | taken over p50 ms | taken over max ms | all projected after kill s | tenants drifted |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -404,13 +418,16 @@ fn render(options: &Options, scales: &[Scale], takeover: &Takeover, environment:
         takeover.projected_at_kill * 100.0,
         takeover.held,
         ms(takeover.sessions_gone),
-        ms(percentile(&takeover.taken_over, 50.0)),
-        ms(takeover
+        if takeover.taken_over.is_empty() {
+            "n/a".to_owned()
+        } else {
+            ms(percentile(&takeover.taken_over, 50.0))
+        },
+        takeover
             .taken_over
             .iter()
             .max()
-            .copied()
-            .unwrap_or_default()),
+            .map_or("n/a".to_owned(), |max| ms(*max)),
         takeover.finished.as_secs_f64(),
         takeover.drifted.len(),
     ));

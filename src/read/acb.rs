@@ -423,7 +423,7 @@ pub async fn build_acb(
     let started = Instant::now();
     let mut stopwatch = Stopwatch(started);
     let mut stages = StageTimes::default();
-    let policy = reader.cache.policy(&reader.pool, tenant).await?;
+    let policy = reader.cache.policy(&reader.policy_pool, tenant).await?;
     let max_tokens = request.check(&policy).map_err(AcbError::Invalid)?;
     let visibility = Visibility::new(request.channel).for_agent(request.agent_id.as_deref());
     let mut omissions = Omissions::default();

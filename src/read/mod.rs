@@ -43,6 +43,11 @@ pub use acb::{AcbRequest, build_acb};
 /// What the read side keeps between bundles. Cheap to share.
 pub struct Reader {
     pub pool: PgPool,
+    /// Where policies are read: the primary, also for a reader of a
+    /// standby. A policy has no seq to compare, so one read from a standby
+    /// that has not replayed a change yet would sit in the shared cache
+    /// after the change's notification had cleared it.
+    pub policy_pool: PgPool,
     pub cache: Arc<cache::ReadCache>,
     pub counter: TokenCounter,
     pub costs: bundle::Costs,
@@ -72,6 +77,7 @@ impl Reader {
         Self {
             projectors,
             semantic,
+            policy_pool: pool.clone(),
             pool,
             cache: Arc::new(cache::ReadCache::default()),
             costs: bundle::Costs::new(&counter),
@@ -87,6 +93,7 @@ impl Reader {
         let counter = self.counter;
         Self {
             pool,
+            policy_pool: self.policy_pool.clone(),
             cache: self.cache.clone(),
             counter,
             costs: bundle::Costs::new(&counter),

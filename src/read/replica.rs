@@ -32,9 +32,13 @@ pub const MONITOR_INTERVAL: Duration = Duration::from_millis(200);
 /// How long the monitor and a bundle wait for a standby's connection
 /// before counting it as gone.
 const STANDBY_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// How much of the primary's WAL history the monitor remembers: a standby
-/// behind all of it is at least this far behind.
+/// How much of the primary's WAL history the monitor remembers.
 const HISTORY: Duration = Duration::from_secs(300);
+/// The longest a read of the standby may take (the server cancels its
+/// statements then too, `statement_timeout`); past it the read is made on
+/// the primary. A standby replaying a conflicting change can hold a query
+/// back for `max_standby_streaming_delay` (30 s by default).
+pub const STANDBY_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone)]
 pub struct ReplicaConfig {
@@ -88,6 +92,8 @@ enum Health {
     /// Not measured yet.
     Unknown,
     Lagging(Duration),
+    /// Behind every position the monitor remembers: at least this far.
+    BehindAll(Duration),
     Gone(String),
 }
 
@@ -110,12 +116,24 @@ impl Replica {
     /// Connects lazily (a standby that is down at start is only not read)
     /// and starts the monitor.
     pub fn start(primary: &Reader, config: ReplicaConfig) -> Self {
+        let statement_timeout = STANDBY_READ_TIMEOUT.as_millis().to_string();
         let pool = PgPoolOptions::new()
             .max_connections(config.max_connections.max(1))
             .acquire_timeout(STANDBY_CONNECT_TIMEOUT)
-            .connect_lazy_with(config.options);
+            .connect_lazy_with(
+                config
+                    .options
+                    .options([("statement_timeout", statement_timeout.as_str())]),
+            );
+        // The monitor's own connection to the primary: on the daemon's
+        // pool, a burst of appends that took every connection would stop
+        // the samples and leave a stale verdict standing.
+        let primary_sampler = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(STANDBY_CONNECT_TIMEOUT)
+            .connect_lazy_with((*primary.pool.connect_options()).clone());
         let health = Arc::new(Mutex::new(Health::Unknown));
-        let monitor = tokio::spawn(monitor(primary.pool.clone(), pool.clone(), health.clone()));
+        let monitor = tokio::spawn(monitor(primary_sampler, pool.clone(), health.clone()));
         Self {
             reader: primary.on_pool(pool),
             max_lag: config.max_lag,
@@ -176,6 +194,19 @@ impl Replica {
                     ),
                 );
             }
+            Health::BehindAll(lag) => {
+                return (
+                    false,
+                    primary_because(
+                        format!(
+                            "the standby is behind every position of the last {} ms",
+                            lag.as_millis()
+                        ),
+                        Some(lag),
+                        Duration::ZERO,
+                    ),
+                );
+            }
             Health::Gone(error) => {
                 return (
                     false,
@@ -208,7 +239,7 @@ impl Replica {
                     );
                 }
                 Ok(false) if Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
                 }
                 Ok(false) => {
                     let what = match needs {
@@ -265,17 +296,24 @@ async fn monitor(primary: PgPool, standby: PgPool, health: Arc<Mutex<Health>>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        match sqlx::query_scalar::<_, String>("SELECT pg_current_wal_lsn()::text")
-            .fetch_one(&primary)
-            .await
-        {
-            Ok(lsn) => match parse_lsn(&lsn) {
+        let sampled = tokio::time::timeout(
+            STANDBY_CONNECT_TIMEOUT,
+            sqlx::query_scalar::<_, String>("SELECT pg_current_wal_lsn()::text")
+                .fetch_one(&primary),
+        )
+        .await;
+        match sampled {
+            Ok(Ok(lsn)) => match parse_lsn(&lsn) {
                 Some(lsn) => history.record(Instant::now(), lsn),
                 None => continue,
             },
-            // The primary's own trouble is not the standby's: keep the
-            // last verdict (bundles on the primary will say what failed).
-            Err(_) => continue,
+            // Without the primary's position the standby's lag is unknown:
+            // not read until a sample succeeds again.
+            _ => {
+                *health.lock().expect("health lock") =
+                    Health::Gone("the primary's WAL position could not be sampled".into());
+                continue;
+            }
         }
         let replayed = tokio::time::timeout(
             STANDBY_CONNECT_TIMEOUT,
@@ -285,7 +323,10 @@ async fn monitor(primary: PgPool, standby: PgPool, health: Arc<Mutex<Health>>) {
         .await;
         let verdict = match replayed {
             Ok(Ok(Some(lsn))) => match parse_lsn(&lsn) {
-                Some(lsn) => Health::Lagging(history.lag(Instant::now(), lsn)),
+                Some(lsn) => match history.lag(Instant::now(), lsn) {
+                    Lag::Known(lag) => Health::Lagging(lag),
+                    Lag::AtLeast(lag) => Health::BehindAll(lag),
+                },
                 None => Health::Gone(format!("unreadable replay position {lsn}")),
             },
             Ok(Ok(None)) => Health::Gone(
@@ -320,13 +361,23 @@ impl WalHistory {
     }
 
     /// How long ago the primary first went past `replayed`: zero when the
-    /// standby has replayed the newest position sampled.
-    fn lag(&self, now: Instant, replayed: u64) -> Duration {
-        self.samples
-            .iter()
-            .find(|(_, lsn)| *lsn > replayed)
-            .map_or(Duration::ZERO, |(at, _)| now.duration_since(*at))
+    /// standby has replayed the newest position sampled. Behind even the
+    /// oldest sample, the standby may be any further behind than that
+    /// sample's age (just after a start, the age of a few samples).
+    fn lag(&self, now: Instant, replayed: u64) -> Lag {
+        let age = |at: &Instant| now.saturating_duration_since(*at);
+        match self.samples.iter().position(|(_, lsn)| *lsn > replayed) {
+            None => Lag::Known(Duration::ZERO),
+            Some(0) => Lag::AtLeast(age(&self.samples[0].0)),
+            Some(first) => Lag::Known(age(&self.samples[first].0)),
+        }
     }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Lag {
+    Known(Duration),
+    AtLeast(Duration),
 }
 
 /// PostgreSQL's `pg_lsn` text (`16/B374D848`) as a number.
@@ -356,12 +407,25 @@ mod tests {
         }
         let now = start + Duration::from_millis(700);
         // Caught up with the newest sample.
-        assert_eq!(history.lag(now, 300), Duration::ZERO);
+        assert_eq!(history.lag(now, 300), Lag::Known(Duration::ZERO));
         // At 150: the primary passed it at the 600 ms sample.
-        assert_eq!(history.lag(now, 150), Duration::from_millis(100));
+        assert_eq!(
+            history.lag(now, 150),
+            Lag::Known(Duration::from_millis(100))
+        );
         // At 120: passed at 400 ms.
-        assert_eq!(history.lag(now, 120), Duration::from_millis(300));
-        // Behind everything remembered: at least as old as the history.
-        assert_eq!(history.lag(now, 50), Duration::from_millis(700));
+        assert_eq!(
+            history.lag(now, 120),
+            Lag::Known(Duration::from_millis(300))
+        );
+        // Behind everything remembered: at least as old as the history, and
+        // maybe much older (a standby hours behind, seen just after a start).
+        assert_eq!(
+            history.lag(now, 50),
+            Lag::AtLeast(Duration::from_millis(700))
+        );
+        let mut fresh = WalHistory::default();
+        fresh.record(start, 1_000);
+        assert_eq!(fresh.lag(start, 10), Lag::AtLeast(Duration::ZERO));
     }
 }
