@@ -210,9 +210,11 @@ pub fn lines(
     if let Some(first) = xs.next()
         && xs.all(|x| x == first)
     {
+        // The title's note on line styles, if any, says nothing of bars.
+        let title = title.split(" (").next().unwrap_or(title);
         return bars(
             path,
-            &format!("{title}, at {} {}", number(first), x.label),
+            &format!("{title}: {} {}", number(first), x.label),
             &y.label,
             &series.iter().map(|s| s.name.clone()).collect::<Vec<_>>(),
             &[(
