@@ -95,6 +95,8 @@ pub struct BundleSeen<'a> {
     pub budget: usize,
     /// The candidate pool, on the retrieval path.
     pub candidate_pool: Option<usize>,
+    /// The database it read: `primary` or `standby`.
+    pub read_from: &'a str,
 }
 
 /// This daemon's metrics. Cheap to share; every figure is atomic.
@@ -122,6 +124,10 @@ pub struct Metrics {
     log_events: Gauge,
     pool_connections: Family<Labels, Gauge>,
     pool_max: Gauge,
+    // Kept by the standby monitor (`--read-database-url`).
+    bundle_reads: Family<Labels, Counter>,
+    standby_readable: Gauge,
+    standby_lag_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 /// Latency buckets: 0.5 ms to about 16 s, doubling.
@@ -155,6 +161,9 @@ impl Metrics {
             log_events: Gauge::default(),
             pool_connections: Family::default(),
             pool_max: Gauge::default(),
+            bundle_reads: Family::default(),
+            standby_readable: Gauge::default(),
+            standby_lag_seconds: Gauge::default(),
             registry: Registry::default(),
         };
         metrics.pool_max.set(i64::from(pool_max));
@@ -254,6 +263,22 @@ impl Metrics {
             "The most connections this daemon's pool opens",
             metrics.pool_max.clone(),
         );
+        r.register(
+            "bundle_reads",
+            "Bundles built, by the database they read (primary, standby)",
+            metrics.bundle_reads.clone(),
+        );
+        r.register(
+            "standby_readable",
+            "1 while the standby of --read-database-url is read; 0 while it is too far behind, silent or unmeasured, or when there is none",
+            metrics.standby_readable.clone(),
+        );
+        r.register_with_unit(
+            "standby_lag",
+            "How far the standby's replay is behind the primary's WAL, as last measured",
+            Unit::Seconds,
+            metrics.standby_lag_seconds.clone(),
+        );
         Self {
             registry,
             ..metrics
@@ -321,6 +346,18 @@ impl Metrics {
         self.bundle_cache
             .get_or_create(&vec![("result", result.to_owned())])
             .inc();
+        self.bundle_reads
+            .get_or_create(&vec![("from", seen.read_from.to_owned())])
+            .inc();
+    }
+
+    /// The standby monitor's latest verdict: whether the standby is read,
+    /// and its lag when measured.
+    pub fn standby(&self, readable: bool, lag: Option<Duration>) {
+        self.standby_readable.set(i64::from(readable));
+        if let Some(lag) = lag {
+            self.standby_lag_seconds.set(lag.as_secs_f64());
+        }
     }
 
     /// A request refused by the tenant's rate limits.

@@ -199,7 +199,7 @@ impl Daemon {
         let replica = config
             .read_replica
             .clone()
-            .map(|replica| Arc::new(Replica::start(&reader, replica)));
+            .map(|replica| Arc::new(Replica::start(&reader, replica, metrics.clone())));
         let state = ApiState {
             replica,
             reader: reader.clone(),

@@ -74,6 +74,7 @@ pub(crate) async fn build(state: &ApiState, caller: &Caller, body: Value) -> Res
                 budget: acb.budget_tokens,
                 candidate_pool: (acb.provenance.path == "retrieval")
                     .then_some(acb.provenance.candidate_pool_size),
+                read_from: acb.provenance.read.from,
             }),
         ),
         Err(err) => {

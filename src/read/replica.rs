@@ -115,7 +115,11 @@ impl Drop for Replica {
 impl Replica {
     /// Connects lazily (a standby that is down at start is only not read)
     /// and starts the monitor.
-    pub fn start(primary: &Reader, config: ReplicaConfig) -> Self {
+    pub fn start(
+        primary: &Reader,
+        config: ReplicaConfig,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> Self {
         let statement_timeout = STANDBY_READ_TIMEOUT.as_millis().to_string();
         let pool = PgPoolOptions::new()
             .max_connections(config.max_connections.max(1))
@@ -133,7 +137,12 @@ impl Replica {
             .acquire_timeout(STANDBY_CONNECT_TIMEOUT)
             .connect_lazy_with((*primary.pool.connect_options()).clone());
         let health = Arc::new(Mutex::new(Health::Unknown));
-        let monitor = tokio::spawn(monitor(primary_sampler, pool.clone(), health.clone()));
+        let monitor = tokio::spawn(monitor(
+            primary_sampler,
+            pool.clone(),
+            health.clone(),
+            (metrics, config.max_lag),
+        ));
         Self {
             reader: primary.on_pool(pool),
             max_lag: config.max_lag,
@@ -290,7 +299,12 @@ fn ms(duration: Duration) -> f64 {
 
 /// Samples the primary's WAL position and the standby's replay position
 /// forever, keeping `health` current.
-async fn monitor(primary: PgPool, standby: PgPool, health: Arc<Mutex<Health>>) {
+async fn monitor(
+    primary: PgPool,
+    standby: PgPool,
+    health: Arc<Mutex<Health>>,
+    (metrics, max_lag): (Arc<crate::metrics::Metrics>, Duration),
+) {
     let mut history = WalHistory::default();
     let mut tick = tokio::time::interval(MONITOR_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -312,6 +326,7 @@ async fn monitor(primary: PgPool, standby: PgPool, health: Arc<Mutex<Health>>) {
             _ => {
                 *health.lock().expect("health lock") =
                     Health::Gone("the primary's WAL position could not be sampled".into());
+                metrics.standby(false, None);
                 continue;
             }
         }
@@ -338,6 +353,11 @@ async fn monitor(primary: PgPool, standby: PgPool, health: Arc<Mutex<Health>>) {
                 STANDBY_CONNECT_TIMEOUT.as_millis()
             )),
         };
+        match &verdict {
+            Health::Lagging(lag) => metrics.standby(*lag <= max_lag, Some(*lag)),
+            Health::BehindAll(lag) => metrics.standby(false, Some(*lag)),
+            Health::Unknown | Health::Gone(_) => metrics.standby(false, None),
+        }
         *health.lock().expect("health lock") = verdict;
     }
 }

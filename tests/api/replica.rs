@@ -22,6 +22,10 @@ struct Pair {
 }
 
 async fn pair(max_lag: Duration, wait: Duration) -> Pair {
+    pair_with_metrics(max_lag, wait, None).await
+}
+
+async fn pair_with_metrics(max_lag: Duration, wait: Duration, metrics: Option<String>) -> Pair {
     let primary = PrivateServer::create().await.expect("a primary");
     let standby = PrivateServer::standby_of(&primary)
         .await
@@ -40,6 +44,7 @@ async fn pair(max_lag: Duration, wait: Duration) -> Pair {
                 max_lag,
                 wait,
             }),
+            metrics_listen: metrics,
             ..ServeConfig::default()
         },
     )
@@ -97,7 +102,12 @@ fn holds(acb: &Value, text: &str) -> bool {
 
 #[tokio::test]
 async fn bundles_read_a_standby_that_keeps_up_and_see_the_callers_own_append() {
-    let pair = pair(Duration::from_secs(5), Duration::from_secs(5)).await;
+    let pair = pair_with_metrics(
+        Duration::from_secs(5),
+        Duration::from_secs(5),
+        Some("127.0.0.1:0".into()),
+    )
+    .await;
     let (app, token) = (&pair.app, pair.token.as_str());
     let appended = app
         .append(token, &message("s1", "The deploy key rotates on Fridays"))
@@ -133,6 +143,26 @@ async fn bundles_read_a_standby_that_keeps_up_and_see_the_callers_own_append() {
     .await;
     assert_eq!(acb["provenance"]["read"]["from"], "standby", "{acb}");
     assert_eq!(acb["provenance"]["consistency"]["caught_up"], true, "{acb}");
+
+    // Operators see it in the metrics.
+    let scraped = app
+        .client
+        .get(format!("{}/metrics", app.metrics_url.as_ref().unwrap()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(scraped.contains("\nmemd_standby_readable 1\n"), "{scraped}");
+    assert!(scraped.contains("\nmemd_standby_lag_seconds "), "{scraped}");
+    let standby_reads: f64 = scraped
+        .lines()
+        .find_map(|l| l.strip_prefix("memd_bundle_reads_total{from=\"standby\"} "))
+        .expect("bundles read on the standby are counted")
+        .parse()
+        .unwrap();
+    assert!(standby_reads >= 7.0, "{scraped}");
 }
 
 #[tokio::test]
