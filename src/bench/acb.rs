@@ -15,8 +15,8 @@ use serde_json::{Value, json};
 
 use super::{
     harness::{
-        Measurement, ScratchDatabase, drive, environment, percentile, report_header, start_daemon,
-        wait_embedded, wait_projected, write_report,
+        Measurement, ScratchDatabase, bench_database, drive, environment, percentile,
+        report_header, start_daemon, wait_embedded, wait_projected, write_report,
     },
     histories::{History, load},
 };
@@ -111,13 +111,7 @@ impl Seen {
 }
 
 pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Result<()> {
-    let (scratch, kept) = match &options.keep_database {
-        Some(name) => (ScratchDatabase::named(database_url, name).await?, true),
-        None => (
-            ScratchDatabase::create(database_url, "memd_bench").await?,
-            false,
-        ),
-    };
+    let (scratch, kept) = bench_database(database_url, options.keep_database.as_deref()).await?;
     let result = measure(&scratch, &options).await;
     if !kept {
         scratch.drop_now().await?;

@@ -179,6 +179,22 @@ where
     }
 }
 
+/// A bench's database: the one `keep` names, kept between runs (created if
+/// missing), or a scratch one for this run. True when kept (the caller
+/// drops a scratch one at the end).
+pub async fn bench_database(
+    database_url: &str,
+    keep: Option<&str>,
+) -> anyhow::Result<(ScratchDatabase, bool)> {
+    Ok(match keep {
+        Some(name) => (ScratchDatabase::named(database_url, name).await?, true),
+        None => (
+            ScratchDatabase::create(database_url, "memd_bench").await?,
+            false,
+        ),
+    })
+}
+
 /// Waits until every projector has applied every tenant's log up to its
 /// head.
 pub async fn wait_projected(pool: &PgPool) -> anyhow::Result<()> {

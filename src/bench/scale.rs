@@ -16,8 +16,8 @@ use sqlx::PgPool;
 use super::{
     acb::question,
     harness::{
-        Measurement, ScratchDatabase, drive, environment, report_header, start_daemon,
-        wait_projected, write_report,
+        Measurement, ScratchDatabase, bench_database, drive, environment, report_header,
+        start_daemon, wait_projected, write_report,
     },
     histories::{History, load},
 };
@@ -70,13 +70,7 @@ pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Re
         options.sizes.windows(2).all(|w| w[0] < w[1]),
         "--sizes: ascending"
     );
-    let (scratch, kept) = match &options.keep_database {
-        Some(name) => (ScratchDatabase::named(database_url, name).await?, true),
-        None => (
-            ScratchDatabase::create(database_url, "memd_bench").await?,
-            false,
-        ),
-    };
+    let (scratch, kept) = bench_database(database_url, options.keep_database.as_deref()).await?;
     let result = measure(&scratch, &options).await;
     if !kept {
         scratch.drop_now().await?;
@@ -210,47 +204,59 @@ async fn bundles(
     fast: bool,
     seconds: Duration,
 ) -> Measurement {
-    let client = reqwest::Client::new();
-    let url = format!("{base}/api/v1/acb/build");
-    let (token, session) = (token.to_owned(), session.to_owned());
-    drive(1, seconds, 1, move |_, i| {
-        let body = if fast {
-            json!({"session_id": session, "intent": "continue", "max_tokens": 65_000})
-        } else {
-            json!({"session_id": session, "query_text": question(i), "max_tokens": 65_000})
-        };
-        let (client, url, token) = (client.clone(), url.clone(), token.clone());
-        async move {
-            client
-                .post(&url)
-                .bearer_auth(&token)
-                .json(&body)
-                .send()
-                .await?
-                .error_for_status()?;
-            Ok(())
-        }
-    })
+    let session = session.to_owned();
+    one_client(
+        format!("{base}/api/v1/acb/build"),
+        token,
+        seconds,
+        1,
+        move |i| {
+            if fast {
+                json!({"session_id": session, "intent": "continue", "max_tokens": 65_000})
+            } else {
+                json!({"session_id": session, "query_text": question(i), "max_tokens": 65_000})
+            }
+        },
+    )
     .await
 }
 
 /// One writer appending `batch` events a request.
 async fn appends(base: &str, token: &str, batch: usize, seconds: Duration) -> Measurement {
+    one_client(
+        format!("{base}/api/v1/events"),
+        token,
+        seconds,
+        batch,
+        move |i| {
+            let event = |n: usize| {
+                json!({"session_id": APPEND_SESSION, "channel": "private",
+                       "actor": {"type": "agent", "id": "bench"}, "kind": "message",
+                       "content": {"text": format!("Scale bench note {i}.{n}: the export retried page {}", n % 97)}})
+            };
+            if batch == 1 {
+                event(0)
+            } else {
+                json!({"events": (0..batch).map(event).collect::<Vec<_>>()})
+            }
+        },
+    )
+    .await
+}
+
+/// One client posting `body(i)` to `url` back to back for `seconds`; each
+/// request carries `events_per_request` events.
+async fn one_client(
+    url: String,
+    token: &str,
+    seconds: Duration,
+    events_per_request: usize,
+    body: impl Fn(u64) -> Value + Clone + Send + Sync + 'static,
+) -> Measurement {
     let client = reqwest::Client::new();
-    let url = format!("{base}/api/v1/events");
     let token = token.to_owned();
-    drive(1, seconds, batch, move |_, i| {
-        let event = |n: usize| {
-            json!({"session_id": APPEND_SESSION, "channel": "private",
-                   "actor": {"type": "agent", "id": "bench"}, "kind": "message",
-                   "content": {"text": format!("Scale bench note {i}.{n}: the export retried page {}", n % 97)}})
-        };
-        let body: Value = if batch == 1 {
-            event(0)
-        } else {
-            json!({"events": (0..batch).map(event).collect::<Vec<_>>()})
-        };
-        let (client, url, token) = (client.clone(), url.clone(), token.clone());
+    drive(1, seconds, events_per_request, move |_, i| {
+        let (client, url, token, body) = (client.clone(), url.clone(), token.clone(), body(i));
         async move {
             client
                 .post(&url)

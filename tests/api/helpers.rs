@@ -400,3 +400,44 @@ pub async fn rewrite_and_rehash(pool: &PgPool, tenant: &str, seq: i64, text: &st
         .await
         .unwrap();
 }
+
+/// Runs `memd bench ARGS --out FILE` (the bench makes its own scratch
+/// database on the server of `database_url`), insists that it exits 0 and
+/// draws its plots beside its report, removes what it wrote, and returns
+/// the report with the cells of each of its figure rows (`| 1 | ... |`).
+pub async fn run_bench(database_url: &str, args: &[&str]) -> (String, Vec<Vec<String>>) {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let stem = format!("bench-{}", ulid::Ulid::generate());
+    let out = dir.join(format!("{stem}.md"));
+    let mut all = vec!["bench"];
+    all.extend_from_slice(args);
+    all.extend(["--out", out.to_str().expect("a UTF-8 path")]);
+    let (code, printed, err) = memd_cli(database_url, &all).await;
+    let report = std::fs::read_to_string(&out).unwrap_or_default();
+    let written: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .expect("the test folder")
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.starts_with(&stem))
+        })
+        .collect();
+    for file in &written {
+        let _ = std::fs::remove_file(file);
+    }
+    assert_eq!(code, 0, "{printed}{err}");
+    assert!(
+        written
+            .iter()
+            .any(|path| path.extension().is_some_and(|e| e == "svg")),
+        "no plot beside the report: {written:?}"
+    );
+    let rows = report
+        .lines()
+        .filter(|line| line.starts_with("| ") && line.as_bytes()[2].is_ascii_digit())
+        .map(|line| line.split('|').map(|cell| cell.trim().to_owned()).collect())
+        .collect();
+    (report, rows)
+}

@@ -4,7 +4,7 @@
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::helpers::{memd_cli, spawn_daemon};
+use crate::helpers::{run_bench, spawn_daemon};
 
 #[sqlx::test]
 async fn the_scale_bench_measures_each_size_of_one_growing_log(
@@ -12,13 +12,9 @@ async fn the_scale_bench_measures_each_size_of_one_growing_log(
     connect: PgConnectOptions,
 ) {
     let app = spawn_daemon(connect).await;
-    let url = app.database_url().await;
-    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("scale-{}.md", ulid::Ulid::generate()));
-    let (code, printed, err) = memd_cli(
-        &url,
+    let (report, rows) = run_bench(
+        &app.database_url().await,
         &[
-            "bench",
             "scale",
             "--sizes",
             "2000,4000",
@@ -26,42 +22,15 @@ async fn the_scale_bench_measures_each_size_of_one_growing_log(
             "2",
             "--seconds",
             "0.5",
-            "--out",
-            out.to_str().unwrap(),
         ],
     )
     .await;
-    let report = std::fs::read_to_string(&out).unwrap_or_default();
-    for file in [
-        out.clone(),
-        out.with_file_name(format!(
-            "{}-latency.svg",
-            out.file_stem().unwrap().to_str().unwrap()
-        )),
-        out.with_file_name(format!(
-            "{}-throughput.svg",
-            out.file_stem().unwrap().to_str().unwrap()
-        )),
-    ] {
-        assert!(
-            file.exists() || file == out,
-            "{} not written",
-            file.display()
-        );
-        let _ = std::fs::remove_file(file);
-    }
-    assert_eq!(code, 0, "{printed}{err}");
-    let rows: Vec<Vec<String>> = report
-        .lines()
-        .filter(|line| line.starts_with("| ") && line.as_bytes()[2].is_ascii_digit())
-        .map(|line| line.split('|').map(|c| c.trim().to_owned()).collect())
-        .collect();
     // | size | events in the log | per tenant | fast | retrieval | single | batched | rebuild | verify | events table | chunks table |
     assert_eq!(rows.len(), 2, "{report}");
     assert_eq!(rows[0][1..4], ["2000", "2000", "1000"], "{report}");
     assert_eq!(
-        (&rows[1][1], &rows[1][3]),
-        (&"4000".to_owned(), &"2000".to_owned()),
+        (rows[1][1].as_str(), rows[1][3].as_str()),
+        ("4000", "2000"),
         "{report}"
     );
     // The second size's log also holds the first size's bench appends,

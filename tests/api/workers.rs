@@ -4,7 +4,7 @@
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::helpers::{memd_cli, spawn_daemon};
+use crate::helpers::{run_bench, spawn_daemon};
 
 #[sqlx::test]
 async fn a_killed_projector_process_has_its_tenants_taken_over_without_drift(
@@ -12,13 +12,11 @@ async fn a_killed_projector_process_has_its_tenants_taken_over_without_drift(
     connect: PgConnectOptions,
 ) {
     let app = spawn_daemon(connect).await;
-    let url = app.database_url().await;
-    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("workers-{}.md", ulid::Ulid::generate()));
-    let (code, printed, err) = memd_cli(
-        &url,
+    // The bench exits non-zero when a tenant's projections differ from a
+    // rebuild of its log after the kill.
+    let (report, rows) = run_bench(
+        &app.database_url().await,
         &[
-            "bench",
             "workers",
             "--tenants",
             "6",
@@ -26,22 +24,9 @@ async fn a_killed_projector_process_has_its_tenants_taken_over_without_drift(
             "1500",
             "--processes",
             "1,2",
-            "--out",
-            out.to_str().unwrap(),
         ],
     )
     .await;
-    let report = std::fs::read_to_string(&out).unwrap_or_default();
-    let _ = std::fs::remove_file(&out);
-    let _ = std::fs::remove_file(out.with_extension("svg"));
-    // The bench exits non-zero when a tenant's projections differ from a
-    // rebuild of its log after the kill.
-    assert_eq!(code, 0, "{printed}{err}");
-    let rows: Vec<Vec<String>> = report
-        .lines()
-        .filter(|line| line.starts_with("| ") && line.as_bytes()[2].is_ascii_digit())
-        .map(|line| line.split('|').map(|c| c.trim().to_owned()).collect())
-        .collect();
     // | processes | events | seconds | events/s | vs 1 process |
     assert_eq!(rows[0][1..3], ["1", "9000"], "{report}");
     assert_eq!(rows[1][1..3], ["2", "9000"], "{report}");
