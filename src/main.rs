@@ -992,14 +992,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let pool = connect(options, 4).await?;
             let tenant = tenant_arg(&tenant, "--tenant")?;
             let mut printer = ProgressPrinter::new("export");
-            let exported = admin::transfer::export(&pool, &tenant, &out, &mut |done, total| {
-                printer.update(memd_projectors::rebuild::Progress {
-                    tenant: tenant.as_str(),
-                    done,
-                    total,
-                })
-            })
-            .await?;
+            let exported =
+                admin::transfer::export(&pool, &tenant, &out, &mut |p| printer.update(p)).await?;
             println!(
                 "exported {tenant}: {} events, {} artifacts, head {} to {}",
                 exported.events,
@@ -1027,13 +1021,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Arc::new(redactor),
                 &tenant,
                 &file,
-                &mut |done, total| {
-                    printer.update(memd_projectors::rebuild::Progress {
-                        tenant: tenant.as_str(),
-                        done,
-                        total,
-                    })
-                },
+                &mut |p| printer.update(p),
             )
             .await?;
             println!(
@@ -1053,14 +1041,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             );
             let pool = connect(options, 4).await?;
             let mut printer = ProgressPrinter::new("import");
-            let imported = admin::transfer::import(&pool, &file, &mut |tenant, done, total| {
-                printer.update(memd_projectors::rebuild::Progress {
-                    tenant,
-                    done,
-                    total,
-                })
-            })
-            .await?;
+            let imported =
+                admin::transfer::import(&pool, &file, &mut |p| printer.update(p)).await?;
             let report = audit::verify_chains(
                 &pool,
                 Some(&TenantId::parse(&imported.tenant).map_err(|e| anyhow::anyhow!("{e}"))?),

@@ -53,6 +53,22 @@ pub async fn create_tenant(
     Ok(token)
 }
 
+/// Creates `tenant` with its head row unless it exists, issuing no token
+/// (an import fills it; `memd tenant token` issues its first token). True
+/// when it was created.
+pub async fn ensure_tenant(pool: &PgPool, tenant: &TenantId) -> Result<bool, sqlx::Error> {
+    Ok(sqlx::query(
+        "WITH t AS (INSERT INTO tenants (tenant_id) VALUES ($1)
+                    ON CONFLICT DO NOTHING RETURNING tenant_id)
+         INSERT INTO tenant_heads (tenant_id) SELECT tenant_id FROM t",
+    )
+    .bind(tenant.as_str())
+    .execute(pool)
+    .await?
+    .rows_affected()
+        == 1)
+}
+
 /// Issues another token for an existing tenant (rotation: issue, switch
 /// the agents over, revoke the old one), bound to `agent` when given (an
 /// agent's token: it acts as that agent only, and never with scope admin).

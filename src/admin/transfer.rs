@@ -43,6 +43,8 @@ use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 use sqlx::{PgPool, Row};
 
+use memd_projectors::rebuild::Progress;
+
 use crate::{
     domain::{
         hash_chain::{ChainedEvent, GENESIS},
@@ -147,12 +149,12 @@ pub struct Exported {
 }
 
 /// Writes `tenant`'s log to `out` (gzip when its name ends in `.gz`),
-/// calling `progress(done, total)` after each page.
+/// reporting its progress after each page.
 pub async fn export(
     pool: &PgPool,
     tenant: &TenantId,
     out: &Path,
-    progress: &mut dyn FnMut(i64, i64),
+    progress: &mut dyn FnMut(Progress<'_>),
 ) -> anyhow::Result<Exported> {
     // The head first: the file holds the log up to it, whatever is appended
     // while the export runs.
@@ -243,7 +245,11 @@ pub async fn export(
             exported.events += 1;
             exported.head_hash = event.hash;
         }
-        progress(after, head_seq);
+        progress(Progress {
+            tenant: tenant.as_str(),
+            done: after,
+            total: head_seq,
+        });
     }
     line(&End {
         r#type: "end".into(),
@@ -523,11 +529,11 @@ pub struct Imported {
 }
 
 /// Checks `path` whole, then stores its events (see the module's comment),
-/// calling `progress(tenant, done, total)` after each transaction.
+/// reporting its progress after each transaction.
 pub async fn import(
     pool: &PgPool,
     path: &Path,
-    progress: &mut (dyn FnMut(&str, i64, i64) + Send),
+    progress: &mut (dyn FnMut(Progress<'_>) + Send),
 ) -> anyhow::Result<Imported> {
     // Pass 1: the whole file verifies, or nothing is stored. The chain is
     // checked on a thread as the file is read; PostgreSQL checks that each
@@ -536,25 +542,15 @@ pub async fn import(
     let (contents, mut to_check) = tokio::sync::mpsc::channel::<Vec<(i64, String, String)>>(2);
     let file = path.to_owned();
     let reader = tokio::task::spawn_blocking(move || {
-        let mut batch = Vec::with_capacity(BATCH);
+        let mut batches = Batches::new(contents);
         let read = read_checked(&file, &mut |_, event| {
-            batch.push((
+            batches.push((
                 event.line.seq,
                 event.line.event_id,
                 event.line.content.get().to_owned(),
-            ));
-            if batch.len() == BATCH {
-                contents
-                    .blocking_send(std::mem::take(&mut batch))
-                    .map_err(|_| anyhow!("the import stopped"))?;
-            }
-            Ok(())
+            ))
         })?;
-        if !batch.is_empty() {
-            contents
-                .blocking_send(batch)
-                .map_err(|_| anyhow!("the import stopped"))?;
-        }
+        batches.finish()?;
         anyhow::Ok(read)
     });
     while let Some(batch) = to_check.recv().await {
@@ -566,16 +562,7 @@ pub async fn import(
     }
     let (header, _) = reader.await??;
     let tenant = TenantId::parse(&header.tenant).map_err(|err| anyhow!("{err}"))?;
-    let created = sqlx::query(
-        "WITH t AS (INSERT INTO public.tenants (tenant_id) VALUES ($1)
-                    ON CONFLICT DO NOTHING RETURNING tenant_id)
-         INSERT INTO public.tenant_heads (tenant_id) SELECT tenant_id FROM t",
-    )
-    .bind(tenant.as_str())
-    .execute(pool)
-    .await?
-    .rows_affected()
-        == 1;
+    let created = crate::tenants::ensure_tenant(pool, &tenant).await?;
     let (already, held_hash): (i64, Vec<u8>) =
         sqlx::query_as("SELECT seq, hash FROM public.tenant_heads WHERE tenant_id = $1")
             .bind(tenant.as_str())
@@ -588,11 +575,11 @@ pub async fn import(
     );
     // Pass 2: a thread reads the file again and hands over batches of what
     // the tenant does not hold yet; each is stored in a transaction.
-    let (batches, mut received) = tokio::sync::mpsc::channel::<Vec<Checked>>(2);
+    let (to_store, mut received) = tokio::sync::mpsc::channel::<Vec<Checked>>(2);
     let (file, reader_tenant) = (path.to_owned(), tenant.clone());
     let held = hex::encode(&held_hash);
     let reader = tokio::task::spawn_blocking(move || {
-        let mut batch = Vec::with_capacity(BATCH);
+        let mut batches = Batches::new(to_store);
         let mut prefix_checked = already == 0;
         read_checked(&file, &mut |_, event| {
             if event.line.seq <= already {
@@ -607,29 +594,26 @@ pub async fn import(
                 }
                 return Ok(());
             }
-            batch.push(event);
-            if batch.len() == BATCH {
-                batches
-                    .blocking_send(std::mem::take(&mut batch))
-                    .map_err(|_| anyhow!("the import stopped"))?;
-            }
-            Ok(())
+            batches.push(event)
         })?;
         ensure!(prefix_checked, "the file holds no event at seq {already}");
-        if !batch.is_empty() {
-            batches
-                .blocking_send(batch)
-                .map_err(|_| anyhow!("the import stopped"))?;
-        }
-        anyhow::Ok(())
+        batches.finish()
     });
     let mut stored = 0_i64;
     while let Some(batch) = received.recv().await {
         stored += store(pool, &tenant, &batch).await?;
-        progress(tenant.as_str(), already + stored, header.events);
+        progress(Progress {
+            tenant: tenant.as_str(),
+            done: already + stored,
+            total: header.events,
+        });
     }
     reader.await??;
-    progress(tenant.as_str(), already + stored, header.events);
+    progress(Progress {
+        tenant: tenant.as_str(),
+        done: already + stored,
+        total: header.events,
+    });
     Ok(Imported {
         tenant: tenant.to_string(),
         already,
@@ -786,7 +770,7 @@ pub async fn import_foreign(
     redactor: std::sync::Arc<crate::domain::redact::Redactor>,
     tenant: &TenantId,
     path: &Path,
-    progress: &mut (dyn FnMut(i64, i64) + Send),
+    progress: &mut (dyn FnMut(Progress<'_>) + Send),
 ) -> anyhow::Result<ForeignImported> {
     let owner = tenant.clone();
     let parse_all = move |path: &Path| -> anyhow::Result<Vec<crate::domain::event::NewEvent>> {
@@ -828,16 +812,7 @@ pub async fn import_foreign(
     };
     let file = path.to_owned();
     let events = tokio::task::spawn_blocking(move || parse_all(&file)).await??;
-    let created = sqlx::query(
-        "WITH t AS (INSERT INTO public.tenants (tenant_id) VALUES ($1)
-                    ON CONFLICT DO NOTHING RETURNING tenant_id)
-         INSERT INTO public.tenant_heads (tenant_id) SELECT tenant_id FROM t",
-    )
-    .bind(tenant.as_str())
-    .execute(pool)
-    .await?
-    .rows_affected()
-        == 1;
+    let created = crate::tenants::ensure_tenant(pool, tenant).await?;
     let total = events.len() as i64;
     let mut report = ForeignImported {
         events: total,
@@ -854,8 +829,56 @@ pub async fn import_foreign(
         let replayed = appended.iter().filter(|a| a.replayed).count() as i64;
         report.replayed += replayed;
         report.stored += appended.len() as i64 - replayed;
-        progress(report.stored + report.replayed, total);
+        progress(Progress {
+            tenant: tenant.as_str(),
+            done: report.stored + report.replayed,
+            total,
+        });
     }
-    progress(total, total);
+    progress(Progress {
+        tenant: tenant.as_str(),
+        done: total,
+        total,
+    });
     Ok(report)
+}
+
+/// Items gathered on the thread that reads a file into batches of [`BATCH`]
+/// for the task that checks or stores them.
+struct Batches<T> {
+    batch: Vec<T>,
+    to: tokio::sync::mpsc::Sender<Vec<T>>,
+}
+
+impl<T> Batches<T> {
+    fn new(to: tokio::sync::mpsc::Sender<Vec<T>>) -> Self {
+        Self {
+            batch: Vec::with_capacity(BATCH),
+            to,
+        }
+    }
+
+    fn push(&mut self, item: T) -> anyhow::Result<()> {
+        self.batch.push(item);
+        if self.batch.len() == BATCH {
+            let full = std::mem::take(&mut self.batch);
+            self.send(full)?;
+        }
+        Ok(())
+    }
+
+    /// Sends what is left.
+    fn finish(mut self) -> anyhow::Result<()> {
+        if !self.batch.is_empty() {
+            let rest = std::mem::take(&mut self.batch);
+            self.send(rest)?;
+        }
+        Ok(())
+    }
+
+    fn send(&self, batch: Vec<T>) -> anyhow::Result<()> {
+        self.to
+            .blocking_send(batch)
+            .map_err(|_| anyhow!("the import stopped"))
+    }
 }

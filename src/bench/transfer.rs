@@ -68,13 +68,13 @@ async fn measure(
     let file =
         std::env::temp_dir().join(format!("memd-bench-{}.ndjson.gz", ulid::Ulid::generate()));
     let started = Instant::now();
-    let exported = transfer::export(&from, &tenant, &file, &mut |_, _| {}).await?;
+    let exported = transfer::export(&from, &tenant, &file, &mut |_| {}).await?;
     let export_seconds = started.elapsed().as_secs_f64();
     let bytes = std::fs::metadata(&file)?.len();
     let to = db::connect(target.options.clone(), 8).await?;
     db::migrate(&to).await?;
     let started = Instant::now();
-    let imported = transfer::import(&to, &file, &mut |_, _, _| {}).await;
+    let imported = transfer::import(&to, &file, &mut |_| {}).await;
     let import_seconds = started.elapsed().as_secs_f64();
     let _ = std::fs::remove_file(&file);
     let imported = imported?;

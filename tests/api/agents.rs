@@ -49,18 +49,6 @@ fn bundle_text(acb: &Value) -> String {
     acb.to_string()
 }
 
-async fn build(app: &TestApp, token: &str, body: Value) -> (StatusCode, Value) {
-    let response = app
-        .client
-        .post(format!("{}/api/v1/acb/build", app.base_url))
-        .bearer_auth(token)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    (response.status(), response.json().await.unwrap())
-}
-
 #[sqlx::test]
 async fn an_agents_token_never_reaches_another_agents_private_memory(
     _: PgPoolOptions,
@@ -150,12 +138,12 @@ async fn an_agents_token_never_reaches_another_agents_private_memory(
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     assert_eq!(body["error"]["code"], "agent_mismatch");
     assert_eq!(body["error"]["field"], "agent_id");
-    let (status, body) = build(
-        &app,
-        &beta,
-        json!({"agent_id": "alpha", "query_text": "billing ledger"}),
-    )
-    .await;
+    let (status, body) = app
+        .post_acb(
+            &beta,
+            &json!({"agent_id": "alpha", "query_text": "billing ledger"}),
+        )
+        .await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     assert_eq!(body["error"]["code"], "agent_mismatch");
     // Nor act as an operator.
@@ -176,7 +164,7 @@ async fn an_agents_token_never_reaches_another_agents_private_memory(
         let question = json!({"session_id": session,
                               "query_text": "what about the billing ledger migration to rust and its pages?",
                               "max_tokens": 8000, "render": true});
-        let (status, for_beta) = build(&app, &beta, question.clone()).await;
+        let (status, for_beta) = app.post_acb(&beta, &question).await;
         assert_eq!(status, StatusCode::OK, "{for_beta}");
         let text = bundle_text(&for_beta);
         assert!(!text.contains("migrate the billing ledger"), "{text}");
@@ -194,23 +182,20 @@ async fn an_agents_token_never_reaches_another_agents_private_memory(
         );
         assert!(section(&for_beta, "decision_ledger").is_empty());
 
-        let (_, for_alpha) = build(&app, &alpha, question.clone()).await;
+        let (_, for_alpha) = app.post_acb(&alpha, &question).await;
         let text = bundle_text(&for_alpha);
         assert!(text.contains("migrate the billing ledger"), "{text}");
         assert!(text.contains("mascot is a zebra").not());
         assert_eq!(section(&for_alpha, "decision_ledger").len(), 1);
 
         // The operator's token sees every agent's memory.
-        let (_, for_operator) = build(&app, &operator, question).await;
+        let (_, for_operator) = app.post_acb(&operator, &question).await;
         let text = bundle_text(&for_operator);
         assert!(text.contains("migrate the billing ledger") && text.contains("mascot is a zebra"));
         assert_eq!(section(&for_operator, "decision_ledger").len(), 1);
     }
     // By meaning alone: no word of alpha's private message in the question.
-    let (_, for_beta) = build(
-        &app,
-        &beta,
-        json!({"session_id": "s2", "query_text": "Alpha plans to migrate the billing ledger to rust",
+    let (_, for_beta) = app.post_acb(&beta, &json!({"session_id": "s2", "query_text": "Alpha plans to migrate the billing ledger to rust",
                "max_tokens": 8000}),
     )
     .await;

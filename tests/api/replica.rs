@@ -58,21 +58,6 @@ async fn pair_with_metrics(max_lag: Duration, wait: Duration, metrics: Option<St
     }
 }
 
-async fn bundle(app: &TestApp, token: &str, body: Value) -> Value {
-    let response = app
-        .client
-        .post(format!("{}/api/v1/acb/build", app.base_url))
-        .bearer_auth(token)
-        .json(&body)
-        .send()
-        .await
-        .expect("request sent");
-    let status = response.status();
-    let body: Value = response.json().await.expect("JSON");
-    assert_eq!(status, 200, "{body}");
-    body
-}
-
 /// Bundles until one's `provenance.read` satisfies `wanted`, for at most
 /// 20 s; returns that bundle.
 async fn bundle_until(
@@ -83,7 +68,7 @@ async fn bundle_until(
 ) -> Value {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let acb = bundle(app, token, body.clone()).await;
+        let acb = app.acb(token, body.clone()).await;
         if wanted(&acb["provenance"]["read"]) {
             return acb;
         }
@@ -129,18 +114,20 @@ async fn bundles_read_a_standby_that_keeps_up_and_see_the_callers_own_append() {
         let seq = app.append(token, &message("s1", &text)).await["seq"]
             .as_i64()
             .unwrap();
-        let acb = bundle(app, token, json!({"session_id": "s1", "after": seq})).await;
+        let acb = app
+            .acb(token, json!({"session_id": "s1", "after": seq}))
+            .await;
         assert_eq!(acb["provenance"]["read"]["from"], "standby", "{acb}");
         assert!(holds(&acb, &text), "append {seq} missing: {acb}");
     }
 
     // Strong consistency: the projections up to the head, on the standby.
-    let acb = bundle(
-        app,
-        token,
-        json!({"session_id": "s1", "query_text": "deploy key", "consistency": "strong"}),
-    )
-    .await;
+    let acb = app
+        .acb(
+            token,
+            json!({"session_id": "s1", "query_text": "deploy key", "consistency": "strong"}),
+        )
+        .await;
     assert_eq!(acb["provenance"]["read"]["from"], "standby", "{acb}");
     assert_eq!(acb["provenance"]["consistency"]["caught_up"], true, "{acb}");
 
@@ -191,7 +178,9 @@ async fn a_standby_that_lags_or_disappears_sends_bundles_to_the_primary() {
         .await["seq"]
         .as_i64()
         .unwrap();
-    let acb = bundle(app, &token, json!({"session_id": "s1", "after": seq})).await;
+    let acb = app
+        .acb(&token, json!({"session_id": "s1", "after": seq}))
+        .await;
     let read = &acb["provenance"]["read"];
     assert_eq!(read["from"], "primary", "{read}");
     assert!(
@@ -233,12 +222,9 @@ async fn a_standby_that_lags_or_disappears_sends_bundles_to_the_primary() {
     .await;
     assert!(holds(&acb, "Written while the standby waits"), "{acb}");
     for _ in 0..3 {
-        let acb = bundle(
-            app,
-            &token,
-            json!({"session_id": "s1", "query_text": "words"}),
-        )
-        .await;
+        let acb = app
+            .acb(&token, json!({"session_id": "s1", "query_text": "words"}))
+            .await;
         assert_eq!(acb["provenance"]["read"]["from"], "primary", "{acb}");
     }
     pair.app.stop().await;

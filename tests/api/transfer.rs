@@ -340,50 +340,26 @@ async fn a_foreign_history_goes_through_the_write_path_and_a_rerun_stores_nothin
     write_lines(&whole, &lines);
 
     // Interrupted after three lines, then the whole file.
-    let (code, printed, err) = memd_cli(
-        &url,
-        &[
-            "import",
-            "--foreign",
-            "--tenant",
-            "legacy",
-            part.to_str().unwrap(),
-        ],
-    )
-    .await;
-    assert_eq!(code, 0, "{printed}{err}");
+    let import = |file: &std::path::Path| {
+        let (url, file) = (url.clone(), file.to_str().unwrap().to_owned());
+        async move {
+            let (code, printed, err) =
+                memd_cli(&url, &["import", "--foreign", "--tenant", "legacy", &file]).await;
+            assert_eq!(code, 0, "{printed}{err}");
+            printed
+        }
+    };
+    let printed = import(&part).await;
     assert!(
         printed.contains("3 events, 3 stored, 0 already stored"),
         "{printed}"
     );
-    let (code, printed, err) = memd_cli(
-        &url,
-        &[
-            "import",
-            "--foreign",
-            "--tenant",
-            "legacy",
-            whole.to_str().unwrap(),
-        ],
-    )
-    .await;
-    assert_eq!(code, 0, "{printed}{err}");
+    let printed = import(&whole).await;
     assert!(
         printed.contains("5 events, 2 stored, 3 already stored"),
         "{printed}"
     );
-    let (code, printed, _) = memd_cli(
-        &url,
-        &[
-            "import",
-            "--foreign",
-            "--tenant",
-            "legacy",
-            whole.to_str().unwrap(),
-        ],
-    )
-    .await;
-    assert_eq!(code, 0);
+    let printed = import(&whole).await;
     assert!(
         printed.contains("5 events, 0 stored, 5 already stored"),
         "{printed}"
