@@ -17,31 +17,50 @@ const PROMETHEUS_CLIENT: &str = "prometheus-client==0.26.0";
 
 /// A Python with `prometheus_client` (a virtualenv under the target
 /// directory, made on first use, as `memd drill fuzz` makes its own).
+///
+/// Several tests ask for it at once, each in its own process: each builds
+/// into a folder of its own and renames it into place, so none runs a venv
+/// another is still filling (renaming onto a finished one fails, and the
+/// loser's copy is dropped).
 async fn parser_python() -> PathBuf {
     let venv = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("metrics-parser-venv");
     let python = venv.join("bin").join("python");
-    let ready = venv.join(".installed");
-    if !ready.exists() {
-        let made = tokio::process::Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .status()
-            .await
-            .expect("python3 -m venv");
-        assert!(made.success(), "python3 -m venv {}", venv.display());
-        let pip = tokio::process::Command::new(venv.join("bin").join("pip"))
-            .args([
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                PROMETHEUS_CLIENT,
-            ])
-            .status()
-            .await
-            .expect("pip install");
-        assert!(pip.success(), "pip install {PROMETHEUS_CLIENT}");
-        std::fs::write(&ready, PROMETHEUS_CLIENT).expect("mark the venv installed");
+    if venv.join(".installed").exists() {
+        return python;
     }
+    let building = venv.with_extension(format!("building-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&building);
+    let made = tokio::process::Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&building)
+        .status()
+        .await
+        .expect("python3 -m venv");
+    assert!(made.success(), "python3 -m venv {}", building.display());
+    // `python -m pip`, not `bin/pip`: the script's first line names the
+    // building folder, which the rename below takes away.
+    let pip = tokio::process::Command::new(building.join("bin").join("python"))
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            PROMETHEUS_CLIENT,
+        ])
+        .status()
+        .await
+        .expect("pip install");
+    assert!(pip.success(), "pip install {PROMETHEUS_CLIENT}");
+    std::fs::write(building.join(".installed"), PROMETHEUS_CLIENT).expect("mark the venv");
+    if std::fs::rename(&building, &venv).is_err() {
+        let _ = std::fs::remove_dir_all(&building);
+    }
+    assert!(
+        venv.join(".installed").exists(),
+        "{} was not made",
+        venv.display()
+    );
     python
 }
 
