@@ -11,7 +11,10 @@ use super::harness::{percentile, report_header, write_report};
 use crate::{
     domain::event::Channel,
     read::{
-        privacy::Visibility, retrieve::Scope, semantic::SemanticConfig, vectors::TenantVectors,
+        privacy::Visibility,
+        retrieve::Scope,
+        semantic::SemanticConfig,
+        vectors::{Filtered, TenantVectors},
     },
 };
 
@@ -46,6 +49,11 @@ pub fn run(
         vectors.push(
             (seq, 0),
             ("public".into(), sensitivity.into(), "message".into(), None),
+            Filtered {
+                ts_us: seq * 1_000_000,
+                session: format!("s{}", seq / 100),
+                ..Filtered::default()
+            },
             &vector,
         );
     }

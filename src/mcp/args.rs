@@ -13,6 +13,7 @@ use crate::domain::{
     FieldError,
     event::{ActorType, Channel, Kind, Sensitivity},
 };
+use crate::read::filters::RetrievalFilters;
 
 /// Bundles asked for over MCP default to this many tokens: the result lands
 /// in the calling model's own context, so it should be a slice of it, not
@@ -191,6 +192,8 @@ pub struct BuildAcbArgs {
     pub handoff_id: Option<String>,
     /// The `seq` a record_event answered with: the bundle then reads a copy of memory that holds that event.
     pub after: Option<i64>,
+    /// Narrow the retrieved evidence: `since`/`until` (RFC 3339), `agents`, `sessions`, `kinds`, `tags_all`, `tags_any`. E.g. {"sessions": ["s-42"], "since": "2026-11-01T00:00:00Z"} recalls only that session's memory since November.
+    pub filters: Option<RetrievalFilters>,
 }
 
 impl BuildAcbArgs {
@@ -217,6 +220,7 @@ impl BuildAcbArgs {
             ("consistency", self.consistency.map(Value::from)),
             ("handoff_id", self.handoff_id.map(Value::from)),
             ("after", self.after.map(Value::from)),
+            ("filters", self.filters.map(|f| json!(f))),
         ] {
             if let Some(value) = value {
                 body.insert(name.into(), value);

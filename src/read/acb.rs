@@ -27,6 +27,7 @@ use super::{
     PROJECTED_SEQ, Reader,
     bundle::{self, Candidates, Item, Section},
     cache::{DecisionRow, TenantState, Visible},
+    filters::RetrievalFilters,
     handoff,
     hybrid::{self, EmbeddingHead, SemanticReport},
     policy::{MAX_CANDIDATE_POOL, Policy, Scoring, SectionName},
@@ -103,6 +104,11 @@ pub struct AcbRequest {
     /// have replayed it, or reads the primary).
     #[schema(minimum = 1)]
     pub after: Option<i64>,
+    /// Narrow retrieved evidence (lexical, semantic and pinned) to a time
+    /// range, agents, sessions, kinds or tags. Standing sections (rules,
+    /// decisions in force, tasks, the recent window) are not narrowed.
+    #[serde(default)]
+    pub filters: RetrievalFilters,
 }
 
 fn private() -> Channel {
@@ -148,6 +154,7 @@ impl AcbRequest {
                 ),
             ));
         }
+        self.filters.check()?;
         if self.after.is_some_and(|seq| seq < 1) {
             return Err(FieldError::new("after", "must be a seq, 1 or more"));
         }
@@ -226,6 +233,9 @@ pub struct Provenance {
     /// Evidence chunks that survived filtering and dedupe, before packing.
     pub retrieved: usize,
     pub filters: Filters,
+    /// The request's retrieval filters, as applied (absent: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retrieval_filters: Option<RetrievalFilters>,
     pub scoring: Scoring,
     pub dedupe: DedupeReport,
     pub history: bool,
@@ -491,6 +501,7 @@ pub async fn build_acb(
         } else {
             Vec::new()
         },
+        filters: request.filters.clone(),
     };
     let question = (!fast).then(|| {
         hybrid::start_question(
@@ -575,7 +586,7 @@ pub async fn build_acb(
         Some(packet) => retrieve::by_refs(&reader.pool, tenant, &packet.refs, visibility).await?,
         None => {
             let limit = (policy.retrieved_max / 2).max(1).into();
-            retrieve::pinned(&reader.pool, tenant, visibility, limit).await?
+            retrieve::pinned(&reader.pool, tenant, visibility, &scope, limit).await?
         }
     };
     evidence
@@ -627,6 +638,7 @@ pub async fn build_acb(
                 tenant,
                 &head.lexemes,
                 visibility,
+                &scope,
                 OMISSION_IDS_SHOWN as i64,
             )
             .await?
@@ -702,6 +714,7 @@ pub async fn build_acb(
             candidate_pool_max: policy.candidate_pool_max,
             retrieved,
             filters: visibility.filters(),
+            retrieval_filters: (!request.filters.is_empty()).then(|| request.filters.clone()),
             scoring: policy.scoring,
             dedupe: DedupeReport {
                 collapsed,

@@ -6,6 +6,7 @@
 //!
 //! - [`policy`]: caps, weights, bounds per tenant.
 //! - [`privacy`]: what each channel may hold; applied before scoring.
+//! - [`filters`]: what a request narrows retrieval to; applied likewise.
 //! - [`retrieve`]: lexical candidates and ranking; [`dedupe`]: near-duplicates.
 //! - [`semantic`], [`vectors`]: embedders, question vectors, the in-memory
 //!   vector index; [`hybrid`]: the union of lexical and semantic candidates.
@@ -18,6 +19,7 @@
 pub mod acb;
 pub mod bundle;
 pub mod cache;
+pub mod filters;
 pub mod handoff;
 pub mod hybrid;
 pub mod policy;

@@ -31,6 +31,7 @@ use sqlx::{PgPool, Row};
 use memd_projectors::{dedupe, seal::Keyring};
 
 use super::{
+    filters::{self, RetrievalFilters},
     policy::{Combine, Fusion, Scoring},
     privacy::Visibility,
 };
@@ -186,14 +187,52 @@ pub struct Scope {
     /// Chunks of these kinds are not candidates (a receiving agent's bundle
     /// takes no chat messages as evidence).
     pub excluded_kinds: Vec<&'static str>,
+    /// What the request narrowed retrieval to.
+    pub filters: RetrievalFilters,
 }
 
 /// The chunks of tenant `$1` that a channel may see (`$2`, `$3`), the
-/// scope allows (`$4`) and the bundle's agent (`$5`) may see, as the
-/// candidate statements bind them ([`Visibility::owner_allows`]).
-const VISIBLE: &str = "c.tenant_id = $1 AND c.channel = ANY ($2) \
-     AND c.sensitivity = ANY ($3) AND NOT (c.kind = ANY ($4)) \
-     AND (c.channel <> 'private' OR c.agent_id IS NULL OR $5::text IS NULL OR c.agent_id = $5)";
+/// scope allows (`$4`, and the filters, `$6` to `$12`) and the bundle's
+/// agent (`$5`) may see, as [`bind_scope`] binds them
+/// ([`Visibility::owner_allows`], [`filters::SQL`]).
+fn visible() -> &'static str {
+    static VISIBLE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "c.tenant_id = $1 AND c.channel = ANY ($2) \
+             AND c.sensitivity = ANY ($3) AND NOT (c.kind = ANY ($4)) \
+             AND (c.channel <> 'private' OR c.agent_id IS NULL OR $5::text IS NULL OR c.agent_id = $5) \
+             AND {}",
+            filters::SQL
+        )
+    });
+    &VISIBLE
+}
+
+/// Parameters [`bind_scope`] binds; a statement's own start after them.
+const SCOPE_PARAMS: usize = 12;
+
+/// Binds `$1` to `$12` of a statement using [`visible`].
+fn bind_scope<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    tenant: &'q str,
+    visibility: Visibility<'q>,
+    scope: &'q Scope,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let filters = &scope.filters;
+    query
+        .bind(tenant)
+        .bind(visibility.channel_names())
+        .bind(visibility.sensitivity_names())
+        .bind(&scope.excluded_kinds)
+        .bind(visibility.agent)
+        .bind(filters.since)
+        .bind(filters.until)
+        .bind(filters::list(&filters.agents))
+        .bind(filters::list(&filters.sessions))
+        .bind(filters::list(&filters.kind_names()))
+        .bind(filters::list(&filters.tags_all))
+        .bind(filters::list(&filters.tags_any))
+}
 
 /// How many of the tenant's newest chunks (that the channel may see) are
 /// looked at to tell common query terms from rare ones.
@@ -249,7 +288,7 @@ async fn common_lexemes(
         .map(|index| {
             format!(
                 ", count(*) FILTER (WHERE s.tsv @@ ${}::tsquery) AS h{index}",
-                index + 8
+                index + SCOPE_PARAMS + 3
             )
         })
         .collect();
@@ -258,29 +297,30 @@ async fn common_lexemes(
     let common: String = (0..lexemes.len())
         .map(|index| {
             format!(
-                ", CASE WHEN s.sampled = $6 AND s.h{index} >= $6 * {COMMON_SHARE} THEN true \
+                ", CASE WHEN s.sampled = $13 AND s.h{index} >= $13 * {COMMON_SHARE} THEN true \
                    ELSE (SELECT count(*) FROM (SELECT FROM projections.chunks c \
-                          WHERE {VISIBLE} AND c.tsv @@ ${}::tsquery LIMIT $7 + 1) AS m) > $7 \
+                          WHERE {visible} AND c.tsv @@ ${}::tsquery LIMIT $14 + 1) AS m) > $14 \
                    END",
-                index + 8
+                index + SCOPE_PARAMS + 3,
+                visible = visible()
             )
         })
         .collect();
     let sql = format!(
         "SELECT true{common}
            FROM (SELECT count(*) AS sampled{held}
-                   FROM (SELECT c.tsv FROM projections.chunks c WHERE {VISIBLE}
-                          ORDER BY c.seq DESC, c.part DESC LIMIT $6) AS s) AS s"
+                   FROM (SELECT c.tsv FROM projections.chunks c WHERE {visible}
+                          ORDER BY c.seq DESC, c.part DESC LIMIT $13) AS s) AS s",
+        visible = visible()
     );
-    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .persistent(false)
-        .bind(tenant)
-        .bind(visibility.channel_names())
-        .bind(visibility.sensitivity_names())
-        .bind(&scope.excluded_kinds)
-        .bind(visibility.agent)
-        .bind(COMMON_SAMPLE)
-        .bind(share(lexemes.len(), pool_max) as i64);
+    let mut query = bind_scope(
+        sqlx::query(sqlx::AssertSqlSafe(sql)).persistent(false),
+        tenant,
+        visibility,
+        scope,
+    )
+    .bind(COMMON_SAMPLE)
+    .bind(share(lexemes.len(), pool_max) as i64);
     for lexeme in lexemes {
         query = query.bind(lexeme_query(lexeme, keyring));
     }
@@ -321,20 +361,26 @@ async fn candidates(
     let branch = |condition: String, limit: usize| {
         format!(
             "(SELECT {CANDIDATE_COLUMNS}, c.tsv FROM projections.chunks c
-               WHERE {VISIBLE} AND c.tsv @@ {condition}
-               ORDER BY c.seq DESC, c.part DESC LIMIT {limit})"
+               WHERE {visible} AND c.tsv @@ {condition}
+               ORDER BY c.seq DESC, c.part DESC LIMIT {limit})",
+            visible = visible()
         )
     };
     let is_common = |index: usize| common.get(index).copied().unwrap_or(false);
     let mut branches: Vec<String> = (0..lexemes.len())
         .filter(|index| !is_common(*index))
-        .map(|index| branch(format!("${}::tsquery", index + 6), per_lexeme))
+        .map(|index| {
+            branch(
+                format!("${}::tsquery", index + SCOPE_PARAMS + 1),
+                per_lexeme,
+            )
+        })
         .collect();
     let shared: Vec<usize> = (0..lexemes.len()).filter(|i| is_common(*i)).collect();
     if !shared.is_empty() {
         let any = shared
             .iter()
-            .map(|index| format!("${}::tsquery", index + 6))
+            .map(|index| format!("${}::tsquery", index + SCOPE_PARAMS + 1))
             .collect::<Vec<_>>()
             .join(" || ");
         branches.push(branch(
@@ -345,7 +391,7 @@ async fn candidates(
     // Which lexemes each candidate holds, as one boolean column per lexeme
     // (for BM25 in `rank`).
     let matched: String = (0..lexemes.len())
-        .map(|index| format!(", c.tsv @@ ${}::tsquery", index + 6))
+        .map(|index| format!(", c.tsv @@ ${}::tsquery", index + SCOPE_PARAMS + 1))
         .collect();
     let sql = format!(
         "SELECT {CANDIDATE_COLUMNS}, length(c.tsv) AS lexeme_count{matched}
@@ -355,13 +401,12 @@ async fn candidates(
     let literals: Vec<String> = lexemes.iter().map(|l| lexeme_query(l, keyring)).collect();
     // Not a prepared statement: planned with the actual lexemes, so each
     // branch gets the plan its lexeme's frequency calls for.
-    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .persistent(false)
-        .bind(tenant)
-        .bind(visibility.channel_names())
-        .bind(visibility.sensitivity_names())
-        .bind(&scope.excluded_kinds)
-        .bind(visibility.agent);
+    let mut query = bind_scope(
+        sqlx::query(sqlx::AssertSqlSafe(sql)).persistent(false),
+        tenant,
+        visibility,
+        scope,
+    );
     for literal in &literals {
         query = query.bind(literal);
     }
@@ -407,27 +452,28 @@ pub async fn at_positions(
     let sql = format!(
         "SELECT {CANDIDATE_COLUMNS}, length(c.tsv) AS lexeme_count,
                 (SELECT coalesce(sum(1 << (l.o - 1)::int), 0)::int
-                   FROM unnest($8::tsquery[]) WITH ORDINALITY AS l (q, o)
+                   FROM unnest($15::tsquery[]) WITH ORDINALITY AS l (q, o)
                   WHERE c.tsv @@ l.q) AS matched
-           FROM unnest($6::bigint[], $7::int[]) AS u (seq, part)
+           FROM unnest($13::bigint[], $14::int[]) AS u (seq, part)
           CROSS JOIN LATERAL (SELECT * FROM projections.chunks c
                                WHERE c.tenant_id = $1 AND c.seq = u.seq AND c.part = u.part
                                LIMIT 1) AS c
-          WHERE {VISIBLE}"
+          WHERE {visible}",
+        visible = visible()
     );
     let (seqs, parts): (Vec<i64>, Vec<i32>) = positions.iter().copied().unzip();
     let queries: Vec<String> = lexemes.iter().map(|l| lexeme_query(l, keyring)).collect();
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(tenant)
-        .bind(visibility.channel_names())
-        .bind(visibility.sensitivity_names())
-        .bind(&scope.excluded_kinds)
-        .bind(visibility.agent)
-        .bind(&seqs)
-        .bind(&parts)
-        .bind(&queries)
-        .fetch_all(pool)
-        .await?;
+    let rows = bind_scope(
+        sqlx::query(sqlx::AssertSqlSafe(sql)),
+        tenant,
+        visibility,
+        scope,
+    )
+    .bind(&seqs)
+    .bind(&parts)
+    .bind(&queries)
+    .fetch_all(pool)
+    .await?;
     rows.iter()
         .map(|row| Candidate::from_row(row, row.try_get::<i32, _>(12)? as u32))
         .collect()
@@ -486,25 +532,28 @@ pub const PIN_TAGS: [&str; 2] = ["pinned", "pin"];
 /// applies (a test checks the two agree).
 const PINNED: &str = "c.tags && '{pinned,pin}'::text[]";
 
-/// The newest `limit` pinned chunks ([`PIN_TAGS`]) the bundle may see, as
-/// candidates that rank first.
+/// The newest `limit` pinned chunks ([`PIN_TAGS`]) the bundle may see and
+/// the scope allows, as candidates that rank first.
 pub async fn pinned(
     pool: &PgPool,
     tenant: &str,
     visibility: Visibility<'_>,
+    scope: &Scope,
     limit: i64,
 ) -> Result<Vec<Candidate>, sqlx::Error> {
-    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+    let sql = format!(
         "SELECT {CANDIDATE_COLUMNS}, length(c.tsv) AS lexeme_count
            FROM projections.chunks c
-          WHERE {VISIBLE} AND {PINNED}
-          ORDER BY c.seq DESC, c.part LIMIT $6"
-    )))
-    .bind(tenant)
-    .bind(visibility.channel_names())
-    .bind(visibility.sensitivity_names())
-    .bind(Vec::<String>::new())
-    .bind(visibility.agent)
+          WHERE {visible} AND {PINNED}
+          ORDER BY c.seq DESC, c.part LIMIT $13",
+        visible = visible()
+    );
+    let rows = bind_scope(
+        sqlx::query(sqlx::AssertSqlSafe(sql)),
+        tenant,
+        visibility,
+        scope,
+    )
     .bind(limit)
     .fetch_all(pool)
     .await?;
@@ -512,14 +561,15 @@ pub async fn pinned(
 }
 
 /// Up to `limit` ids of chunks matching any lexeme that the channel may not
-/// see: what privacy kept out, for `omissions`. Never scored. Another
-/// agent's private chunks are not even named.
+/// see (but the scope allows): what privacy kept out, for `omissions`.
+/// Never scored. Another agent's private chunks are not even named.
 pub async fn withheld(
     pool: &PgPool,
     keyring: &Keyring,
     tenant: &str,
     lexemes: &[String],
     visibility: Visibility<'_>,
+    scope: &Scope,
     limit: i64,
 ) -> Result<Vec<String>, sqlx::Error> {
     if lexemes.is_empty() {
@@ -530,22 +580,28 @@ pub async fn withheld(
         .map(|l| lexeme_query(l, keyring))
         .collect::<Vec<_>>()
         .join(" | ");
-    sqlx::query_scalar(
-        "SELECT chunk_id FROM projections.chunks
-          WHERE tenant_id = $1 AND tsv @@ $2::tsquery
-            AND NOT (channel = ANY ($3) AND sensitivity = ANY ($4))
-            AND (channel <> 'private' OR agent_id IS NULL OR $6::text IS NULL OR agent_id = $6)
-          ORDER BY seq DESC LIMIT $5",
+    // The parameters of `visible`, with the privacy test turned around.
+    let sql = format!(
+        "SELECT c.chunk_id FROM projections.chunks c
+          WHERE c.tenant_id = $1 AND c.tsv @@ $13::tsquery
+            AND NOT (c.channel = ANY ($2) AND c.sensitivity = ANY ($3))
+            AND NOT (c.kind = ANY ($4))
+            AND (c.channel <> 'private' OR c.agent_id IS NULL OR $5::text IS NULL OR c.agent_id = $5)
+            AND {}
+          ORDER BY c.seq DESC LIMIT $14",
+        filters::SQL
+    );
+    let rows = bind_scope(
+        sqlx::query(sqlx::AssertSqlSafe(sql)).persistent(false),
+        tenant,
+        visibility,
+        scope,
     )
-    .persistent(false)
-    .bind(tenant)
     .bind(query)
-    .bind(visibility.channel_names())
-    .bind(visibility.sensitivity_names())
     .bind(limit)
-    .bind(visibility.agent)
     .fetch_all(pool)
-    .await
+    .await?;
+    rows.iter().map(|row| row.try_get(0)).collect()
 }
 
 /// Scores and sorts the candidates. `documents` is the size of the

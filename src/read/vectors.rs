@@ -18,13 +18,16 @@
 //! query, and returns the best `k`. Ties go to the newer chunk, so the same
 //! vectors and the same question give the same answer.
 //!
-//! **Privacy.** The channel may only see what [`Visibility`] allows, and
-//! the scope's excluded kinds are skipped, in the scan itself: what the
-//! channel may not see is never a candidate, exactly as on the lexical
-//! path. Indexes are per tenant: a search never reads another tenant's.
+//! **Privacy and filters.** The channel may only see what [`Visibility`]
+//! allows, the scope's excluded kinds are skipped, and the request's
+//! [`RetrievalFilters`] hold, in the scan itself: what the channel may not
+//! see, or the request did not ask for, is never a candidate, exactly as on
+//! the lexical path, and the nearest `k` are the nearest that pass. Indexes
+//! are per tenant: a search never reads another tenant's.
 
 use std::{
     collections::HashMap,
+    hash::Hash,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -36,7 +39,7 @@ use tokio::sync::RwLock;
 
 use memd_projectors::embed;
 
-use super::{privacy::Visibility, retrieve::Scope};
+use super::{filters::RetrievalFilters, privacy::Visibility, retrieve::Scope};
 use crate::domain::event::Channel;
 
 /// Candidates rescored per result wanted, after the sign-bit scan.
@@ -54,9 +57,50 @@ pub struct Neighbour {
     pub similarity: f32,
 }
 
-/// What a row is filtered by: (channel, sensitivity, kind, owner). The
+/// What privacy filters a row by: (channel, sensitivity, kind, owner). The
 /// owner is kept for the `private` channel alone, the one it decides.
 pub type Class = (String, String, String, Option<String>);
+
+/// What a request's [`RetrievalFilters`] read of a row, beyond its kind.
+#[derive(Debug, Clone, Default)]
+pub struct Filtered {
+    pub ts_us: i64,
+    pub agent: Option<String>,
+    pub session: String,
+    pub tags: Vec<String>,
+}
+
+/// Values many rows share, each held once and named by its index.
+struct Interner<T> {
+    values: Vec<T>,
+    index: HashMap<T, u32>,
+}
+
+impl<T> Default for Interner<T> {
+    fn default() -> Self {
+        Self {
+            values: Vec::new(),
+            index: HashMap::new(),
+        }
+    }
+}
+
+impl<T: Hash + Eq + Clone> Interner<T> {
+    fn intern(&mut self, value: T) -> u32 {
+        if let Some(index) = self.index.get(&value) {
+            return *index;
+        }
+        let index = self.values.len() as u32;
+        self.index.insert(value.clone(), index);
+        self.values.push(value);
+        index
+    }
+
+    /// `test` of each value, by index.
+    fn each(&self, test: impl Fn(&T) -> bool) -> Vec<bool> {
+        self.values.iter().map(test).collect()
+    }
+}
 
 /// The vectors of one tenant for one embedder.
 #[derive(Default)]
@@ -69,9 +113,16 @@ pub struct TenantVectors {
     positions: Vec<Position>,
     /// Index into `classes` per row.
     class: Vec<u32>,
-    classes: Vec<Class>,
-    /// Where each class is in `classes`.
-    class_index: HashMap<Class, u32>,
+    classes: Interner<Class>,
+    /// Per row, for [`RetrievalFilters`]: its time, and indexes into the
+    /// interned owners, sessions and tag sets.
+    ts_us: Vec<i64>,
+    agent: Vec<u32>,
+    agents: Interner<Option<String>>,
+    session: Vec<u32>,
+    sessions: Interner<String>,
+    tag_set: Vec<u32>,
+    tag_sets: Interner<Vec<String>>,
     /// `words()` u64 sign words per row.
     signs: Vec<u64>,
     /// `dimensions` int8 per row.
@@ -96,13 +147,21 @@ impl TenantVectors {
     pub fn heap_bytes(&self) -> usize {
         self.positions.capacity() * std::mem::size_of::<Position>()
             + self.class.capacity() * 4
+            + self.ts_us.capacity() * 8
+            + (self.agent.capacity() + self.session.capacity() + self.tag_set.capacity()) * 4
             + self.signs.capacity() * 8
             + self.quantised.capacity()
             + self.scales.capacity() * 4
     }
 
     /// Adds one chunk's vector; rows come in position order.
-    pub fn push(&mut self, position: Position, mut class: Class, vector: &[f32]) {
+    pub fn push(
+        &mut self,
+        position: Position,
+        mut class: Class,
+        filtered: Filtered,
+        vector: &[f32],
+    ) {
         if self.dimensions == 0 {
             self.dimensions = vector.len();
         }
@@ -113,17 +172,16 @@ impl TenantVectors {
         if class.0 != Channel::Private.as_str() {
             class.3 = None;
         }
-        let class = match self.class_index.get(&class) {
-            Some(index) => *index,
-            None => {
-                let index = self.classes.len() as u32;
-                self.class_index.insert(class.clone(), index);
-                self.classes.push(class);
-                index
-            }
-        };
+        let class = self.classes.intern(class);
         self.positions.push(position);
         self.class.push(class);
+        self.ts_us.push(filtered.ts_us);
+        self.agent.push(self.agents.intern(filtered.agent));
+        self.session.push(self.sessions.intern(filtered.session));
+        let mut tags = filtered.tags;
+        tags.sort_unstable();
+        tags.dedup();
+        self.tag_set.push(self.tag_sets.intern(tags));
         self.signs.extend(sign_words(vector));
         let largest = vector.iter().fold(0.0_f32, |m, x| m.max(x.abs()));
         let scale = if largest > 0.0 { largest / 127.0 } else { 1.0 };
@@ -149,6 +207,27 @@ impl TenantVectors {
         dot * self.scales[row]
     }
 
+    /// Hides (as `u16::MAX`) the rows `filters` leave out, before the
+    /// closest are chosen: the filters narrow the search, not its results.
+    fn hide_filtered_out(&self, filters: &RetrievalFilters, distances: &mut [u16]) {
+        let agents = self
+            .agents
+            .each(|agent| filters.allows_agent(agent.as_deref()));
+        let sessions = self
+            .sessions
+            .each(|session| filters.allows_session(session));
+        let tag_sets = self.tag_sets.each(|tags| filters.allows_tags(tags));
+        for (row, distance) in distances.iter_mut().enumerate() {
+            if !(filters.allows_time(self.ts_us[row])
+                && agents[self.agent[row] as usize]
+                && sessions[self.session[row] as usize]
+                && tag_sets[self.tag_set[row] as usize])
+            {
+                *distance = u16::MAX;
+            }
+        }
+    }
+
     /// The `k` visible chunks closest to `query` (a unit vector), best
     /// first.
     pub fn search(
@@ -161,19 +240,20 @@ impl TenantVectors {
         if k == 0 || self.is_empty() || query.len() != self.dimensions {
             return Vec::new();
         }
-        let allowed: Vec<bool> = self
-            .classes
-            .iter()
-            .map(|(channel, sensitivity, kind, owner)| {
-                visibility.allows(channel, sensitivity)
-                    && visibility.owner_allows(channel, owner.as_deref())
-                    && !scope.excluded_kinds.contains(&kind.as_str())
-            })
-            .collect();
+        let filters = &scope.filters;
+        let allowed = self.classes.each(|(channel, sensitivity, kind, owner)| {
+            visibility.allows(channel, sensitivity)
+                && visibility.owner_allows(channel, owner.as_deref())
+                && !scope.excluded_kinds.contains(&kind.as_str())
+                && filters.allows_kind(kind)
+        });
         let words = self.words();
         let query_signs: Vec<u64> = sign_words(query).collect();
         // Hamming distance of every visible row; u16::MAX hides a row.
-        let distances = hamming(&self.signs, words, &self.class, &allowed, &query_signs);
+        let mut distances = hamming(&self.signs, words, &self.class, &allowed, &query_signs);
+        if !filters.is_empty() {
+            self.hide_filtered_out(filters, &mut distances);
+        }
         let wanted = k.saturating_mul(RESCORE_FACTOR);
         // The distance under which `wanted` rows fall, from a histogram:
         // no sort of a million rows.
@@ -457,7 +537,8 @@ async fn catch_up(
             _ => (vectors.loaded_seq, i32::MAX),
         };
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT seq, part, channel, sensitivity, kind, vector, agent_id FROM projections.{table}
+            "SELECT seq, part, channel, sensitivity, kind, vector, agent_id, ts, session_id, tags
+               FROM projections.{table}
               WHERE tenant_id = $1 AND (seq, part) > ($2, $3) AND seq <= $4
               ORDER BY seq, part LIMIT $5"
         )))
@@ -479,6 +560,14 @@ async fn catch_up(
                     row.try_get(4)?,
                     row.try_get(6)?,
                 ),
+                Filtered {
+                    ts_us: row
+                        .try_get::<chrono::DateTime<chrono::Utc>, _>(7)?
+                        .timestamp_micros(),
+                    agent: row.try_get(6)?,
+                    session: row.try_get(8)?,
+                    tags: row.try_get(9)?,
+                },
                 &vector,
             );
         }
@@ -511,6 +600,7 @@ mod tests {
                     "message".into(),
                     None,
                 ),
+                Filtered::default(),
                 &unit(vector),
             );
         }
@@ -557,6 +647,7 @@ mod tests {
                     "message".into(),
                     owner.map(str::to_owned),
                 ),
+                Filtered::default(),
                 &unit(&[1.0, 0.0, 0.0]),
             );
         }
@@ -622,6 +713,7 @@ mod tests {
         assert_eq!(seqs, [3], "only the public, non-sensitive chunk");
         let excluded = Scope {
             excluded_kinds: vec!["message"],
+            ..Scope::default()
         };
         assert!(
             vectors
@@ -657,6 +749,7 @@ mod tests {
             vectors.push(
                 (seq, 0),
                 ("private".into(), "none".into(), "message".into(), None),
+                Filtered::default(),
                 &vector,
             );
         }
@@ -669,5 +762,85 @@ mod tests {
         assert_eq!(found.len(), 5);
         assert_eq!(found[0].position, (2_345, 0));
         assert!(found.windows(2).all(|w| w[0].similarity >= w[1].similarity));
+    }
+
+    #[test]
+    fn filters_narrow_the_search_not_its_results() {
+        // The query's nearest rows are in session "b"; a filter on "a" must
+        // still return `k` rows, the nearest of "a", not what is left of
+        // the overall nearest.
+        let mut vectors = TenantVectors::default();
+        for seq in 1..=40 {
+            let (session, vector) = if seq <= 20 {
+                ("b", [1.0, 0.01 * seq as f32, 0.0])
+            } else {
+                ("a", [0.2, 1.0, 0.01 * seq as f32])
+            };
+            vectors.push(
+                (seq, 0),
+                ("private".into(), "none".into(), "message".into(), None),
+                Filtered {
+                    ts_us: seq * 1_000_000,
+                    agent: (seq % 2 == 0).then(|| "even".to_owned()),
+                    session: session.into(),
+                    tags: if seq % 4 == 0 {
+                        vec!["four".into()]
+                    } else {
+                        vec![]
+                    },
+                },
+                &unit(&vector),
+            );
+        }
+        let search = |filters: RetrievalFilters| -> Vec<i64> {
+            let scope = Scope {
+                filters,
+                ..Scope::default()
+            };
+            vectors
+                .search(
+                    &unit(&[1.0, 0.0, 0.0]),
+                    5,
+                    Visibility::new(Channel::Private),
+                    &scope,
+                )
+                .iter()
+                .map(|n| n.position.0)
+                .collect()
+        };
+        assert!(
+            search(RetrievalFilters::default())
+                .iter()
+                .all(|seq| *seq <= 20)
+        );
+        let in_a = search(RetrievalFilters {
+            sessions: vec!["a".into()],
+            ..RetrievalFilters::default()
+        });
+        assert_eq!(in_a.len(), 5);
+        assert!(in_a.iter().all(|seq| *seq > 20), "{in_a:?}");
+        let tagged_even = search(RetrievalFilters {
+            agents: vec!["even".into()],
+            tags_any: vec!["four".into()],
+            ..RetrievalFilters::default()
+        });
+        assert_eq!(tagged_even.len(), 5);
+        assert!(
+            tagged_even.iter().all(|seq| seq % 4 == 0),
+            "{tagged_even:?}"
+        );
+        let window = search(RetrievalFilters {
+            since: chrono::DateTime::from_timestamp(30, 0),
+            until: chrono::DateTime::from_timestamp(33, 0),
+            ..RetrievalFilters::default()
+        });
+        let mut window = window;
+        window.sort_unstable();
+        assert_eq!(window, [30, 31, 32]);
+        let decisions_only = search(RetrievalFilters {
+            kinds: vec![crate::domain::event::Kind::Decision],
+            ..RetrievalFilters::default()
+        });
+        assert!(decisions_only.is_empty());
     }
 }

@@ -13,6 +13,7 @@ mod config;
 mod console;
 mod drills;
 mod events;
+mod filters;
 mod handoffs;
 mod helpers;
 mod log;

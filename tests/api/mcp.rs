@@ -213,6 +213,31 @@ async fn an_agent_records_recalls_decides_hands_off_and_reads_artifacts_over_mcp
     );
     assert!(acb["token_used_est"].as_u64().unwrap() <= 4000);
     assert_eq!(acb["budget_tokens"], 4000);
+
+    // Filters narrow what is retrieved: only tool output, here.
+    let decisions_only = call(
+        &client,
+        "memory_build_acb",
+        json!({"query_text": "what page size did we choose for exports?",
+               "filters": {"kinds": ["tool_result"]}}),
+    )
+    .await;
+    let narrowed = decisions_only.structured_content.expect("bundle");
+    assert_eq!(
+        narrowed["provenance"]["retrieval_filters"],
+        json!({"kinds": ["tool_result"]})
+    );
+    let retrieved = narrowed["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "retrieved_evidence")
+        .map_or(Vec::new(), |s| s["items"].as_array().unwrap().clone());
+    assert!(!retrieved.is_empty());
+    assert!(
+        retrieved.iter().all(|item| item["kind"] == "tool_result"),
+        "{retrieved:#?}"
+    );
     let ledger = acb["sections"]
         .as_array()
         .unwrap()

@@ -29,7 +29,7 @@ fn model_dir() -> PathBuf {
 /// A daemon with `embedder`, sealing high memory at rest (so sealed
 /// events are embedded from their opened text, and their vectors obey the
 /// same privacy rules).
-fn semantic(embedder: &str) -> ServeConfig {
+pub fn semantic(embedder: &str) -> ServeConfig {
     ServeConfig {
         semantic: SemanticConfig {
             embedder: Some(embedder.to_owned()),

@@ -9,7 +9,8 @@
 //! other projections or the write path.
 //!
 //! Each row keeps what the read side filters on (channel, sensitivity,
-//! kind), so the in-memory vector index needs no other table. Vectors are
+//! kind, owner, and for retrieval filters time, session and tags), so the
+//! in-memory vector index needs no other table. Vectors are
 //! little-endian f32s; an embedder gives the same vector for the same text
 //! in any batch, so a rebuild reproduces every byte.
 
@@ -128,6 +129,10 @@ impl Projector for EmbeddingProjector {
                     rows.sensitivity.push(event.sensitivity.clone());
                     rows.kind.push(event.kind.clone());
                     rows.agent_id.push(event.agent_id.clone());
+                    rows.ts.push(event.ts);
+                    rows.session_id.push(event.session_id.clone());
+                    rows.tags
+                        .push(serde_json::to_string(&event.tags).expect("strings serialize"));
                 }
             }
             if inputs.is_empty() {
@@ -155,9 +160,15 @@ impl Projector for EmbeddingProjector {
             let vectors: Vec<Vec<u8>> = vectors.iter().map(|v| embed::encode(v)).collect();
             sqlx::query(sqlx::AssertSqlSafe(format!(
                 "INSERT INTO {} (tenant_id, chunk_id, seq, part, channel, sensitivity, kind, vector,
-                                 agent_id)
-                 SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::int[], $5::text[],
-                                          $6::text[], $7::text[], $8::bytea[], $9::text[])",
+                                 agent_id, ts, session_id, tags)
+                 SELECT $1, u.chunk_id, u.seq, u.part, u.channel, u.sensitivity, u.kind, u.vector,
+                        u.agent_id, u.ts, u.session_id,
+                        ARRAY(SELECT jsonb_array_elements_text(u.tags::jsonb))
+                   FROM unnest($2::text[], $3::bigint[], $4::int[], $5::text[], $6::text[],
+                               $7::text[], $8::bytea[], $9::text[], $10::timestamptz[],
+                               $11::text[], $12::text[])
+                        AS u (chunk_id, seq, part, channel, sensitivity, kind, vector, agent_id,
+                              ts, session_id, tags)",
                 self.name()
             )))
             .bind(tenant)
@@ -169,6 +180,9 @@ impl Projector for EmbeddingProjector {
             .bind(&rows.kind)
             .bind(&vectors)
             .bind(&rows.agent_id)
+            .bind(&rows.ts)
+            .bind(&rows.session_id)
+            .bind(&rows.tags)
             .execute(&mut *tx)
             .await?;
             Ok(())
@@ -227,6 +241,10 @@ struct Rows {
     sensitivity: Vec<String>,
     kind: Vec<String>,
     agent_id: Vec<Option<String>>,
+    ts: Vec<chrono::DateTime<chrono::Utc>>,
+    session_id: Vec<String>,
+    // text[][] must be rectangular, so tags travel as JSON arrays.
+    tags: Vec<String>,
 }
 
 #[cfg(test)]
