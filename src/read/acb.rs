@@ -32,6 +32,7 @@ use super::{
     hybrid::{self, EmbeddingHead, SemanticReport},
     policy::{MAX_CANDIDATE_POOL, Policy, Scoring, SectionName},
     privacy::{Filters, Visibility},
+    retention::Forgetting,
     retrieve::{self, Candidate, Scope},
 };
 use crate::domain::{FieldError, event::Channel, limits};
@@ -194,8 +195,9 @@ pub struct Acb {
     pub prompt: Option<String>,
 }
 
-/// Something left out, and why: `budget`, `privacy`, `duplicate`,
-/// `superseded`, `rejected`, `conflict`, or `truncated_tool_output` (the
+/// Something left out, and why: `budget`, `privacy`, `retention`,
+/// `duplicate`, `superseded`, `rejected`, `conflict`, or
+/// `truncated_tool_output` (the
 /// item is in, but its full output is only in the artifact).
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Omission {
@@ -502,6 +504,12 @@ pub async fn build_acb(
             Vec::new()
         },
         filters: request.filters.clone(),
+        // Pinned memory, all the fast path retrieves, is never forgotten.
+        forgetting: if fast || policy.retention.is_empty() {
+            Forgetting::default()
+        } else {
+            Forgetting::of(&reader.pool, tenant, &policy.retention, head.newest).await?
+        },
     };
     let question = (!fast).then(|| {
         hybrid::start_question(
@@ -644,6 +652,26 @@ pub async fn build_acb(
             .await?
             {
                 omissions.privacy(SectionName::RetrievedEvidence, id);
+            }
+        }
+        if !scope.forgetting.is_empty() {
+            for id in retrieve::forgotten(
+                &reader.pool,
+                &reader.keyring,
+                tenant,
+                &head.lexemes,
+                visibility,
+                &scope,
+                OMISSION_IDS_SHOWN as i64,
+            )
+            .await?
+            {
+                omissions.add(
+                    "retention",
+                    Some(SectionName::RetrievedEvidence),
+                    id,
+                    Map::new(),
+                );
             }
         }
     }

@@ -7,6 +7,7 @@
 //! - [`policy`]: caps, weights, bounds per tenant.
 //! - [`privacy`]: what each channel may hold; applied before scoring.
 //! - [`filters`]: what a request narrows retrieval to; applied likewise.
+//! - [`retention`]: what a tenant's policy forgets as memory ages; likewise.
 //! - [`retrieve`]: lexical candidates and ranking; [`dedupe`]: near-duplicates.
 //! - [`semantic`], [`vectors`]: embedders, question vectors, the in-memory
 //!   vector index; [`hybrid`]: the union of lexical and semantic candidates.
@@ -25,6 +26,7 @@ pub mod hybrid;
 pub mod policy;
 pub mod privacy;
 pub mod replica;
+pub mod retention;
 pub mod retrieve;
 pub mod semantic;
 pub mod vectors;

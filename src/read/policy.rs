@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sqlx::PgPool;
 
+use super::retention::Retention;
 use crate::domain::{FieldError, parse_json};
 
 /// No bundle is ever larger than this, whatever the policy says.
@@ -237,6 +238,8 @@ pub struct Policy {
     #[schema(maximum = 30_000)]
     pub strong_consistency_timeout_ms: u64,
     pub handoff_evidence_max: u32,
+    /// What memory stops being retrievable as it ages (none by default).
+    pub retention: Retention,
     /// The stored policy's version (raised by every change; 0: the
     /// defaults). Not part of the document: it says which one this is.
     #[serde(skip)]
@@ -260,6 +263,7 @@ impl Default for Policy {
             duplicate_similarity: 0.6,
             strong_consistency_timeout_ms: 2_000,
             handoff_evidence_max: MAX_HANDOFF_EVIDENCE,
+            retention: Retention::default(),
             version: 0,
         }
     }
@@ -392,7 +396,8 @@ impl Policy {
             self.handoff_evidence_max.into(),
             0.0,
             MAX_HANDOFF_EVIDENCE.into(),
-        )
+        )?;
+        self.retention.check()
     }
 
     pub fn is_fast_path(&self, intent: Option<&str>) -> bool {

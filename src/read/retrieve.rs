@@ -34,6 +34,7 @@ use super::{
     filters::{self, RetrievalFilters},
     policy::{Combine, Fusion, Scoring},
     privacy::Visibility,
+    retention::{self, Forgetting},
 };
 
 /// Lexemes of one question beyond this many are ignored (in the order
@@ -189,36 +190,48 @@ pub struct Scope {
     pub excluded_kinds: Vec<&'static str>,
     /// What the request narrowed retrieval to.
     pub filters: RetrievalFilters,
+    /// What the tenant's retention policy forgets.
+    pub forgetting: Forgetting,
 }
 
-/// The chunks of tenant `$1` that a channel may see (`$2`, `$3`), the
-/// scope allows (`$4`, and the filters, `$6` to `$12`) and the bundle's
-/// agent (`$5`) may see, as [`bind_scope`] binds them
-/// ([`Visibility::owner_allows`], [`filters::SQL`]).
+/// The chunks of tenant `$1` that the scope allows (`$4`, the filters, `$6`
+/// to `$12`) and retention keeps (`$13` to `$19`), as [`bind_scope`] binds
+/// them, and, unless `privacy` is false, that the channel (`$2`, `$3`) and
+/// the bundle's agent (`$5`) may see ([`Visibility::owner_allows`],
+/// [`filters::SQL`], [`retention::sql`]).
+fn scoped(privacy: bool, retained: bool) -> String {
+    format!(
+        "c.tenant_id = $1 AND {} AND NOT (c.kind = ANY ($4)) \
+         AND (c.channel <> 'private' OR c.agent_id IS NULL OR $5::text IS NULL OR c.agent_id = $5) \
+         AND {} AND {}{}",
+        if privacy {
+            "(c.channel = ANY ($2) AND c.sensitivity = ANY ($3))"
+        } else {
+            "NOT (c.channel = ANY ($2) AND c.sensitivity = ANY ($3))"
+        },
+        filters::SQL,
+        if retained { "" } else { "NOT " },
+        retention::sql()
+    )
+}
+
+/// [`scoped`]: what a bundle may retrieve.
 fn visible() -> &'static str {
-    static VISIBLE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        format!(
-            "c.tenant_id = $1 AND c.channel = ANY ($2) \
-             AND c.sensitivity = ANY ($3) AND NOT (c.kind = ANY ($4)) \
-             AND (c.channel <> 'private' OR c.agent_id IS NULL OR $5::text IS NULL OR c.agent_id = $5) \
-             AND {}",
-            filters::SQL
-        )
-    });
+    static VISIBLE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| scoped(true, true));
     &VISIBLE
 }
 
 /// Parameters [`bind_scope`] binds; a statement's own start after them.
-const SCOPE_PARAMS: usize = 12;
+const SCOPE_PARAMS: usize = 19;
 
-/// Binds `$1` to `$12` of a statement using [`visible`].
+/// Binds `$1` to `$19` of a statement using [`scoped`].
 fn bind_scope<'q>(
     query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     tenant: &'q str,
     visibility: Visibility<'q>,
     scope: &'q Scope,
 ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-    let filters = &scope.filters;
+    let (filters, forgetting) = (&scope.filters, &scope.forgetting);
     query
         .bind(tenant)
         .bind(visibility.channel_names())
@@ -232,6 +245,13 @@ fn bind_scope<'q>(
         .bind(filters::list(&filters.kind_names()))
         .bind(filters::list(&filters.tags_all))
         .bind(filters::list(&filters.tags_any))
+        .bind(forgetting.cutoffs[0])
+        .bind(forgetting.cutoffs[1])
+        .bind(forgetting.cutoffs[2])
+        .bind(forgetting.cutoffs[3])
+        .bind(&forgetting.superseded)
+        .bind(&forgetting.sessions)
+        .bind(forgetting.seq_floor)
 }
 
 /// How many of the tenant's newest chunks (that the channel may see) are
@@ -297,12 +317,16 @@ async fn common_lexemes(
     let common: String = (0..lexemes.len())
         .map(|index| {
             format!(
-                ", CASE WHEN s.sampled = $13 AND s.h{index} >= $13 * {COMMON_SHARE} THEN true \
+                ", CASE WHEN s.sampled = ${sample} AND s.h{index} >= ${sample} * {COMMON_SHARE} \
+                   THEN true \
                    ELSE (SELECT count(*) FROM (SELECT FROM projections.chunks c \
-                          WHERE {visible} AND c.tsv @@ ${}::tsquery LIMIT $14 + 1) AS m) > $14 \
+                          WHERE {visible} AND c.tsv @@ ${}::tsquery LIMIT ${share} + 1) AS m) \
+                        > ${share} \
                    END",
                 index + SCOPE_PARAMS + 3,
-                visible = visible()
+                visible = visible(),
+                sample = SCOPE_PARAMS + 1,
+                share = SCOPE_PARAMS + 2,
             )
         })
         .collect();
@@ -310,8 +334,9 @@ async fn common_lexemes(
         "SELECT true{common}
            FROM (SELECT count(*) AS sampled{held}
                    FROM (SELECT c.tsv FROM projections.chunks c WHERE {visible}
-                          ORDER BY c.seq DESC, c.part DESC LIMIT $13) AS s) AS s",
-        visible = visible()
+                          ORDER BY c.seq DESC, c.part DESC LIMIT ${sample}) AS s) AS s",
+        visible = visible(),
+        sample = SCOPE_PARAMS + 1
     );
     let mut query = bind_scope(
         sqlx::query(sqlx::AssertSqlSafe(sql)).persistent(false),
@@ -452,14 +477,17 @@ pub async fn at_positions(
     let sql = format!(
         "SELECT {CANDIDATE_COLUMNS}, length(c.tsv) AS lexeme_count,
                 (SELECT coalesce(sum(1 << (l.o - 1)::int), 0)::int
-                   FROM unnest($15::tsquery[]) WITH ORDINALITY AS l (q, o)
+                   FROM unnest(${queries}::tsquery[]) WITH ORDINALITY AS l (q, o)
                   WHERE c.tsv @@ l.q) AS matched
-           FROM unnest($13::bigint[], $14::int[]) AS u (seq, part)
+           FROM unnest(${seqs}::bigint[], ${parts}::int[]) AS u (seq, part)
           CROSS JOIN LATERAL (SELECT * FROM projections.chunks c
                                WHERE c.tenant_id = $1 AND c.seq = u.seq AND c.part = u.part
                                LIMIT 1) AS c
           WHERE {visible}",
-        visible = visible()
+        visible = visible(),
+        seqs = SCOPE_PARAMS + 1,
+        parts = SCOPE_PARAMS + 2,
+        queries = SCOPE_PARAMS + 3,
     );
     let (seqs, parts): (Vec<i64>, Vec<i32>) = positions.iter().copied().unzip();
     let queries: Vec<String> = lexemes.iter().map(|l| lexeme_query(l, keyring)).collect();
@@ -545,8 +573,9 @@ pub async fn pinned(
         "SELECT {CANDIDATE_COLUMNS}, length(c.tsv) AS lexeme_count
            FROM projections.chunks c
           WHERE {visible} AND {PINNED}
-          ORDER BY c.seq DESC, c.part LIMIT $13",
-        visible = visible()
+          ORDER BY c.seq DESC, c.part LIMIT ${limit}",
+        visible = visible(),
+        limit = SCOPE_PARAMS + 1
     );
     let rows = bind_scope(
         sqlx::query(sqlx::AssertSqlSafe(sql)),
@@ -572,6 +601,45 @@ pub async fn withheld(
     scope: &Scope,
     limit: i64,
 ) -> Result<Vec<String>, sqlx::Error> {
+    let sql = scoped(false, true);
+    matching_ids(
+        pool, keyring, tenant, lexemes, visibility, scope, &sql, limit,
+    )
+    .await
+}
+
+/// Up to `limit` ids of chunks matching any lexeme that the bundle would
+/// have retrieved but retention forgot: for `omissions`, reason
+/// `retention`. Never scored.
+pub async fn forgotten(
+    pool: &PgPool,
+    keyring: &Keyring,
+    tenant: &str,
+    lexemes: &[String],
+    visibility: Visibility<'_>,
+    scope: &Scope,
+    limit: i64,
+) -> Result<Vec<String>, sqlx::Error> {
+    let sql = scoped(true, false);
+    matching_ids(
+        pool, keyring, tenant, lexemes, visibility, scope, &sql, limit,
+    )
+    .await
+}
+
+/// The newest `limit` ids of chunks `condition` ([`scoped`]) holds for that
+/// match any of `lexemes`.
+#[allow(clippy::too_many_arguments)]
+async fn matching_ids(
+    pool: &PgPool,
+    keyring: &Keyring,
+    tenant: &str,
+    lexemes: &[String],
+    visibility: Visibility<'_>,
+    scope: &Scope,
+    condition: &str,
+    limit: i64,
+) -> Result<Vec<String>, sqlx::Error> {
     if lexemes.is_empty() {
         return Ok(Vec::new());
     }
@@ -580,16 +648,12 @@ pub async fn withheld(
         .map(|l| lexeme_query(l, keyring))
         .collect::<Vec<_>>()
         .join(" | ");
-    // The parameters of `visible`, with the privacy test turned around.
     let sql = format!(
         "SELECT c.chunk_id FROM projections.chunks c
-          WHERE c.tenant_id = $1 AND c.tsv @@ $13::tsquery
-            AND NOT (c.channel = ANY ($2) AND c.sensitivity = ANY ($3))
-            AND NOT (c.kind = ANY ($4))
-            AND (c.channel <> 'private' OR c.agent_id IS NULL OR $5::text IS NULL OR c.agent_id = $5)
-            AND {}
-          ORDER BY c.seq DESC LIMIT $14",
-        filters::SQL
+          WHERE {condition} AND c.tsv @@ ${query}::tsquery
+          ORDER BY c.seq DESC LIMIT ${limit}",
+        query = SCOPE_PARAMS + 1,
+        limit = SCOPE_PARAMS + 2,
     );
     let rows = bind_scope(
         sqlx::query(sqlx::AssertSqlSafe(sql)).persistent(false),

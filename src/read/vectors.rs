@@ -39,7 +39,12 @@ use tokio::sync::RwLock;
 
 use memd_projectors::embed;
 
-use super::{filters::RetrievalFilters, privacy::Visibility, retrieve::Scope};
+use super::{
+    filters::RetrievalFilters,
+    privacy::Visibility,
+    retention::{ChunkFields, Forgetting},
+    retrieve::Scope,
+};
 use crate::domain::event::Channel;
 
 /// Candidates rescored per result wanted, after the sign-bit scan.
@@ -228,6 +233,26 @@ impl TenantVectors {
         }
     }
 
+    /// Hides (as `u16::MAX`) the rows retention forgets, likewise before
+    /// the closest are chosen.
+    fn hide_forgotten(&self, forgetting: &Forgetting, distances: &mut [u16]) {
+        for (row, distance) in distances.iter_mut().enumerate() {
+            if *distance == u16::MAX {
+                continue;
+            }
+            let chunk = ChunkFields {
+                seq: self.positions[row].0,
+                ts_us: self.ts_us[row],
+                kind: &self.classes.values[self.class[row] as usize].2,
+                session: &self.sessions.values[self.session[row] as usize],
+                tags: &self.tag_sets.values[self.tag_set[row] as usize],
+            };
+            if forgetting.forgets(&chunk) {
+                *distance = u16::MAX;
+            }
+        }
+    }
+
     /// The `k` visible chunks closest to `query` (a unit vector), best
     /// first.
     pub fn search(
@@ -253,6 +278,9 @@ impl TenantVectors {
         let mut distances = hamming(&self.signs, words, &self.class, &allowed, &query_signs);
         if !filters.is_empty() {
             self.hide_filtered_out(filters, &mut distances);
+        }
+        if !scope.forgetting.is_empty() {
+            self.hide_forgotten(&scope.forgetting, &mut distances);
         }
         let wanted = k.saturating_mul(RESCORE_FACTOR);
         // The distance under which `wanted` rows fall, from a histogram:

@@ -26,6 +26,7 @@ mod projector_runtime;
 mod proofs;
 mod rebuild;
 mod replica;
+mod retention;
 mod roles;
 mod scale;
 mod scenarios;

@@ -87,6 +87,7 @@ scenarios! {
     p1_fast_path_performance => "p1_fast_path_performance.yaml",
     p2_retrieval_path_performance => "p2_retrieval_path_performance.yaml",
     p3_cold_cache_performance => "p3_cold_cache_performance.yaml",
+    r1_retention => "r1_retention.yaml",
 }
 
 #[test]
