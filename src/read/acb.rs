@@ -440,6 +440,29 @@ pub async fn build_acb(
     let visibility = Visibility::new(request.channel).for_agent(request.agent_id.as_deref());
     let mut omissions = Omissions::default();
 
+    let query = request.query_text.as_deref().unwrap_or("").trim();
+    // Strong consistency waits first: everything read below (the handoff
+    // packet, views, tasks, decisions, chunks) reflects the log as of the
+    // request.
+    let mut head = head(reader, tenant, query).await?;
+    let mut waited = Duration::ZERO;
+    if request.consistency == Consistency::Strong && head.projected_seq < head.head_seq {
+        let wait_started = Instant::now();
+        let deadline = wait_started + Duration::from_millis(policy.strong_consistency_timeout_ms);
+        while head.projected_seq < head.head_seq && Instant::now() < deadline {
+            let slice = (deadline - Instant::now()).min(Duration::from_millis(25));
+            reader
+                .cache
+                .wait_projected(tenant, head.head_seq, slice)
+                .await;
+            let target = head.head_seq;
+            head = self::head(reader, tenant, query).await?;
+            // Report against the head the request saw, not later appends.
+            head.head_seq = target;
+        }
+        waited = wait_started.elapsed();
+    }
+
     let handoff = match (&request.agent_id, &request.session_id) {
         (Some(agent), Some(session)) => {
             handoff::for_receiver(
@@ -462,30 +485,15 @@ pub async fn build_acb(
         }
         None => None,
     };
-    let query = request.query_text.as_deref().unwrap_or("").trim();
     // A receiving agent's evidence is about its packet's task.
     let retrieval_query = match (&handoff, query.is_empty()) {
         (Some(packet), true) => packet.task.as_str(),
         _ => query,
     };
-
-    let mut head = head(reader, tenant, retrieval_query).await?;
-    let mut waited = Duration::ZERO;
-    if request.consistency == Consistency::Strong && head.projected_seq < head.head_seq {
-        let wait_started = Instant::now();
-        let deadline = wait_started + Duration::from_millis(policy.strong_consistency_timeout_ms);
-        while head.projected_seq < head.head_seq && Instant::now() < deadline {
-            let slice = (deadline - Instant::now()).min(Duration::from_millis(25));
-            reader
-                .cache
-                .wait_projected(tenant, head.head_seq, slice)
-                .await;
-            let target = head.head_seq;
-            head = self::head(reader, tenant, retrieval_query).await?;
-            // Report against the head the request saw, not later appends.
-            head.head_seq = target;
-        }
-        waited = wait_started.elapsed();
+    if retrieval_query != query {
+        let target = head.head_seq;
+        head = self::head(reader, tenant, retrieval_query).await?;
+        head.head_seq = target;
     }
 
     // A question of stop words alone still has a meaning to search for.
