@@ -15,3 +15,5 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --workspace --no-fail-fast "$@"
 fi
+# The Python client, against a real daemon.
+ops/test-python.sh
