@@ -45,6 +45,31 @@ pub fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", ulid::Ulid::generate())
 }
 
+/// Deserializes a struct from a JSON object only: serde's derive also
+/// takes an array of the fields in order (`"filters": [null, null]`),
+/// which no client means and the OpenAPI document does not allow. For
+/// `#[serde(deserialize_with = "object")]` on a field; the fields inside
+/// keep their paths in errors.
+pub fn object<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    struct Object<T>(std::marker::PhantomData<T>);
+    impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for Object<T> {
+        type Value = T;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+        }
+    }
+    deserializer.deserialize_map(Object(std::marker::PhantomData))
+}
+
 /// Deserializes a request (or part of one, under `prefix`) into `T`, naming
 /// the failing field by its JSON path.
 pub fn parse_json<'de, T: serde::Deserialize<'de>>(

@@ -267,6 +267,10 @@ async fn sessions_chunk_caps_and_superseded_decisions_are_forgotten(
             json!({"max_age_days": {"decision": 5}}),
             "retention.max_age_days.decision",
         ),
+        (
+            json!({"max_age_days": [null, null]}),
+            "retention.max_age_days",
+        ),
     ] {
         let (status, body) = app
             .put_json("/api/v1/policy", &token, &policy(retention))
