@@ -215,6 +215,22 @@ enum Command {
         #[arg(long, env = "MEMD_TOKEN_ENCODING", default_value = "o200k_base")]
         token_encoding: Encoding,
     },
+    /// Erase a data subject: destroy its key (its content in the log and
+    /// artifacts can never be opened again; the hash chain still verifies),
+    /// record the erasure in the log, delete its events' vectors, and
+    /// rebuild the tenant's other projections without it.
+    Erase {
+        #[arg(long)]
+        tenant: String,
+        /// The `subject_id` its events carry.
+        #[arg(long)]
+        subject: String,
+        /// Who erases it, for the record (an operator's name or ticket).
+        #[arg(long, default_value = "operator")]
+        by: String,
+        #[arg(long, env = "MEMD_TOKEN_ENCODING", default_value = "o200k_base")]
+        token_encoding: Encoding,
+    },
     /// Write a tenant's log (events and artifacts, with their hashes) to a
     /// file: NDJSON, gzip-compressed when FILE ends in .gz.
     Export {
@@ -868,7 +884,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     let scratch =
                         ScratchDatabase::create(&cli.database_url, "memd_scenarios").await?;
                     let pool = connect(scratch.options.clone(), 4).await?;
-                    let mut target = scenario::Target::managed(scratch.options.clone()).await?;
+                    // The scratch database is dropped after the run: without
+                    // a key file, a key for this run alone seals it.
+                    let sealing = if keyring.is_on() {
+                        keyring.clone()
+                    } else {
+                        Keyring::ephemeral()
+                    };
+                    let mut target =
+                        scenario::Target::managed(scratch.options.clone(), sealing).await?;
                     let described = format!(
                         "a daemon started here on the fresh database {}",
                         scratch.name
@@ -986,6 +1010,46 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             if report.drifted() {
                 return Ok(ExitCode::FAILURE);
+            }
+        }
+        Command::Erase {
+            tenant,
+            subject,
+            by,
+            token_encoding,
+        } => {
+            let tenant = tenant_arg(&tenant, "--tenant")?;
+            let pool = connect(with_lock_timeout(options, lock_timeout_ms), 2).await?;
+            let erased = admin::erase::erase(&pool, &keyring, &tenant, &subject, &by).await?;
+            println!(
+                "erased subject={} tenant={tenant} events={} by={} at={} record={} (seq {}); \
+                 vectors deleted={}",
+                erased.subject_id,
+                erased.events,
+                erased.erased_by,
+                erased.erased_at.to_rfc3339(),
+                erased.erasure_event_id,
+                erased.erasure_seq,
+                erased.vectors_deleted
+            );
+            let engine = ProjectionConfig {
+                encoding: token_encoding,
+                keyring: keyring.clone(),
+                ..Default::default()
+            }
+            .engine();
+            let mut printer = ProgressPrinter::new("rebuild");
+            let done = rebuild::rebuild(&pool, &engine, Some(tenant.as_str()), &mut |p| {
+                printer.update(p)
+            })
+            .await?;
+            for tenant in &done {
+                println!(
+                    "rebuilt tenant={} events={} in {:.2}s: nothing of the subject is left in the projections",
+                    tenant.tenant,
+                    tenant.events,
+                    tenant.elapsed.as_secs_f64()
+                );
             }
         }
         Command::Export { tenant, out } => {

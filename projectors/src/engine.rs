@@ -344,9 +344,17 @@ pub(crate) async fn apply(
         }
         let slice = &events[start..end];
         let started = std::time::Instant::now();
+        // An erased subject's events move the cursor and leave no rows.
+        let kept: Vec<StoredEvent>;
+        let applied = if slice.iter().any(|e| e.erased) {
+            kept = slice.iter().filter(|e| !e.erased).cloned().collect();
+            &kept[..]
+        } else {
+            slice
+        };
         cursor
             .projector
-            .apply(tx, tenant, slice)
+            .apply(tx, tenant, applied)
             .await
             .map_err(|source| ProjectError::Projection {
                 projector: cursor.projector.name(),

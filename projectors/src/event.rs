@@ -19,6 +19,9 @@ pub struct StoredEvent {
     pub actor_id: String,
     /// The agent whose memory it is, if any.
     pub agent_id: Option<String>,
+    /// The data subject whose key seals its content in the log, if any.
+    #[sqlx(default)]
+    pub subject_id: Option<String>,
     pub kind: String,
     pub sensitivity: String,
     pub tags: Vec<String>,
@@ -38,6 +41,10 @@ pub struct StoredEvent {
     /// earlier (perhaps sealed) events.
     #[sqlx(skip)]
     pub keyring: Keyring,
+    /// Its data subject was erased: the content can never be opened again
+    /// (it is `{}` here), and projections keep nothing of it.
+    #[sqlx(skip)]
+    pub erased: bool,
 }
 
 impl StoredEvent {
@@ -98,8 +105,8 @@ pub async fn read_after(
     limit: i64,
 ) -> Result<Vec<StoredEvent>, sqlx::Error> {
     let mut events: Vec<StoredEvent> = sqlx::query_as(
-        "SELECT seq, event_id, created_at, ts, session_id, channel, actor_type, actor_id, agent_id, kind,
-                sensitivity, tags, content, refs, artifact_id, hash
+        "SELECT seq, event_id, created_at, ts, session_id, channel, actor_type, actor_id, agent_id,
+                subject_id, kind, sensitivity, tags, content, refs, artifact_id, hash
            FROM public.events
           WHERE tenant_id = $1 AND seq > $2 AND seq <= $3
           ORDER BY seq
@@ -109,10 +116,17 @@ pub async fn read_after(
     .bind(after)
     .bind(until)
     .bind(limit)
-    .fetch_all(conn)
+    .fetch_all(&mut *conn)
+    .await?;
+    let keyring = subject_keyring(
+        &mut *conn,
+        keyring,
+        tenant,
+        events.iter().filter_map(|e| e.subject_id.as_deref()),
+    )
     .await?;
     for event in &mut events {
-        open(keyring, tenant, event).map_err(|error| {
+        open(&keyring, tenant, event).map_err(|error| {
             sqlx::Error::Protocol(format!("event {} of {tenant}: {error}", event.event_id))
         })?;
     }
@@ -120,11 +134,57 @@ pub async fn read_after(
 }
 
 /// Opens `event`'s content and arms its sealer for the rows derived from it.
+/// A data subject's event opens with its key (loaded into `keyring` by
+/// [`subject_keyring`]), and what projections derive from it is sealed
+/// (under the process's key) whatever its sensitivity; once the subject is
+/// erased, the event is marked `erased` with `{}` for content.
 pub fn open(keyring: &Keyring, tenant: &str, event: &mut StoredEvent) -> Result<(), SealError> {
-    keyring.open_content(tenant, &mut event.content)?;
-    event.sealer = keyring.sealer(tenant, &event.sensitivity);
+    match keyring.open_content(tenant, &mut event.content) {
+        Err(SealError::Erased(_)) if event.subject_id.is_some() => {
+            event.content = Value::Object(serde_json::Map::new());
+            event.erased = true;
+        }
+        opened => {
+            opened?;
+        }
+    }
+    event.sealer = if event.subject_id.is_some() {
+        keyring.sealer(tenant, "high")
+    } else {
+        keyring.sealer(tenant, &event.sensitivity)
+    };
     event.keyring = keyring.clone();
     Ok(())
+}
+
+/// `keyring` with the keys of `subjects` (data subjects of `tenant`), those
+/// not erased: an erased subject's content then fails to open with
+/// [`SealError::Erased`].
+pub async fn subject_keyring<'a>(
+    executor: impl sqlx::PgExecutor<'_>,
+    keyring: &Keyring,
+    tenant: &str,
+    subjects: impl IntoIterator<Item = &'a str>,
+) -> Result<Keyring, sqlx::Error> {
+    let mut subjects: Vec<&str> = subjects.into_iter().collect();
+    if subjects.is_empty() || !keyring.is_on() {
+        return Ok(keyring.clone());
+    }
+    subjects.sort_unstable();
+    subjects.dedup();
+    let rows: Vec<(String, Vec<u8>)> = sqlx::query_as(
+        "SELECT subject_id, wrapped FROM public.subject_keys
+          WHERE tenant_id = $1 AND subject_id = ANY ($2) AND wrapped IS NOT NULL",
+    )
+    .bind(tenant)
+    .bind(&subjects)
+    .fetch_all(executor)
+    .await?;
+    Ok(keyring.with_subjects(
+        tenant,
+        rows.iter()
+            .map(|(subject, wrapped)| (subject.as_str(), wrapped.as_slice())),
+    )?)
 }
 
 #[cfg(test)]
@@ -141,6 +201,7 @@ impl StoredEvent {
             actor_type: "human".into(),
             actor_id: "a".into(),
             agent_id: None,
+            subject_id: None,
             kind: "message".into(),
             sensitivity: "none".into(),
             tags: vec![],
@@ -150,6 +211,7 @@ impl StoredEvent {
             hash: vec![],
             sealer: None,
             keyring: Keyring::none(),
+            erased: false,
         }
     }
 }

@@ -55,6 +55,10 @@ pub enum SealError {
     WrongKey { found: String, ours: String },
     #[error("a sealed value does not open: corrupt, or not sealed for this tenant")]
     Corrupt,
+    /// Sealed under a data subject's key that was destroyed (`memd erase`):
+    /// nothing can open it any more.
+    #[error("sealed under an erased data subject's key {0}")]
+    Erased(String),
 }
 
 /// Read paths report a value that does not open as a database error: the
@@ -96,6 +100,14 @@ fn hmac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
 }
 
 impl DataKey {
+    /// A data subject's key: the same derivations, named apart from any
+    /// master key's.
+    fn derive_subject(raw: &[u8; 32]) -> Self {
+        let mut key = Self::derive(raw);
+        key.id = format!("{SUBJECT_ID_PREFIX}{}", key.id);
+        key
+    }
+
     fn derive(master: &[u8; 32]) -> Self {
         let encryption = hmac(master, &[b"memd/seal/encryption"]);
         Self {
@@ -111,9 +123,27 @@ impl DataKey {
     }
 }
 
-/// The data key of this process, if it has one. Cheap to clone.
+/// The data key of this process, if it has one, and the keys of the data
+/// subjects a reader has loaded ([`Keyring::with_subjects`]). Cheap to
+/// clone.
 #[derive(Clone, Default)]
-pub struct Keyring(Option<Arc<DataKey>>);
+pub struct Keyring {
+    master: Option<Arc<DataKey>>,
+    /// Data subjects' keys by id: what the log's content of a subject's
+    /// events is sealed under (crypto-shredding: erasing a subject destroys
+    /// its key).
+    subjects: Option<Arc<std::collections::HashMap<String, Arc<DataKey>>>>,
+}
+
+/// How a data subject's key id starts: a sealed value under an id of this
+/// form that no loaded key matches was sealed under an erased key.
+const SUBJECT_ID_PREFIX: &str = "subject-";
+
+/// What wraps a data subject's key under the master key names both, so a
+/// wrapped key cannot be moved to another tenant or subject.
+fn subject_aad(tenant: &str, subject: &str) -> Vec<u8> {
+    format!("memd/subject-key/{tenant}\0{subject}").into_bytes()
+}
 
 impl fmt::Debug for Keyring {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -132,11 +162,20 @@ pub fn is_sealed_sensitivity(sensitivity: &str) -> bool {
 impl Keyring {
     /// No key: nothing is sealed, and sealed values do not open.
     pub fn none() -> Self {
-        Self(None)
+        Self::default()
     }
 
     pub fn from_bytes(master: &[u8; 32]) -> Self {
-        Self(Some(Arc::new(DataKey::derive(master))))
+        Self {
+            master: Some(Arc::new(DataKey::derive(master))),
+            subjects: None,
+        }
+    }
+
+    /// A random key held only in memory: for a scratch database that is
+    /// dropped with the process's run.
+    pub fn ephemeral() -> Self {
+        Self::from_bytes(&rand::random())
     }
 
     /// A new random key, as a key file's text.
@@ -162,16 +201,16 @@ impl Keyring {
 
     /// The key's public name, if there is a key.
     pub fn key_id(&self) -> Option<&str> {
-        self.0.as_deref().map(|key| key.id.as_str())
+        self.master.as_deref().map(|key| key.id.as_str())
     }
 
     pub fn is_on(&self) -> bool {
-        self.0.is_some()
+        self.master.is_some()
     }
 
     /// What seals `tenant`'s content of `sensitivity`, if it is sealed.
     pub fn sealer(&self, tenant: &str, sensitivity: &str) -> Option<Sealer> {
-        let key = self.0.as_ref()?;
+        let key = self.master.as_ref()?;
         is_sealed_sensitivity(sensitivity).then(|| Sealer {
             key: key.clone(),
             tenant: tenant.into(),
@@ -205,13 +244,7 @@ impl Keyring {
     fn open_raw(&self, tenant: &str, text: &str) -> Result<Vec<u8>, SealError> {
         let sealed = text.strip_prefix(SEALED_PREFIX).ok_or(SealError::Corrupt)?;
         let (id, data) = sealed.split_once(':').ok_or(SealError::Corrupt)?;
-        let key = self.0.as_ref().ok_or_else(|| SealError::NoKey(id.into()))?;
-        if id != key.id {
-            return Err(SealError::WrongKey {
-                found: id.into(),
-                ours: key.id.clone(),
-            });
-        }
+        let key = self.key_named(id)?;
         let data = URL_SAFE_NO_PAD
             .decode(data)
             .map_err(|_| SealError::Corrupt)?;
@@ -274,7 +307,7 @@ impl Keyring {
 
     /// The checkpoint-signing public key, hex, if there is a key.
     pub fn public_key(&self) -> Option<String> {
-        self.0
+        self.master
             .as_ref()
             .map(|key| hex::encode(key.signing.verifying_key().as_bytes()))
     }
@@ -282,14 +315,122 @@ impl Keyring {
     /// `message` signed with the checkpoint key (hex), if there is a key.
     pub fn sign(&self, message: &[u8]) -> Option<String> {
         use ed25519_dalek::Signer;
-        self.0
+        self.master
             .as_ref()
             .map(|key| hex::encode(key.signing.sign(message).to_bytes()))
     }
 
     /// A question's lexeme as the blind index of sealed chunks holds it.
     pub fn blind(&self, lexeme: &str) -> Option<String> {
-        self.0.as_ref().map(|key| blind(key, lexeme))
+        self.master.as_ref().map(|key| blind(key, lexeme))
+    }
+
+    /// The key a sealed value names: this process's, or a loaded data
+    /// subject's.
+    fn key_named(&self, id: &str) -> Result<&Arc<DataKey>, SealError> {
+        if let Some(key) = self.subjects.as_ref().and_then(|keys| keys.get(id)) {
+            return Ok(key);
+        }
+        if id.starts_with(SUBJECT_ID_PREFIX) {
+            return Err(SealError::Erased(id.into()));
+        }
+        let key = self
+            .master
+            .as_ref()
+            .ok_or_else(|| SealError::NoKey(id.into()))?;
+        if id != key.id {
+            return Err(SealError::WrongKey {
+                found: id.into(),
+                ours: key.id.clone(),
+            });
+        }
+        Ok(key)
+    }
+
+    /// A new data subject key, wrapped (sealed) under the master key for
+    /// `tenant` and `subject`: what the `subject_keys` table holds. `None`
+    /// without a master key.
+    pub fn new_subject_key(&self, tenant: &str, subject: &str) -> Option<Vec<u8>> {
+        let master = self.master.as_ref()?;
+        let raw: [u8; 32] = rand::random();
+        let nonce: [u8; NONCE_LEN] = rand::random();
+        let mut wrapped = nonce.to_vec();
+        wrapped.extend(
+            master
+                .cipher
+                .encrypt(
+                    &XNonce::from(nonce),
+                    Payload {
+                        msg: &raw,
+                        aad: &subject_aad(tenant, subject),
+                    },
+                )
+                .expect("a 32-byte key seals"),
+        );
+        Some(wrapped)
+    }
+
+    /// This keyring with the keys of data subjects added: `(subject,
+    /// wrapped)` as [`Keyring::new_subject_key`] made them. A wrapped key
+    /// that does not open under the master key is an error.
+    pub fn with_subjects<'a>(
+        &self,
+        tenant: &str,
+        wrapped: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+    ) -> Result<Self, SealError> {
+        let mut keys = self.subjects.as_deref().cloned().unwrap_or_default();
+        for (subject, wrapped) in wrapped {
+            let key = self.unwrap_subject(tenant, subject, wrapped)?;
+            keys.insert(key.id.clone(), Arc::new(key));
+        }
+        Ok(Self {
+            master: self.master.clone(),
+            subjects: Some(Arc::new(keys)),
+        })
+    }
+
+    /// What seals a data subject's content in the log: its key, unwrapped
+    /// from `wrapped`.
+    pub fn subject_sealer(
+        &self,
+        tenant: &str,
+        subject: &str,
+        wrapped: &[u8],
+    ) -> Result<Sealer, SealError> {
+        Ok(Sealer {
+            key: Arc::new(self.unwrap_subject(tenant, subject, wrapped)?),
+            tenant: tenant.into(),
+        })
+    }
+
+    fn unwrap_subject(
+        &self,
+        tenant: &str,
+        subject: &str,
+        wrapped: &[u8],
+    ) -> Result<DataKey, SealError> {
+        let master = self
+            .master
+            .as_ref()
+            .ok_or_else(|| SealError::NoKey(format!("{SUBJECT_ID_PREFIX}{subject}")))?;
+        if wrapped.len() < NONCE_LEN {
+            return Err(SealError::Corrupt);
+        }
+        let (nonce, sealed) = wrapped.split_at(NONCE_LEN);
+        let nonce: [u8; NONCE_LEN] = nonce.try_into().expect("split at NONCE_LEN");
+        let raw: [u8; 32] = master
+            .cipher
+            .decrypt(
+                &XNonce::from(nonce),
+                Payload {
+                    msg: sealed,
+                    aad: &subject_aad(tenant, subject),
+                },
+            )
+            .map_err(|_| SealError::Corrupt)?
+            .try_into()
+            .map_err(|_| SealError::Corrupt)?;
+        Ok(DataKey::derive_subject(&raw))
     }
 }
 
@@ -522,5 +663,43 @@ mod tests {
         assert_eq!(keys.key_id().unwrap().len(), 16);
         assert!(Keyring::parse("memd-key-v1:abcd").is_none());
         assert!(Keyring::parse("not a key").is_none());
+    }
+
+    #[test]
+    fn a_subjects_content_opens_only_while_its_key_is_loaded() {
+        let keys = keyring(7);
+        let wrapped = keys.new_subject_key("acme", "alice").expect("a master key");
+        let sealer = keys.subject_sealer("acme", "alice", &wrapped).unwrap();
+        let sealed = sealer.seal("Alice's address is 12 Rue Oberkampf");
+        assert!(!sealed.contains("Oberkampf"));
+        // With her key loaded it opens; the master key alone cannot.
+        let loaded = keys
+            .with_subjects("acme", [("alice", wrapped.as_slice())])
+            .unwrap();
+        assert_eq!(
+            loaded.open("acme", &sealed).unwrap(),
+            "Alice's address is 12 Rue Oberkampf"
+        );
+        assert!(matches!(
+            keys.open("acme", &sealed),
+            Err(SealError::Erased(_))
+        ));
+        // A wrapped key is bound to its tenant and subject, and to the
+        // master key that wrapped it.
+        assert_eq!(
+            keys.with_subjects("acme", [("bob", wrapped.as_slice())])
+                .err(),
+            Some(SealError::Corrupt)
+        );
+        assert_eq!(
+            keyring(8)
+                .with_subjects("acme", [("alice", wrapped.as_slice())])
+                .err(),
+            Some(SealError::Corrupt)
+        );
+        // Two subjects' keys differ.
+        let other = keys.new_subject_key("acme", "alice").unwrap();
+        let other = keys.subject_sealer("acme", "alice", &other).unwrap();
+        assert_ne!(other.seal("same text"), sealer.seal("same text"));
     }
 }

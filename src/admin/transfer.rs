@@ -84,6 +84,9 @@ struct EventLine {
     actor_type: String,
     actor_id: String,
     agent_id: Option<String>,
+    /// Absent from files of memd versions before data subjects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    subject_id: Option<String>,
     kind: String,
     sensitivity: String,
     tags: Vec<String>,
@@ -196,8 +199,8 @@ pub async fn export(
     while after < head_seq {
         let rows = sqlx::query(
             "SELECT seq, event_id, created_at, ts, session_id, channel, actor_type, actor_id,
-                    agent_id, kind, sensitivity, tags, refs, idempotency_key, artifact_id,
-                    prev_hash, hash, content::text AS content
+                    agent_id, subject_id, kind, sensitivity, tags, refs, idempotency_key,
+                    artifact_id, prev_hash, hash, content::text AS content
                FROM public.events
               WHERE tenant_id = $1 AND seq > $2 AND seq <= $3
               ORDER BY seq LIMIT $4",
@@ -226,6 +229,7 @@ pub async fn export(
                 actor_type: row.try_get("actor_type")?,
                 actor_id: row.try_get("actor_id")?,
                 agent_id: row.try_get("agent_id")?,
+                subject_id: row.try_get("subject_id")?,
                 kind: row.try_get("kind")?,
                 sensitivity: row.try_get("sensitivity")?,
                 tags: row.try_get("tags")?,
@@ -490,6 +494,7 @@ fn check_event(
         actor_type: &line.actor_type,
         actor_id: &line.actor_id,
         agent_id: line.agent_id.as_deref(),
+        subject_id: line.subject_id.as_deref(),
         kind: &line.kind,
         sensitivity: &line.sensitivity,
         tags: &line.tags,
@@ -661,7 +666,8 @@ async fn store(pool: &PgPool, tenant: &TenantId, batch: &[Checked]) -> anyhow::R
                 "created_at": e.created_at, "ts": e.ts,
                 "session_id": e.line.session_id, "channel": e.line.channel,
                 "actor_type": e.line.actor_type, "actor_id": e.line.actor_id,
-                "agent_id": e.line.agent_id, "kind": e.line.kind,
+                "agent_id": e.line.agent_id, "subject_id": e.line.subject_id,
+                "kind": e.line.kind,
                 "sensitivity": e.line.sensitivity, "tags": e.line.tags, "refs": e.line.refs,
                 "idempotency_key": e.line.idempotency_key, "artifact_id": e.line.artifact_id,
                 "prev_hash": hex::encode(e.prev_hash), "hash": hex::encode(e.hash),
@@ -700,15 +706,17 @@ async fn store(pool: &PgPool, tenant: &TenantId, batch: &[Checked]) -> anyhow::R
     );
     sqlx::query(
         "INSERT INTO public.events (tenant_id, seq, event_id, created_at, ts, session_id,
-                channel, actor_type, actor_id, agent_id, kind, sensitivity, tags, refs,
-                idempotency_key, artifact_id, prev_hash, hash, content)
+                channel, actor_type, actor_id, agent_id, subject_id, kind, sensitivity, tags,
+                refs, idempotency_key, artifact_id, prev_hash, hash, content)
          SELECT $1, r.seq, r.event_id, r.created_at, r.ts, r.session_id, r.channel,
-                r.actor_type, r.actor_id, r.agent_id, r.kind, r.sensitivity, r.tags, r.refs,
+                r.actor_type, r.actor_id, r.agent_id, r.subject_id, r.kind, r.sensitivity,
+                r.tags, r.refs,
                 r.idempotency_key, r.artifact_id, decode(r.prev_hash, 'hex'),
                 decode(r.hash, 'hex'), r.content::jsonb
            FROM jsonb_to_recordset($2) AS r (seq bigint, event_id text,
                 created_at timestamptz, ts timestamptz, session_id text, channel text,
-                actor_type text, actor_id text, agent_id text, kind text, sensitivity text,
+                actor_type text, actor_id text, agent_id text, subject_id text, kind text,
+                sensitivity text,
                 tags text[], refs text[], idempotency_key text, artifact_id text,
                 prev_hash text, hash text, content text)",
     )

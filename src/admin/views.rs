@@ -140,8 +140,8 @@ async fn latest_update(
     tenant: &TenantId,
     view: &str,
 ) -> anyhow::Result<Option<(String, String, String)>> {
-    let updates: Vec<(serde_json::Value, String, String)> = sqlx::query_as(
-        "SELECT content, channel, sensitivity FROM events
+    let updates: Vec<(serde_json::Value, String, String, Option<String>)> = sqlx::query_as(
+        "SELECT content, channel, sensitivity, subject_id FROM events
           WHERE tenant_id = $1 AND kind = 'view_update'
             AND (content->>'view' = $2 OR content ? 'sealed')
           ORDER BY seq DESC",
@@ -150,10 +150,21 @@ async fn latest_update(
     .bind(view)
     .fetch_all(pool)
     .await?;
-    for (mut content, channel, sensitivity) in updates {
-        keyring
-            .open_content(tenant.as_str(), &mut content)
-            .with_context(|| format!("a sealed update of view {view}"))?;
+    let keyring = memd_projectors::event::subject_keyring(
+        pool,
+        keyring,
+        tenant.as_str(),
+        updates.iter().filter_map(|u| u.3.as_deref()),
+    )
+    .await?;
+    for (mut content, channel, sensitivity, subject) in updates {
+        match keyring.open_content(tenant.as_str(), &mut content) {
+            // An erased subject's update is gone: the view is what came before.
+            Err(memd_projectors::seal::SealError::Erased(_)) if subject.is_some() => continue,
+            opened => {
+                opened.with_context(|| format!("a sealed update of view {view}"))?;
+            }
+        }
         if content["view"].as_str() == Some(view) {
             let text = content["text"].as_str().unwrap_or_default().to_owned();
             return Ok(Some((text, channel, sensitivity)));

@@ -1,5 +1,6 @@
 //! Operator calls: queue a rebuild or a drift check of the caller's tenant
-//! as a background job, and read a job's status. Admin scope only.
+//! as a background job, read a job's status, erase a data subject. Admin
+//! scope only.
 
 use axum::{
     Json,
@@ -20,10 +21,11 @@ use super::{
 use crate::{
     admin::{
         embedder::{self, EmbedderStatus},
+        erase::{self, EraseError, Erasure},
         jobs::{self, AdminJob, JobKind, JobState, JobStatus},
     },
     audit::checkpoint::Checkpoint,
-    domain::{FieldError, parse_json, tenant::Scope},
+    domain::{FieldError, event::check_id, parse_json, tenant::Scope},
 };
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -152,16 +154,20 @@ pub async fn post_drift_check(
 }
 
 async fn queue(state: &ApiState, job: AdminJob) -> Result<Response, ApiError> {
+    let body = enqueue(state, job).await?;
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+}
+
+async fn enqueue(state: &ApiState, job: AdminJob) -> Result<JobQueued, ApiError> {
     let job_id = jobs::enqueue(&state.pool, &job)
         .await
         .map_err(|err| ApiError::internal(&err))?;
-    let body = JobQueued {
+    Ok(JobQueued {
         status_url: format!("/api/v1/admin/jobs/{job_id}"),
         job_id,
         kind: job.kind(),
         status: "pending",
-    };
-    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+    })
 }
 
 /// The most checkpoints one verification checks (a year of hourly ones fits).
@@ -483,4 +489,88 @@ pub async fn put_embedder(
     embedder::choose(&state.pool, caller.tenant.as_str(), name, default).await?;
     let status = embedder::status(&state.pool, caller.tenant.as_str(), default).await?;
     Ok((StatusCode::ACCEPTED, Json(status)).into_response())
+}
+
+/// Whom to erase.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct EraseRequest {
+    /// The data subject (the `subject_id` its events carry).
+    subject_id: String,
+    /// Who erases it, for the record (1-256 bytes; default `admin-api`).
+    by: Option<String>,
+}
+
+/// What `POST /api/v1/admin/erase` did, and the rebuild it queued.
+#[derive(Serialize, utoipa::ToSchema)]
+struct Erased {
+    erasure: Erasure,
+    /// The rebuild of the tenant's projections without the subject: until
+    /// it is done, bundles may still show what was derived from its events.
+    rebuild: JobQueued,
+}
+
+/// Erase a data subject
+///
+/// Destroys the subject's key: the content of its events, in the log and
+/// in artifacts, can never be opened again, while the hash chain still
+/// verifies. Appends an `erasure` event (who, when, which subject), deletes
+/// the subject's embedding vectors, and queues a rebuild of the tenant's
+/// other projections, which derives nothing from the erased events. Like
+/// `memd erase`. Scope: admin.
+#[utoipa::path(
+    post,
+    path = "/api/v1/admin/erase",
+    tag = "admin",
+    request_body = EraseRequest,
+    responses(
+        (status = 202, description = "Erased; the rebuild is queued", body = Erased),
+        (status = 400, description = "`invalid_field`: `subject_id` or `by` missing or out of bounds", body = ErrorBody),
+        (status = 401, response = Unauthorized),
+        (status = 403, description = "`insufficient_scope`: the token is not admin", body = ErrorBody),
+        (status = 404, description = "`not_found`: no such data subject in this tenant (`subject_id`)", body = ErrorBody),
+        (status = 409, description = "`subject_erased`: it was already erased (`subject_id`)", body = ErrorBody),
+        (status = 413, response = BodyTooLarge),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = [])),
+)]
+#[tracing::instrument(skip_all, fields(tenant = %caller.tenant))]
+pub async fn post_erase(
+    State(state): State<ApiState>,
+    Authenticated(caller): Authenticated,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    require_scope(&caller, Scope::Admin)?;
+    let request: EraseRequest = parse_json("", body).map_err(ApiError::invalid)?;
+    check_id("subject_id", &request.subject_id).map_err(ApiError::invalid)?;
+    let by = request.by.unwrap_or_else(|| "admin-api".into());
+    check_id("by", &by).map_err(ApiError::invalid)?;
+    let erasure = erase::erase(
+        &state.pool,
+        &state.reader.keyring,
+        &caller.tenant,
+        &request.subject_id,
+        &by,
+    )
+    .await
+    .map_err(|err| match err {
+        EraseError::Unknown(_) => ApiError::not_found(err.to_string()).with_field("subject_id"),
+        EraseError::AlreadyErased(_) => {
+            ApiError::new(StatusCode::CONFLICT, "subject_erased", err.to_string())
+                .with_field("subject_id")
+        }
+        EraseError::Database(db) => db.into(),
+        EraseError::Record { .. } => ApiError::internal(&err),
+    })?;
+    let rebuild = enqueue(
+        &state,
+        AdminJob::Rebuild {
+            tenant: caller.tenant.to_string(),
+            projectors: Vec::new(),
+        },
+    )
+    .await?;
+    Ok((StatusCode::ACCEPTED, Json(Erased { erasure, rebuild })).into_response())
 }

@@ -7,7 +7,8 @@ use axum::{
 };
 use std::borrow::Cow;
 
-use memd_projectors::seal::SEALED_PREFIX;
+use axum::http::StatusCode;
+use memd_projectors::seal::{SEALED_PREFIX, SealError};
 use sqlx::Row;
 
 use super::{
@@ -84,14 +85,37 @@ pub(crate) struct Artifact {
     pub sealed: bool,
 }
 
-/// Stored bytes opened for the caller, and whether they were sealed.
-fn opened(state: &ApiState, caller: &Caller, stored: Vec<u8>) -> Result<(Vec<u8>, bool), ApiError> {
-    let keyring = &state.reader.keyring;
-    match keyring.open_bytes(caller.tenant.as_str(), &stored)? {
-        Cow::Borrowed(_) => Ok((stored, false)),
-        Cow::Owned(plain) => Ok((plain, true)),
+/// Stored bytes opened for the caller (a data subject's with its key), and
+/// whether they were sealed. An erased subject's artifact is gone: 410.
+async fn opened(
+    state: &ApiState,
+    caller: &Caller,
+    subject: Option<String>,
+    stored: Vec<u8>,
+) -> Result<(Vec<u8>, bool), ApiError> {
+    let tenant = caller.tenant.as_str();
+    let keyring = memd_projectors::event::subject_keyring(
+        &state.reader.pool,
+        &state.reader.keyring,
+        tenant,
+        subject.as_deref(),
+    )
+    .await?;
+    match keyring.open_bytes(tenant, &stored) {
+        Ok(Cow::Borrowed(_)) => Ok((stored, false)),
+        Ok(Cow::Owned(plain)) => Ok((plain, true)),
+        Err(SealError::Erased(_)) if subject.is_some() => Err(ApiError::new(
+            StatusCode::GONE,
+            "erased",
+            "the artifact's data subject was erased: its content can never be opened again",
+        )),
+        Err(other) => Err(sqlx::Error::from(other).into()),
     }
 }
+
+/// The data subject of an artifact's event, as the statements read it.
+const SUBJECT: &str = "(SELECT e.subject_id FROM events e
+                        WHERE e.tenant_id = a.tenant_id AND e.event_id = a.event_id) AS subject_id";
 
 /// The caller's artifact `artifact_id`: shared by HTTP and MCP. Another
 /// tenant's is a 404 exactly like a missing one.
@@ -103,14 +127,14 @@ pub(crate) async fn fetch(
     require_scope(caller, Scope::Read)?;
     let row = state
         .read_log(move |pool| async move {
-            sqlx::query(
-                "SELECT bytes, media_type, event_id, encode(sha256, 'hex') AS sha256
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT bytes, media_type, event_id, encode(sha256, 'hex') AS sha256, {SUBJECT}
            FROM artifacts a WHERE tenant_id = $1 AND artifact_id = $2
             AND NOT EXISTS (SELECT FROM events e
                              WHERE e.tenant_id = a.tenant_id AND e.event_id = a.event_id
                                AND NOT (e.channel <> 'private' OR e.agent_id IS NULL
                                         OR $3::text IS NULL OR e.agent_id = $3))",
-            )
+            )))
             .bind(caller.tenant.as_str())
             .bind(artifact_id)
             .bind(&caller.agent)
@@ -119,7 +143,13 @@ pub(crate) async fn fetch(
             .ok_or_else(|| ApiError::not_found(format!("no artifact {artifact_id}")))
         })
         .await?;
-    let (bytes, sealed) = opened(state, caller, row.try_get("bytes")?)?;
+    let (bytes, sealed) = opened(
+        state,
+        caller,
+        row.try_get("subject_id")?,
+        row.try_get("bytes")?,
+    )
+    .await?;
     Ok(Artifact {
         bytes,
         media_type: row.try_get("media_type")?,
@@ -143,18 +173,18 @@ pub(crate) async fn fetch_range(
     require_scope(caller, Scope::Read)?;
     let row = state
         .read_log(move |pool| async move {
-            sqlx::query(
+            sqlx::query(sqlx::AssertSqlSafe(format!(
                 // A sealed artifact is opened whole, then cut.
                 "SELECT CASE WHEN substring(bytes FROM 1 FOR $6) = $7 THEN bytes
                      ELSE substring(bytes FROM $3 FOR $4) END AS bytes,
                 length(bytes) AS total, media_type,
-                event_id, encode(sha256, 'hex') AS sha256
+                event_id, encode(sha256, 'hex') AS sha256, {SUBJECT}
            FROM artifacts a WHERE tenant_id = $1 AND artifact_id = $2
             AND NOT EXISTS (SELECT FROM events e
                              WHERE e.tenant_id = a.tenant_id AND e.event_id = a.event_id
                                AND NOT (e.channel <> 'private' OR e.agent_id IS NULL
                                         OR $5::text IS NULL OR e.agent_id = $5))",
-            )
+            )))
             .bind(caller.tenant.as_str())
             .bind(artifact_id)
             .bind(i32::try_from(offset.saturating_add(1)).unwrap_or(i32::MAX))
@@ -168,7 +198,13 @@ pub(crate) async fn fetch_range(
         })
         .await?;
     let total: i32 = row.try_get("total")?;
-    let (bytes, sealed) = opened(state, caller, row.try_get("bytes")?)?;
+    let (bytes, sealed) = opened(
+        state,
+        caller,
+        row.try_get("subject_id")?,
+        row.try_get("bytes")?,
+    )
+    .await?;
     let (bytes, total) = if sealed {
         let end = offset.saturating_add(len).min(bytes.len());
         (

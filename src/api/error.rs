@@ -27,7 +27,7 @@ pub struct ErrorDetail {
     /// What went wrong, for programs: `invalid_field`, `bad_body`,
     /// `unauthorized`, `tenant_mismatch`, `insufficient_scope`,
     /// `unknown_tenant`, `not_found`, `method_not_allowed`, `body_too_large`,
-    /// `rate_limited`, `unavailable`, `internal`.
+    /// `subject_erased`, `erased`, `rate_limited`, `unavailable`, `internal`.
     pub code: &'static str,
     /// What went wrong, for people.
     pub message: String,
@@ -219,6 +219,12 @@ impl From<Arc<AppendError>> for ApiError {
                 "unknown_tenant",
                 format!("tenant {tenant} does not exist"),
             ),
+            AppendError::SubjectErased(subject) => Self::new(
+                StatusCode::CONFLICT,
+                "subject_erased",
+                format!("data subject {subject} was erased; nothing more is recorded under it"),
+            )
+            .with_field("subject_id"),
             AppendError::WriterStopped => Self::internal(&*err),
             AppendError::Database(db) => Self::from_database(db),
         }

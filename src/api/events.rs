@@ -163,6 +163,21 @@ fn parse_events(
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(ApiError::invalid)?;
+    // A subject's content is sealed under its own key, wrapped by the
+    // master key: without a key file there is nothing to seal with.
+    if !state.reader.keyring.is_on()
+        && let Some(index) = events.iter().position(|e| e.subject_id.is_some())
+    {
+        let field = if batch {
+            format!("events[{index}].subject_id")
+        } else {
+            "subject_id".to_owned()
+        };
+        return Err(ApiError::invalid(crate::domain::FieldError::new(
+            field,
+            "needs encryption at rest: start memd with a key file (--key-file, MEMD_KEY_FILE)",
+        )));
+    }
     Ok((stamp_agent(caller, events, batch)?, batch))
 }
 

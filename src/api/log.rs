@@ -10,7 +10,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use chrono::{DateTime, Utc};
-use memd_projectors::seal::Keyring;
+use memd_projectors::seal::{Keyring, SealError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -106,6 +106,9 @@ pub struct StoredEvent {
     /// The agent whose memory it is, if any.
     #[schema(required = true)]
     pub agent_id: Option<String>,
+    /// The data subject whose own key seals the content, if any.
+    #[schema(required = true)]
+    pub subject_id: Option<String>,
     #[schema(value_type = Kind)]
     pub kind: String,
     #[schema(value_type = Sensitivity)]
@@ -120,6 +123,11 @@ pub struct StoredEvent {
     /// `memd verify` checks it without the key.
     #[sqlx(skip)]
     pub sealed: bool,
+    /// Its data subject was erased (`memd erase`): the content, sealed
+    /// under the destroyed key, can never be opened again and shows as `{}`.
+    /// `hash` still covers it as stored, so the chain verifies.
+    #[sqlx(skip)]
+    pub erased: bool,
     #[schema(required = true)]
     pub idempotency_key: Option<String>,
     /// Where a truncated tool output is kept whole.
@@ -131,15 +139,44 @@ pub struct StoredEvent {
 }
 
 impl StoredEvent {
-    /// Opens sealed content for the caller (whom the route already allowed).
+    /// Opens sealed content for the caller (whom the route already
+    /// allowed), a data subject's with its key.
     fn open(&mut self, keyring: &Keyring, tenant: &str) -> Result<(), sqlx::Error> {
-        self.sealed = keyring.open_content(tenant, &mut self.content)?;
+        match keyring.open_content(tenant, &mut self.content) {
+            Ok(sealed) => self.sealed = sealed,
+            Err(SealError::Erased(_)) if self.subject_id.is_some() => {
+                self.content = Value::Object(serde_json::Map::new());
+                (self.sealed, self.erased) = (true, true);
+            }
+            Err(other) => return Err(other.into()),
+        }
         Ok(())
     }
 }
 
+/// `events` opened for the caller, with the keys of the data subjects they
+/// name.
+async fn open_all(
+    state: &ApiState,
+    tenant: &str,
+    events: &mut [StoredEvent],
+) -> Result<(), sqlx::Error> {
+    let keyring = memd_projectors::event::subject_keyring(
+        &state.reader.pool,
+        &state.reader.keyring,
+        tenant,
+        events.iter().filter_map(|e| e.subject_id.as_deref()),
+    )
+    .await?;
+    for event in events {
+        event.open(&keyring, tenant)?;
+    }
+    Ok(())
+}
+
 const EVENT_COLUMNS: &str = "event_id, seq, created_at, ts, session_id, channel, actor_type, \
-     actor_id, agent_id, kind, sensitivity, tags, refs, content, idempotency_key, artifact_id, \
+     actor_id, agent_id, subject_id, kind, sensitivity, tags, refs, content, idempotency_key, \
+     artifact_id, \
      encode(hash, 'hex') AS hash, encode(prev_hash, 'hex') AS prev_hash";
 
 /// Read the log
@@ -255,9 +292,7 @@ pub async fn get_events(
             Ok(events)
         })
         .await?;
-    for event in &mut events {
-        event.open(&state.reader.keyring, caller.tenant.as_str())?;
-    }
+    open_all(&state, caller.tenant.as_str(), &mut events).await?;
     let next = (events.len() as i64 == limit)
         .then(|| events.last().map(|e| e.seq))
         .flatten();
@@ -314,7 +349,12 @@ pub async fn get_event(
             .ok_or_else(|| ApiError::not_found(format!("no event {event_ref}")))
         })
         .await?;
-    event.open(&state.reader.keyring, caller.tenant.as_str())?;
+    open_all(
+        &state,
+        caller.tenant.as_str(),
+        std::slice::from_mut(&mut event),
+    )
+    .await?;
     Ok(Json(event).into_response())
 }
 

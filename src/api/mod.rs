@@ -208,6 +208,12 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         method: Method::POST,
+        path: "/api/v1/admin/erase",
+        bearer: true,
+        handler: |m| on(m, admin::post_erase),
+    },
+    Route {
+        method: Method::POST,
         path: "/api/v1/admin/drift-check",
         bearer: true,
         handler: |m| on(m, admin::post_drift_check),

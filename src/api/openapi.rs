@@ -63,6 +63,7 @@ bursts of twice that; over them the answer is 429 with `Retry-After`.";
         proofs::get_inclusion,
         proofs::get_consistency,
         admin::post_rebuild,
+        admin::post_erase,
         admin::post_drift_check,
         admin::get_job,
         admin::get_projections,

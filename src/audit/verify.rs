@@ -17,7 +17,7 @@ const PAGE: i64 = 5_000;
 
 const EVENTS_PAGE: &str = r#"
 SELECT e.seq, e.event_id, e.created_at, e.ts, e.session_id, e.channel, e.actor_type, e.actor_id,
-       e.agent_id, e.kind, e.sensitivity, e.tags, e.refs, e.idempotency_key, e.artifact_id, e.prev_hash, e.hash,
+       e.agent_id, e.subject_id, e.kind, e.sensitivity, e.tags, e.refs, e.idempotency_key, e.artifact_id, e.prev_hash, e.hash,
        e.content::text AS content_text,
        e.content ->> 'artifact_sha256' AS recorded_artifact_sha256,
        encode(a.sha256, 'hex') AS artifact_sha256,
@@ -162,6 +162,7 @@ fn check_link(
     let idempotency_key: Option<String> = row.try_get("idempotency_key")?;
     let artifact_id: Option<String> = row.try_get("artifact_id")?;
     let agent_id: Option<String> = row.try_get("agent_id")?;
+    let subject_id: Option<String> = row.try_get("subject_id")?;
     let recomputed = ChainedEvent {
         tenant_id: tenant,
         seq,
@@ -173,6 +174,7 @@ fn check_link(
         actor_type: row.try_get("actor_type")?,
         actor_id: row.try_get("actor_id")?,
         agent_id: agent_id.as_deref(),
+        subject_id: subject_id.as_deref(),
         kind: row.try_get("kind")?,
         sensitivity: row.try_get("sensitivity")?,
         tags: &tags,

@@ -23,7 +23,13 @@ pub const DAEMON_ROLE: &str = "memd_app";
 /// Tables of `public` the daemon appends to and never changes.
 const APPEND_ONLY: &[&str] = &["events", "checkpoints", "tenants", "artifacts"];
 /// Tables of `public` the daemon also updates in place.
-const MUTABLE: &[&str] = &["tenant_heads", "api_tokens", "policies", "embedder_choice"];
+const MUTABLE: &[&str] = &[
+    "tenant_heads",
+    "api_tokens",
+    "policies",
+    "embedder_choice",
+    "subject_keys",
+];
 
 /// Creates [`DAEMON_ROLE`] if it does not exist and grants it what the
 /// daemon needs in this database.

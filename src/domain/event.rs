@@ -73,6 +73,9 @@ wire_enum!(
         ViewUpdate => "view_update",
         Handoff => "handoff",
         Artifact => "artifact",
+        /// Recorded by memd when a data subject is erased (`memd erase`);
+        /// never sent by a client.
+        Erasure => "erasure",
     }
 );
 wire_enum!(
@@ -91,11 +94,16 @@ pub struct EventRequest {
     #[schema(min_length = 1, max_length = 256)]
     pub session_id: String,
     pub channel: Channel,
+    #[serde(deserialize_with = "super::object")]
     pub actor: ActorRequest,
     /// The agent whose memory this is (1-256 bytes). An agent-bound token
     /// sets it to its own agent; in the `private` channel only that agent's
     /// bundles see the event.
     pub agent_id: Option<String>,
+    /// The data subject (a person, a customer; 1-256 bytes) the content is
+    /// about: it is then sealed under that subject's own key, which
+    /// `memd erase` can destroy. Needs a daemon with a key file.
+    pub subject_id: Option<String>,
     pub kind: Kind,
     #[serde(default)]
     pub sensitivity: Sensitivity,
@@ -147,6 +155,8 @@ pub struct NewEvent {
     pub actor_id: String,
     /// The agent whose memory it is, if any.
     pub agent_id: Option<String>,
+    /// The data subject whose key seals the content, if any.
+    pub subject_id: Option<String>,
     pub kind: Kind,
     pub sensitivity: Sensitivity,
     pub tags: Vec<String>,
@@ -192,6 +202,7 @@ impl NewEvent {
             channel,
             actor,
             agent_id,
+            subject_id,
             kind,
             sensitivity,
             tags,
@@ -206,6 +217,16 @@ impl NewEvent {
         check_id("actor.id", &actor.id)?;
         if let Some(agent) = &agent_id {
             check_id("agent_id", agent)?;
+        }
+        if let Some(subject) = &subject_id {
+            check_id("subject_id", subject)?;
+            // A subject id is stored in the clear: it must not carry a secret.
+            if redactor.redact(subject).is_some() {
+                return Err(FieldError::new(
+                    "subject_id",
+                    "looks like it contains a secret; use an opaque id",
+                ));
+            }
         }
         if let Some(ts) = ts
             && !(1..=9999).contains(&ts.year())
@@ -253,6 +274,7 @@ impl NewEvent {
             actor_type: actor.kind,
             actor_id: redact(actor.id),
             agent_id: agent_id.map(redact),
+            subject_id,
             kind,
             sensitivity,
             tags: tags.into_iter().map(redact).collect(),
@@ -555,6 +577,10 @@ fn check_content(kind: Kind, content: &Value) -> Result<(), FieldError> {
         }
         Kind::ToolResult => tool_result::check_shape(content),
         Kind::Artifact => tool_result::check_artifact_shape(content),
+        Kind::Erasure => Err(FieldError::new(
+            "kind",
+            "erasure events are recorded by memd itself (memd erase), never sent",
+        )),
         Kind::Decision => {
             let c: DecisionContent = shape(content)?;
             non_empty("content.decision", &c.decision)?;
@@ -640,7 +666,8 @@ pub(crate) fn non_empty(field: &str, value: &str) -> Result<(), FieldError> {
 /// event, or a batch. Documentation only.
 #[derive(utoipa::ToSchema)]
 #[serde(untagged)]
-#[allow(dead_code)]
+// Never built (a schema only), so its size costs nothing.
+#[allow(dead_code, clippy::large_enum_variant)]
 pub enum AppendRequest {
     One(EventRequest),
     Batch(EventBatch),

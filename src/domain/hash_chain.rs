@@ -18,6 +18,10 @@ const FORMAT: &str = "memd-event-v1";
 /// The form of an event that names its agent: v1's head, then `agent_id`.
 /// Events without one keep v1, so every older chain still verifies.
 const FORMAT_AGENT: &str = "memd-event-v2";
+/// The form of an event that names its data subject: v1's head, then
+/// `agent_id` (or null), then `subject_id`. Events without one keep their
+/// earlier form.
+const FORMAT_SUBJECT: &str = "memd-event-v3";
 
 /// Every stored field of an event that the hash covers.
 #[derive(Debug, Clone, Copy)]
@@ -33,6 +37,8 @@ pub struct ChainedEvent<'a> {
     pub actor_type: &'a str,
     pub actor_id: &'a str,
     pub agent_id: Option<&'a str>,
+    /// The data subject whose key seals its content, if any.
+    pub subject_id: Option<&'a str>,
     pub kind: &'a str,
     pub sensitivity: &'a str,
     pub tags: &'a [String],
@@ -46,10 +52,10 @@ pub struct ChainedEvent<'a> {
 impl ChainedEvent<'_> {
     pub fn canonical(&self) -> Vec<u8> {
         let mut head = serde_json::json!([
-            if self.agent_id.is_some() {
-                FORMAT_AGENT
-            } else {
-                FORMAT
+            match (self.agent_id, self.subject_id) {
+                (_, Some(_)) => FORMAT_SUBJECT,
+                (Some(_), None) => FORMAT_AGENT,
+                (None, None) => FORMAT,
             },
             self.tenant_id,
             self.seq,
@@ -67,8 +73,15 @@ impl ChainedEvent<'_> {
             self.idempotency_key,
             self.artifact_id,
         ]);
-        if let (Some(agent), Some(head)) = (self.agent_id, head.as_array_mut()) {
-            head.push(agent.into());
+        if let Some(head) = head.as_array_mut() {
+            match (self.agent_id, self.subject_id) {
+                (agent, Some(subject)) => {
+                    head.push(agent.into());
+                    head.push(subject.into());
+                }
+                (Some(agent), None) => head.push(agent.into()),
+                (None, None) => {}
+            }
         }
         // Compact JSON escapes every newline, so the first '\n' ends the head.
         let mut out = serde_json::to_vec(&head).expect("a JSON value serializes");
@@ -101,6 +114,7 @@ mod tests {
             actor_type: "human",
             actor_id: "u",
             agent_id: None,
+            subject_id: None,
             kind: "message",
             sensitivity: "none",
             tags,
@@ -159,6 +173,21 @@ mod tests {
         .canonical();
         assert!(owned.starts_with(br#"["memd-event-v2","t",1,"evt_1""#));
         assert!(owned.ends_with(b",\"a\"]\n{}"));
+        // A data subject: v3, the agent (or null) and the subject.
+        let subject = ChainedEvent {
+            subject_id: Some("alice"),
+            ..event(&[], "{}")
+        };
+        assert!(subject.canonical().starts_with(br#"["memd-event-v3""#));
+        assert!(subject.canonical().ends_with(b",null,\"alice\"]\n{}"));
+        assert_ne!(
+            subject.hash(&GENESIS),
+            ChainedEvent {
+                subject_id: Some("bob"),
+                ..subject
+            }
+            .hash(&GENESIS)
+        );
     }
 
     #[test]

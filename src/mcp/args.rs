@@ -124,6 +124,8 @@ pub struct RecordEventArgs {
     pub idempotency_key: Option<String>,
     /// When it happened (RFC 3339), if not now.
     pub ts: Option<String>,
+    /// The person (or customer) the content is about, e.g. "user-118": the content is then sealed under that person's own key, which an operator can destroy on request (erasure).
+    pub subject_id: Option<String>,
 }
 
 impl RecordEventArgs {
@@ -159,6 +161,7 @@ impl RecordEventArgs {
             ("refs", self.refs.map(Value::from)),
             ("idempotency_key", self.idempotency_key.map(Value::from)),
             ("ts", self.ts.map(Value::from)),
+            ("subject_id", self.subject_id.map(Value::from)),
         ] {
             if let Some(value) = value {
                 fields.insert(name.into(), value);

@@ -108,7 +108,7 @@ pub struct AcbRequest {
     /// Narrow retrieved evidence (lexical, semantic and pinned) to a time
     /// range, agents, sessions, kinds or tags. Standing sections (rules,
     /// decisions in force, tasks, the recent window) are not narrowed.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::domain::object")]
     pub filters: RetrievalFilters,
 }
 
@@ -1010,8 +1010,8 @@ async fn recent_window(
     // 64 KiB.
     let events: Vec<StoredEvent> = sqlx::query_as(
         "SELECT seq, event_id, created_at, ts, session_id, channel, actor_type, actor_id,
-                agent_id, kind, sensitivity, tags, CASE WHEN seq > $5 THEN content ELSE 'null' END AS content,
-                refs, artifact_id
+                agent_id, subject_id, kind, sensitivity, tags,
+                CASE WHEN seq > $5 THEN content ELSE 'null' END AS content, refs, artifact_id
            FROM public.events
           WHERE tenant_id = $1 AND session_id = $2 AND seq > $3
             AND kind IN ('message', 'tool_result', 'decision', 'summary', 'task_update')
@@ -1024,10 +1024,23 @@ async fn recent_window(
     .bind(projected_seq)
     .fetch_all(&reader.pool)
     .await?;
+    let keyring = memd_projectors::event::subject_keyring(
+        &reader.pool,
+        &reader.keyring,
+        tenant,
+        events
+            .iter()
+            .filter(|e| e.seq > projected_seq)
+            .filter_map(|e| e.subject_id.as_deref()),
+    )
+    .await?;
     let mut shown = Vec::new();
     for mut event in events {
         if event.seq > projected_seq {
-            memd_projectors::event::open(&reader.keyring, tenant, &mut event)?;
+            memd_projectors::event::open(&keyring, tenant, &mut event)?;
+            if event.erased {
+                continue;
+            }
         }
         if !visibility.owner_allows(&event.channel, event.agent_id.as_deref()) {
             // Another agent's private memory: not even named.

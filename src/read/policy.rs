@@ -220,9 +220,11 @@ impl Default for Scoring {
 pub struct Policy {
     /// The largest `max_tokens` a request may ask for, and the default.
     pub max_tokens: u32,
+    #[serde(deserialize_with = "crate::domain::object")]
     pub sections: Sections,
     /// Headroom left free for the caller's own payload, at the full budget.
     pub reserve: u32,
+    #[serde(deserialize_with = "crate::domain::object")]
     pub scoring: Scoring,
     pub candidate_pool_max: u32,
     pub retrieved_max: u32,
@@ -239,6 +241,7 @@ pub struct Policy {
     pub strong_consistency_timeout_ms: u64,
     pub handoff_evidence_max: u32,
     /// What memory stops being retrievable as it ages (none by default).
+    #[serde(deserialize_with = "crate::domain::object")]
     pub retention: Retention,
     /// The stored policy's version (raised by every change; 0: the
     /// defaults). Not part of the document: it says which one this is.

@@ -37,6 +37,7 @@ pub struct Retention {
     /// Days each kind of memory stays retrievable, counted back from the
     /// tenant's newest event. Decisions have no age limit: see
     /// `superseded_decisions_grace_days`.
+    #[serde(deserialize_with = "crate::domain::object")]
     pub max_age_days: MaxAgeDays,
     /// A superseded decision stays retrievable (with history) this many
     /// days after the decision that superseded it; decisions in force are

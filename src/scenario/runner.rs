@@ -378,6 +378,17 @@ impl Run<'_> {
                     .await?;
                 self.job(&job).await
             }
+            Step::Erase(erase) => {
+                let mut body = json!({"subject_id": erase.subject});
+                if let Some(by) = &erase.by {
+                    body["by"] = json!(by);
+                }
+                let erased = self
+                    .expect(Method::POST, "/api/v1/admin/erase", Some(&body))
+                    .await?;
+                self.job(&erased["rebuild"]).await?;
+                Ok(erased["erasure"].clone())
+            }
             Step::WaitProjected(_) => {
                 let seq = self.wait_projected().await?;
                 Ok(json!({"projected_seq": seq}))
@@ -531,6 +542,9 @@ impl Run<'_> {
         });
         if let Some(sensitivity) = &step.sensitivity {
             body["sensitivity"] = json!(sensitivity);
+        }
+        if let Some(subject) = &step.subject {
+            body["subject_id"] = json!(subject);
         }
         if let Some(ts) = self.at(&step.ago)? {
             body["ts"] = json!(ts);

@@ -48,6 +48,9 @@ pub enum Step {
     Restart(RestartStep),
     /// Rebuild the tenant's projections from the log (admin job).
     Rebuild(RebuildStep),
+    /// Erase a data subject (`POST /api/v1/admin/erase`) and wait for the
+    /// rebuild it queues.
+    Erase(EraseStep),
     /// Wait until every projection has applied the log up to its head.
     WaitProjected(Empty),
 }
@@ -63,6 +66,7 @@ impl Step {
             Step::Acb(_) => "acb",
             Step::Restart(_) => "restart",
             Step::Rebuild(_) => "rebuild",
+            Step::Erase(_) => "erase",
             Step::WaitProjected(_) => "wait_projected",
         }
     }
@@ -95,6 +99,8 @@ pub struct AppendStep {
     pub tags: Vec<String>,
     /// How long before the run it happened: `14d`, `3h`, `20m`, `45s`.
     pub ago: Option<String>,
+    /// The data subject it is about (its `subject_id`).
+    pub subject: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -177,6 +183,15 @@ pub struct RebuildStep {
     /// Only these projectors (default all).
     #[serde(default)]
     pub projectors: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EraseStep {
+    /// The data subject to erase.
+    pub subject: String,
+    /// Who erases it, for the record.
+    pub by: Option<String>,
 }
 
 /// An assertion, `- type: <kind>` with its fields.

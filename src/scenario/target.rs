@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use memd_projectors::seal::Keyring;
 use sqlx::postgres::PgConnectOptions;
 
 use crate::{
@@ -16,6 +17,8 @@ pub enum Target {
     /// `restart` with a new connection pool and empty caches.
     Managed {
         connect: Box<PgConnectOptions>,
+        /// Seals high memory and data subjects' content (erasure needs one).
+        keyring: Keyring,
         daemon: Option<RunningDaemon>,
         /// Whether the running daemon projects.
         projecting: bool,
@@ -29,13 +32,15 @@ pub enum Target {
 }
 
 impl Target {
-    /// A managed daemon on `connect` (migrated here), projecting.
-    pub async fn managed(connect: PgConnectOptions) -> anyhow::Result<Self> {
+    /// A managed daemon on `connect` (migrated here), projecting, sealing
+    /// with `keyring`.
+    pub async fn managed(connect: PgConnectOptions, keyring: Keyring) -> anyhow::Result<Self> {
         let pool = db::connect(connect.clone(), 2).await?;
         db::migrate(&pool).await?;
         pool.close().await;
         let mut target = Target::Managed {
             connect: Box::new(connect),
+            keyring,
             daemon: None,
             projecting: true,
         };
@@ -70,6 +75,7 @@ impl Target {
         match self {
             Target::Managed {
                 connect,
+                keyring,
                 daemon,
                 projecting,
             } => {
@@ -81,6 +87,7 @@ impl Target {
                 let pool = db::connect((**connect).clone(), 16).await?;
                 let config = ServeConfig {
                     projection: projectors.then(ProjectionConfig::default),
+                    keyring: keyring.clone(),
                     ..ServeConfig::default()
                 };
                 *daemon = Some(RunningDaemon::start(pool, config).await?);

@@ -54,6 +54,8 @@ pub enum AppendError {
     UnknownTenant(String),
     #[error("the tenant's writer stopped before answering")]
     WriterStopped,
+    #[error("data subject {0} was erased")]
+    SubjectErased(String),
     #[error(transparent)]
     Database(#[from] sqlx::Error),
 }
@@ -115,19 +117,20 @@ macro_rules! insert_event_rows {
             "
     INSERT INTO events (tenant_id, seq, event_id, created_at, ts, session_id, channel, actor_type,
                         actor_id, kind, sensitivity, tags, content, refs, idempotency_key,
-                        artifact_id, prev_hash, hash, agent_id)
+                        artifact_id, prev_hash, hash, agent_id, subject_id)
     SELECT $1, u.seq, u.event_id, $2, u.ts, u.session_id, u.channel, u.actor_type,
            u.actor_id, u.kind, u.sensitivity,
            ARRAY(SELECT jsonb_array_elements_text(u.tags::jsonb)), u.content::jsonb,
            ARRAY(SELECT jsonb_array_elements_text(u.refs::jsonb)), u.idempotency_key,
-           u.artifact_id, u.prev_hash, u.hash, u.agent_id
+           u.artifact_id, u.prev_hash, u.hash, u.agent_id, u.subject_id
       FROM ",
             $from,
             " unnest($3::bigint[], $4::text[], $5::timestamptz[], $6::text[], $7::text[], $8::text[],
                   $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[],
-                  $15::text[], $16::text[], $17::bytea[], $18::bytea[], $22::text[])
+                  $15::text[], $16::text[], $17::bytea[], $18::bytea[], $22::text[], $23::text[])
            AS u (seq, event_id, ts, session_id, channel, actor_type, actor_id, kind, sensitivity,
-                 tags, content, refs, idempotency_key, artifact_id, prev_hash, hash, agent_id)
+                 tags, content, refs, idempotency_key, artifact_id, prev_hash, hash, agent_id,
+                 subject_id)
     RETURNING 1"
         )
     };
@@ -149,7 +152,7 @@ SELECT count(*) AS inserted, pg_notify($21, $1 || ':' || $19::text) FROM inserte
 const INSERT_EVENTS_AFTER_HEAD: &str = concat!(
     "WITH head AS (
     UPDATE tenant_heads SET seq = $19, hash = $20, created_at = $2
-     WHERE tenant_id = $1 AND seq = $23 AND hash = $24
+     WHERE tenant_id = $1 AND seq = $24 AND hash = $25
        AND NOT EXISTS (SELECT 1 FROM events e
                         WHERE e.tenant_id = $1 AND e.idempotency_key = ANY ($15::text[]))
        AND (SELECT bool_and(c::jsonb::text = c) FROM unnest($13::text[]) AS c)
@@ -179,6 +182,7 @@ struct Columns {
     actor_type: Vec<&'static str>,
     actor_id: Vec<String>,
     agent_id: Vec<Option<String>>,
+    subject_id: Vec<Option<String>>,
     kind: Vec<&'static str>,
     sensitivity: Vec<&'static str>,
     tags: Vec<String>,
@@ -201,13 +205,82 @@ struct ArtifactColumns {
     kind: Vec<&'static str>,
 }
 
-/// The content as stored when `keyring` seals the event's sensitivity
-/// (None: stored as it is), sealing its artifact too (whose digest, in the
-/// event, becomes the sealed bytes'). `event.content` stays the plaintext.
-fn sealed_content(keyring: &Keyring, tenant: &TenantId, event: &mut NewEvent) -> Option<Value> {
-    let sealer = keyring.sealer(tenant.as_str(), event.sensitivity.as_str())?;
+/// The content as stored when `keyring` seals the event's sensitivity, or
+/// when it names a data subject (sealed then under the subject's key, from
+/// `subjects`), None: stored as it is. Seals its artifact too (whose digest,
+/// in the event, becomes the sealed bytes'). `event.content` stays the
+/// plaintext.
+fn sealed_content(
+    keyring: &Keyring,
+    tenant: &TenantId,
+    subjects: &HashMap<String, Sealer>,
+    event: &mut NewEvent,
+) -> Option<Value> {
+    let sealer = match &event.subject_id {
+        Some(subject) => subjects
+            .get(subject)
+            .expect("every subject's key was loaded")
+            .clone(),
+        None => keyring.sealer(tenant.as_str(), event.sensitivity.as_str())?,
+    };
     seal_artifact(&sealer, event);
     Some(sealer.seal_content(&event.content))
+}
+
+/// The sealers of the data subjects `events` name: each subject's key,
+/// made on its first event (wrapped by the master key, in `subject_keys`).
+/// A subject that was erased takes nothing more.
+async fn subject_sealers(
+    pool: &PgPool,
+    keyring: &Keyring,
+    tenant: &TenantId,
+    events: &[NewEvent],
+) -> Result<HashMap<String, Sealer>, AppendError> {
+    let mut subjects: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e.subject_id.as_deref())
+        .collect();
+    if subjects.is_empty() {
+        return Ok(HashMap::new());
+    }
+    subjects.sort_unstable();
+    subjects.dedup();
+    let wrapped: Vec<Vec<u8>> = subjects
+        .iter()
+        .map(|subject| {
+            keyring
+                .new_subject_key(tenant.as_str(), subject)
+                .expect("the API refuses subjects without a key file")
+        })
+        .collect();
+    // Made if missing (a concurrent first event of the same subject keeps
+    // whichever key was stored first), then read back.
+    let rows: Vec<(String, Option<Vec<u8>>)> = sqlx::query_as(
+        "WITH made AS (
+             INSERT INTO subject_keys (tenant_id, subject_id, wrapped)
+             SELECT $1, u.subject, u.wrapped FROM unnest($2::text[], $3::bytea[]) AS u (subject, wrapped)
+             ON CONFLICT (tenant_id, subject_id) DO NOTHING
+             RETURNING subject_id, wrapped)
+         SELECT subject_id, wrapped FROM made
+         UNION ALL
+         SELECT k.subject_id, k.wrapped FROM subject_keys k
+          WHERE k.tenant_id = $1 AND k.subject_id = ANY ($2)
+            AND k.subject_id NOT IN (SELECT subject_id FROM made)",
+    )
+    .bind(tenant.as_str())
+    .bind(&subjects)
+    .bind(&wrapped)
+    .fetch_all(pool)
+    .await?;
+    let mut sealers = HashMap::with_capacity(rows.len());
+    for (subject, wrapped) in rows {
+        let wrapped = wrapped.ok_or_else(|| AppendError::SubjectErased(subject.clone()))?;
+        let sealer = keyring
+            .subject_sealer(tenant.as_str(), &subject, &wrapped)
+            .map_err(sqlx::Error::from)?;
+        sealers.insert(subject, sealer);
+    }
+    Ok(sealers)
 }
 
 fn seal_artifact(sealer: &Sealer, event: &mut NewEvent) {
@@ -255,9 +328,10 @@ pub async fn append_after(
 ) -> Result<(Vec<Appended>, Head), AppendError> {
     // Sealed before hashing: the chain covers what is stored, so `memd
     // verify` needs no key.
+    let subjects = subject_sealers(pool, keyring, tenant, &events).await?;
     let sealed: Vec<Option<Value>> = events
         .iter_mut()
-        .map(|event| sealed_content(keyring, tenant, event))
+        .map(|event| sealed_content(keyring, tenant, &subjects, event))
         .collect();
     let stored = || {
         events
@@ -429,6 +503,7 @@ impl Batch {
                 actor_type: event.actor_type.as_str(),
                 actor_id: &event.actor_id,
                 agent_id: event.agent_id.as_deref(),
+                subject_id: event.subject_id.as_deref(),
                 kind: event.kind.as_str(),
                 sensitivity: event.sensitivity.as_str(),
                 tags: &event.tags,
@@ -464,6 +539,7 @@ impl Batch {
                     actor_type: event.actor_type.as_str().to_owned(),
                     actor_id: event.actor_id.clone(),
                     agent_id: event.agent_id.clone(),
+                    subject_id: event.subject_id.clone(),
                     kind: event.kind.as_str().to_owned(),
                     sensitivity: event.sensitivity.as_str().to_owned(),
                     tags: event.tags.clone(),
@@ -473,6 +549,7 @@ impl Batch {
                     hash: hash.to_vec(),
                     sealer: None,
                     keyring: Keyring::none(),
+                    erased: false,
                 },
             ));
 
@@ -493,6 +570,7 @@ impl Batch {
             rows.actor_type.push(event.actor_type.as_str());
             rows.actor_id.push(event.actor_id);
             rows.agent_id.push(event.agent_id);
+            rows.subject_id.push(event.subject_id.clone());
             rows.kind.push(event.kind.as_str());
             rows.sensitivity.push(event.sensitivity.as_str());
             rows.tags.push(tags);
@@ -553,6 +631,7 @@ impl Batch {
             .bind(self.head.hash.to_vec())
             .bind(NOTIFY_CHANNEL)
             .bind(&rows.agent_id)
+            .bind(&rows.subject_id)
     }
 
     /// Stores the rows in one statement if `head` is still the tenant's;

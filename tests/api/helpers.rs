@@ -261,10 +261,16 @@ pub async fn wait_projected(pool: &PgPool, tenant: &str) {
         if !lagging.iter().any(|t| t == tenant) {
             return;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "projections of {tenant} did not catch up within 30 s"
-        );
+        if std::time::Instant::now() >= deadline {
+            let failures: Vec<(String, String)> = sqlx::query_as(
+                "SELECT projector, error FROM projections.failures WHERE tenant_id = $1",
+            )
+            .bind(tenant)
+            .fetch_all(pool)
+            .await
+            .unwrap_or_default();
+            panic!("projections of {tenant} did not catch up within 30 s; failures: {failures:?}");
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -340,7 +346,7 @@ pub async fn rewrite_and_rehash(pool: &PgPool, tenant: &str, seq: i64, text: &st
     .unwrap();
     let rows = sqlx::query(
         "SELECT seq, event_id, created_at, ts, session_id, channel, actor_type, actor_id,
-                agent_id, kind, sensitivity, tags, refs, idempotency_key, artifact_id,
+                agent_id, subject_id, kind, sensitivity, tags, refs, idempotency_key, artifact_id,
                 content::text AS content_text
            FROM events WHERE tenant_id = $1 AND seq >= $2 ORDER BY seq",
     )
@@ -355,6 +361,7 @@ pub async fn rewrite_and_rehash(pool: &PgPool, tenant: &str, seq: i64, text: &st
         let created_at: chrono::DateTime<chrono::Utc> = row.get("created_at");
         let ts: chrono::DateTime<chrono::Utc> = row.get("ts");
         let agent_id: Option<String> = row.get("agent_id");
+        let subject_id: Option<String> = row.get("subject_id");
         let idempotency_key: Option<String> = row.get("idempotency_key");
         let artifact_id: Option<String> = row.get("artifact_id");
         let hash = ChainedEvent {
@@ -368,6 +375,7 @@ pub async fn rewrite_and_rehash(pool: &PgPool, tenant: &str, seq: i64, text: &st
             actor_type: row.get("actor_type"),
             actor_id: row.get("actor_id"),
             agent_id: agent_id.as_deref(),
+            subject_id: subject_id.as_deref(),
             kind: row.get("kind"),
             sensitivity: row.get("sensitivity"),
             tags: &tags,

@@ -12,6 +12,7 @@ mod concurrency;
 mod config;
 mod console;
 mod drills;
+mod erasure;
 mod events;
 mod filters;
 mod handoffs;

@@ -455,12 +455,14 @@ async fn a_tasks_projected_updates_move_to_task_events_in_the_migration(pool: Pg
         .unwrap();
         NewEvent::parse(request, &Redactor::default()).unwrap()
     });
-    // Today's append also keeps the head's time (a later migration's
-    // column): lend it the column for the append only.
-    sqlx::query("ALTER TABLE tenant_heads ADD COLUMN created_at TIMESTAMPTZ")
-        .execute(&pool)
-        .await
-        .unwrap();
+    // Today's append also keeps the head's time and the events' data
+    // subject (later migrations' columns): lend them for the append only.
+    for lent in [
+        "ALTER TABLE tenant_heads ADD COLUMN created_at TIMESTAMPTZ",
+        "ALTER TABLE events ADD COLUMN subject_id TEXT",
+    ] {
+        sqlx::query(lent).execute(&pool).await.unwrap();
+    }
     let appended = memd::write::append(
         &pool,
         &memd_projectors::seal::Keyring::none(),
@@ -469,10 +471,12 @@ async fn a_tasks_projected_updates_move_to_task_events_in_the_migration(pool: Pg
     )
     .await
     .unwrap();
-    sqlx::query("ALTER TABLE tenant_heads DROP COLUMN created_at")
-        .execute(&pool)
-        .await
-        .unwrap();
+    for returned in [
+        "ALTER TABLE tenant_heads DROP COLUMN created_at",
+        "ALTER TABLE events DROP COLUMN subject_id",
+    ] {
+        sqlx::query(returned).execute(&pool).await.unwrap();
+    }
     let ids: Vec<&str> = appended.iter().map(|a| a.event_id.as_str()).collect();
     sqlx::query(
         "INSERT INTO projections.tasks (tenant_id, task_id, status, title, details, refs, event_ids,

@@ -23,7 +23,9 @@ fn scenarios_dir() -> PathBuf {
 async fn run(file: &str, connect: PgConnectOptions) {
     let path = scenarios_dir().join(file);
     let pool = db::connect(connect.clone(), 4).await.expect("connect");
-    let mut target = Target::managed(connect).await.expect("start the daemon");
+    let mut target = Target::managed(connect, crate::helpers::test_keyring())
+        .await
+        .expect("start the daemon");
     let http = reqwest::Client::new();
     let report = scenario::run_file(&mut target, &pool, &http, &path).await;
     target.stop().await.expect("stop the daemon");
@@ -84,6 +86,7 @@ scenarios! {
     a10_bounded_retrieval => "a10_bounded_retrieval.yaml",
     a11_cold_cache_recovery => "a11_cold_cache_recovery.yaml",
     a12_dedupe => "a12_dedupe.yaml",
+    e1_erasure => "e1_erasure.yaml",
     p1_fast_path_performance => "p1_fast_path_performance.yaml",
     p2_retrieval_path_performance => "p2_retrieval_path_performance.yaml",
     p3_cold_cache_performance => "p3_cold_cache_performance.yaml",

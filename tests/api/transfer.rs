@@ -449,6 +449,7 @@ fn rehash(event: &Value, tenant: &str, pg_style: bool) -> String {
             actor_type: &text("actor_type"),
             actor_id: &text("actor_id"),
             agent_id: event["agent_id"].as_str(),
+            subject_id: event["subject_id"].as_str(),
             kind: &text("kind"),
             sensitivity: &text("sensitivity"),
             tags: &tags,

@@ -28,6 +28,7 @@ Kind = Literal[
     "view_update",
     "handoff",
     "artifact",
+    "erasure",
 ]
 
 
@@ -46,6 +47,7 @@ class EventRequest(TypedDict, total=False):
     content: Required[Dict[str, Any]]
     tenant_id: Optional[str]
     agent_id: Optional[str]
+    subject_id: Optional[str]
     sensitivity: Sensitivity
     tags: List[str]
     refs: List[str]
@@ -169,12 +171,14 @@ class StoredEvent(TypedDict):
     actor_type: ActorType
     actor_id: str
     agent_id: Optional[str]
+    subject_id: Optional[str]
     kind: Kind
     sensitivity: Sensitivity
     tags: List[str]
     refs: List[str]
     content: Any
     sealed: bool
+    erased: bool
     idempotency_key: Optional[str]
     artifact_id: Optional[str]
     hash: str

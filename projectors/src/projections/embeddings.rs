@@ -190,6 +190,33 @@ impl Projector for EmbeddingProjector {
     }
 }
 
+/// Deletes the vectors of `tenant`'s events about data subject `subject`
+/// (erased): exactly what a rebuild of every embeddings projection would
+/// leave out, without embedding the rest again. A vector depends on its
+/// own event and on the previous message's text as stored, which for a
+/// subject's (sealed) message is never readable: no other vector changes.
+pub async fn forget_subject(
+    executor: impl sqlx::PgExecutor<'_> + Copy,
+    tenant: &str,
+    subject: &str,
+) -> Result<u64, sqlx::Error> {
+    let mut deleted = 0;
+    for tables in [MINILM_TABLES, HASHED_TABLES] {
+        deleted += sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DELETE FROM projections.{} v USING public.events e
+              WHERE v.tenant_id = $1 AND e.tenant_id = $1 AND e.seq = v.seq
+                AND e.subject_id = $2",
+            tables[0].name
+        )))
+        .bind(tenant)
+        .bind(subject)
+        .execute(executor)
+        .await?
+        .rows_affected();
+    }
+    Ok(deleted)
+}
+
 /// The message before each message of `events` in its session, by the
 /// later message's seq, read from the log: in a conversation a reply
 /// ("a sunset, with my kids!") means little without what it answers

@@ -1,0 +1,292 @@
+//! Erasure of a data subject by crypto-shredding, on the real daemon: after
+//! `POST /api/v1/admin/erase` (and `memd erase`), the subject's content is
+//! unreadable in the log, its artifact, the projections (rebuilt), bundles
+//! and a `pg_dump`; the hash chain still verifies; the erasure is recorded.
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::{
+    acb::section,
+    helpers::{memd_cli, spawn_daemon, spawn_daemon_with, test_keyring, wait_projected},
+};
+
+/// Words only the subject's memory holds.
+const ADDRESS: &str = "Alice lives at 42 Quokkastrasse, next to the zanzibarite bakery.";
+const PHONE: &str = "QUOKKAPHONE";
+const SUBJECT_WORDS: &[&str] = &["Quokkastrasse", "zanzibarite", "QUOKKAPHONE", "veganfeast"];
+/// Memory of no subject, which erasure leaves alone.
+const OFFSITE: &str = "The team offsite is in Lisbon, near the tile museum.";
+
+fn about(subject: Option<&str>, kind: &str, content: Value, refs: &[&str]) -> Value {
+    let mut event = json!({
+        "session_id": "support-1",
+        "channel": "private",
+        "actor": {"type": "human", "id": "agent-desk"},
+        "kind": kind,
+        "content": content,
+        "refs": refs,
+    });
+    if let Some(subject) = subject {
+        event["subject_id"] = json!(subject);
+    }
+    event
+}
+
+fn texts(acb: &Value) -> String {
+    acb["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["items"].as_array().unwrap().clone())
+        .map(|item| item["text"].as_str().unwrap_or_default().to_owned())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[sqlx::test]
+async fn an_erased_subjects_memory_is_unreadable_everywhere_and_the_chain_still_verifies(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let output: String = (0..3000)
+        .map(|n| format!("call {n}: {PHONE} 555-0199 answered\n"))
+        .collect();
+    let said = app
+        .append(
+            &token,
+            &about(Some("alice"), "message", json!({"text": ADDRESS}), &[]),
+        )
+        .await;
+    let said = said["event_id"].as_str().unwrap().to_owned();
+    let tool = app
+        .append(
+            &token,
+            &about(
+                Some("alice"),
+                "tool_result",
+                json!({"tool": "crm.calls", "output": output}),
+                &[],
+            ),
+        )
+        .await;
+    let artifact = tool["artifact_id"].as_str().unwrap().to_owned();
+    app.append(
+        &token,
+        &about(
+            Some("alice"),
+            "decision",
+            json!({"decision": "Order the veganfeast menu for Alice", "key": "alice.menu",
+                   "scope": "user"}),
+            &[&said],
+        ),
+    )
+    .await;
+    app.append(
+        &token,
+        &about(None, "message", json!({"text": OFFSITE}), &[]),
+    )
+    .await;
+    wait_projected(&app.pool, "acme").await;
+
+    // Before: the subject's memory is there for the tenant, sealed at rest.
+    let ask = json!({"session_id": "q", "query_text": "where does Alice live, and where is the offsite?",
+                     "max_tokens": 4000});
+    let before = texts(&app.acb(&token, ask.clone()).await);
+    assert!(before.contains("Quokkastrasse"), "{before}");
+    assert!(before.contains("Lisbon"));
+    let (status, event) = app
+        .get_json(&format!("/api/v1/events/{said}"), &token)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(event["content"]["text"], ADDRESS);
+    assert_eq!(event["subject_id"], "alice");
+    assert_eq!(event["sealed"], true);
+    let dump = app.pg_dump().await;
+    for word in SUBJECT_WORDS {
+        assert!(!dump.contains(word), "{word} in the clear before erasure");
+    }
+    let verified_before = memd_cli(&app.database_url().await, &["verify"]).await;
+    assert_eq!(verified_before.0, 0, "{verified_before:?}");
+
+    // Erase.
+    let (status, erased) = app
+        .post_admin(
+            "erase",
+            &token,
+            Some(json!({"subject_id": "alice", "by": "dpo-ticket-7"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{erased}");
+    assert_eq!(erased["erasure"]["events"], 3);
+    assert_eq!(erased["erasure"]["erased_by"], "dpo-ticket-7");
+    let job = app
+        .wait_job(&token, erased["rebuild"]["job_id"].as_str().unwrap())
+        .await;
+    assert_eq!(job["status"], "done", "{job}");
+    wait_projected(&app.pool, "acme").await;
+
+    // The log keeps the events, unreadable, and records the erasure.
+    let (_, event) = app
+        .get_json(&format!("/api/v1/events/{said}"), &token)
+        .await;
+    assert_eq!(event["erased"], true, "{event}");
+    assert_eq!(event["content"], json!({}));
+    let (_, records) = app.get_json("/api/v1/events?kind=erasure", &token).await;
+    let record = &records["events"][0];
+    assert_eq!(record["content"]["subject_id"], "alice");
+    assert_eq!(record["content"]["erased_by"], "dpo-ticket-7");
+    assert_eq!(record["actor_type"], "system");
+    assert!(!record.to_string().contains("Quokkastrasse"));
+    let artifact = app
+        .get(&format!("/api/v1/artifacts/{artifact}"), &token)
+        .await;
+    assert_eq!(artifact.status(), StatusCode::GONE);
+
+    // Bundles: nothing of it, by any path; the rest stands.
+    let after = app.acb(&token, ask).await;
+    let after_text = texts(&after);
+    for word in SUBJECT_WORDS {
+        assert!(
+            !after_text.contains(word),
+            "{word} in a bundle: {after_text}"
+        );
+    }
+    assert!(after_text.contains("Lisbon"), "{after_text}");
+    assert!(section(&after, "decision_ledger").is_empty());
+
+    // The projections hold nothing derived from it, even opened with the key.
+    let keyring = test_keyring();
+    let chunk_texts: Vec<String> = sqlx::query_scalar("SELECT text FROM projections.chunks")
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+    for text in chunk_texts {
+        let opened = keyring.open("acme", &text).unwrap().into_owned();
+        assert!(
+            !opened.contains("Quokkastrasse") && !opened.contains(PHONE),
+            "{opened}"
+        );
+    }
+    let decisions: i64 = sqlx::query_scalar("SELECT count(*) FROM projections.decisions")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(decisions, 0);
+    let dump = app.pg_dump().await;
+    for word in SUBJECT_WORDS {
+        assert!(!dump.contains(word), "{word} in pg_dump after erasure");
+        assert!(
+            !dump.contains(&hex::encode(word)),
+            "{word} hex-encoded in pg_dump"
+        );
+    }
+    assert!(
+        dump.contains("dpo-ticket-7"),
+        "the erasure record is in the dump"
+    );
+
+    // The chain verifies, and a drift check finds the projections equal to
+    // a rebuild from the log.
+    let (code, out, err) = memd_cli(&app.database_url().await, &["verify"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let (status, queued) = app.post_admin("drift-check", &token, None).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let drift = app
+        .wait_job(&token, queued["job_id"].as_str().unwrap())
+        .await;
+    assert_eq!(drift["result"]["drifted"], false, "{drift}");
+
+    // Nothing more is recorded under an erased subject, and erasing twice or
+    // an unknown subject is refused by field.
+    let (status, refused) = app
+        .post_events(
+            &token,
+            &about(Some("alice"), "message", json!({"text": "back again"}), &[]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    assert_eq!(refused["error"]["code"], "subject_erased");
+    assert_eq!(refused["error"]["field"], "subject_id");
+    let (status, again) = app
+        .post_admin("erase", &token, Some(json!({"subject_id": "alice"})))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{again}");
+    let (status, unknown) = app
+        .post_admin("erase", &token, Some(json!({"subject_id": "bob"})))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{unknown}");
+    assert_eq!(unknown["error"]["field"], "subject_id");
+}
+
+#[sqlx::test]
+async fn memd_erase_on_the_command_line_and_subjects_need_a_key(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect.clone()).await;
+    let token = app.tenant("acme").await;
+    let said = app
+        .append(
+            &token,
+            &about(Some("carol"), "message", json!({"text": ADDRESS}), &[]),
+        )
+        .await;
+    let said = said["event_id"].as_str().unwrap().to_owned();
+    wait_projected(&app.pool, "acme").await;
+    let (code, out, err) = memd_cli(
+        &app.database_url().await,
+        &[
+            "erase",
+            "--tenant",
+            "acme",
+            "--subject",
+            "carol",
+            "--by",
+            "ops",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("erased subject=carol tenant=acme events=1 by=ops"),
+        "{out}"
+    );
+    assert!(out.contains("rebuilt tenant=acme"), "{out}");
+    let (_, event) = app
+        .get_json(&format!("/api/v1/events/{said}"), &token)
+        .await;
+    assert_eq!(event["erased"], true);
+    let chunks: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM projections.chunks WHERE event_id = $1")
+            .bind(&said)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(chunks, 0);
+
+    // Without a key file there is no key to seal a subject's content under.
+    let keyless = spawn_daemon_with(connect, memd::startup::ServeConfig::default()).await;
+    let token = keyless.tenant("other").await;
+    let (status, refused) = keyless
+        .post_events(
+            &token,
+            &json!({"events": [about(None, "message", json!({"text": "x"}), &[]),
+                               about(Some("dave"), "message", json!({"text": "y"}), &[])]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert_eq!(refused["error"]["field"], "events[1].subject_id");
+    // And a client cannot forge an erasure record.
+    let (status, forged) = keyless
+        .post_events(
+            &token,
+            &about(None, "erasure", json!({"subject_id": "dave"}), &[]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{forged}");
+    assert_eq!(forged["error"]["field"], "kind");
+}
