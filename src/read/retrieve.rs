@@ -198,27 +198,36 @@ pub struct Scope {
 /// to `$12`) and retention keeps (`$13` to `$19`), as [`bind_scope`] binds
 /// them, and, unless `privacy` is false, that the channel (`$2`, `$3`) and
 /// the bundle's agent (`$5`) may see ([`Visibility::owner_allows`],
-/// [`filters::SQL`], [`retention::sql`]).
-fn scoped(privacy: bool, retained: bool) -> String {
-    format!(
+/// [`filters::SQL`], [`retention::sql`]). Filters and retention are written
+/// in only when the scope has them: their parameters are always bound, but
+/// an unused condition would still cost every statement its planning and
+/// every row its test. With `retained` false: the chunks retention forgot.
+fn scoped(scope: &Scope, privacy: bool, retained: bool) -> String {
+    let mut sql = format!(
         "c.tenant_id = $1 AND {} AND NOT (c.kind = ANY ($4)) \
-         AND (c.channel <> 'private' OR c.agent_id IS NULL OR $5::text IS NULL OR c.agent_id = $5) \
-         AND {} AND {}{}",
+         AND (c.channel <> 'private' OR c.agent_id IS NULL OR $5::text IS NULL OR c.agent_id = $5)",
         if privacy {
             "(c.channel = ANY ($2) AND c.sensitivity = ANY ($3))"
         } else {
             "NOT (c.channel = ANY ($2) AND c.sensitivity = ANY ($3))"
         },
-        filters::SQL,
-        if retained { "" } else { "NOT " },
-        retention::sql()
-    )
+    );
+    if !scope.filters.is_empty() {
+        sql.push_str(" AND ");
+        sql.push_str(filters::SQL);
+    }
+    match (scope.forgetting.is_empty(), retained) {
+        (true, true) => {}
+        (true, false) => sql.push_str(" AND false"),
+        (false, true) => sql.push_str(&format!(" AND {}", retention::sql())),
+        (false, false) => sql.push_str(&format!(" AND NOT {}", retention::sql())),
+    }
+    sql
 }
 
 /// [`scoped`]: what a bundle may retrieve.
-fn visible() -> &'static str {
-    static VISIBLE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| scoped(true, true));
-    &VISIBLE
+fn visible(scope: &Scope) -> String {
+    scoped(scope, true, true)
 }
 
 /// Parameters [`bind_scope`] binds; a statement's own start after them.
@@ -324,7 +333,7 @@ async fn common_lexemes(
                         > ${share} \
                    END",
                 index + SCOPE_PARAMS + 3,
-                visible = visible(),
+                visible = visible(scope),
                 sample = SCOPE_PARAMS + 1,
                 share = SCOPE_PARAMS + 2,
             )
@@ -335,7 +344,7 @@ async fn common_lexemes(
            FROM (SELECT count(*) AS sampled{held}
                    FROM (SELECT c.tsv FROM projections.chunks c WHERE {visible}
                           ORDER BY c.seq DESC, c.part DESC LIMIT ${sample}) AS s) AS s",
-        visible = visible(),
+        visible = visible(scope),
         sample = SCOPE_PARAMS + 1
     );
     let mut query = bind_scope(
@@ -388,7 +397,7 @@ async fn candidates(
             "(SELECT {CANDIDATE_COLUMNS}, c.tsv FROM projections.chunks c
                WHERE {visible} AND c.tsv @@ {condition}
                ORDER BY c.seq DESC, c.part DESC LIMIT {limit})",
-            visible = visible()
+            visible = visible(scope)
         )
     };
     let is_common = |index: usize| common.get(index).copied().unwrap_or(false);
@@ -484,7 +493,7 @@ pub async fn at_positions(
                                WHERE c.tenant_id = $1 AND c.seq = u.seq AND c.part = u.part
                                LIMIT 1) AS c
           WHERE {visible}",
-        visible = visible(),
+        visible = visible(scope),
         seqs = SCOPE_PARAMS + 1,
         parts = SCOPE_PARAMS + 2,
         queries = SCOPE_PARAMS + 3,
@@ -574,7 +583,7 @@ pub async fn pinned(
            FROM projections.chunks c
           WHERE {visible} AND {PINNED}
           ORDER BY c.seq DESC, c.part LIMIT ${limit}",
-        visible = visible(),
+        visible = visible(scope),
         limit = SCOPE_PARAMS + 1
     );
     let rows = bind_scope(
@@ -601,7 +610,7 @@ pub async fn withheld(
     scope: &Scope,
     limit: i64,
 ) -> Result<Vec<String>, sqlx::Error> {
-    let sql = scoped(false, true);
+    let sql = scoped(scope, false, true);
     matching_ids(
         pool, keyring, tenant, lexemes, visibility, scope, &sql, limit,
     )
@@ -620,7 +629,7 @@ pub async fn forgotten(
     scope: &Scope,
     limit: i64,
 ) -> Result<Vec<String>, sqlx::Error> {
-    let sql = scoped(true, false);
+    let sql = scoped(scope, true, false);
     matching_ids(
         pool, keyring, tenant, lexemes, visibility, scope, &sql, limit,
     )
