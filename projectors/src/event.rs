@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgConnection;
 
-use crate::seal::{Keyring, SealError, Sealer};
+use crate::seal::{Keyring, Opened, SealError, Sealer};
 
 /// One row of `events`, minus the hash chain.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -139,15 +139,9 @@ pub async fn read_after(
 /// (under the process's key) whatever its sensitivity; once the subject is
 /// erased, the event is marked `erased` with `{}` for content.
 pub fn open(keyring: &Keyring, tenant: &str, event: &mut StoredEvent) -> Result<(), SealError> {
-    match keyring.open_content(tenant, &mut event.content) {
-        Err(SealError::Erased(_)) if event.subject_id.is_some() => {
-            event.content = Value::Object(serde_json::Map::new());
-            event.erased = true;
-        }
-        opened => {
-            opened?;
-        }
-    }
+    let opened =
+        keyring.open_event_content(tenant, &mut event.content, event.subject_id.is_some())?;
+    event.erased = opened == Opened::Erased;
     event.sealer = if event.subject_id.is_some() {
         keyring.sealer(tenant, "high")
     } else {

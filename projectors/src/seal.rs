@@ -305,6 +305,26 @@ impl Keyring {
         }
     }
 
+    /// An event's content opened as [`Keyring::open_content`] opens it, but
+    /// for an event of a data subject (`has_subject`) whose key was
+    /// destroyed: its content becomes `{}` and the answer [`Opened::Erased`].
+    pub fn open_event_content(
+        &self,
+        tenant: &str,
+        content: &mut Value,
+        has_subject: bool,
+    ) -> Result<Opened, SealError> {
+        match self.open_content(tenant, content) {
+            Ok(true) => Ok(Opened::Sealed),
+            Ok(false) => Ok(Opened::Clear),
+            Err(SealError::Erased(_)) if has_subject => {
+                *content = Value::Object(serde_json::Map::new());
+                Ok(Opened::Erased)
+            }
+            Err(other) => Err(other),
+        }
+    }
+
     /// The checkpoint-signing public key, hex, if there is a key.
     pub fn public_key(&self) -> Option<String> {
         self.master
@@ -432,6 +452,17 @@ impl Keyring {
             .map_err(|_| SealError::Corrupt)?;
         Ok(DataKey::derive_subject(&raw))
     }
+}
+
+/// What [`Keyring::open_event_content`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opened {
+    /// Stored in the clear.
+    Clear,
+    /// Sealed at rest, and now opened.
+    Sealed,
+    /// Sealed under an erased data subject's key: unreadable for good.
+    Erased,
 }
 
 /// Whether `signature` (hex) is `public_key`'s (hex) over `message`.

@@ -158,12 +158,12 @@ async fn latest_update(
     )
     .await?;
     for (mut content, channel, sensitivity, subject) in updates {
-        match keyring.open_content(tenant.as_str(), &mut content) {
-            // An erased subject's update is gone: the view is what came before.
-            Err(memd_projectors::seal::SealError::Erased(_)) if subject.is_some() => continue,
-            opened => {
-                opened.with_context(|| format!("a sealed update of view {view}"))?;
-            }
+        let opened = keyring
+            .open_event_content(tenant.as_str(), &mut content, subject.is_some())
+            .with_context(|| format!("a sealed update of view {view}"))?;
+        // An erased subject's update is gone: the view is what came before.
+        if opened == memd_projectors::seal::Opened::Erased {
+            continue;
         }
         if content["view"].as_str() == Some(view) {
             let text = content["text"].as_str().unwrap_or_default().to_owned();

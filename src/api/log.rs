@@ -10,7 +10,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use chrono::{DateTime, Utc};
-use memd_projectors::seal::{Keyring, SealError};
+use memd_projectors::seal::{Keyring, Opened};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -142,14 +142,10 @@ impl StoredEvent {
     /// Opens sealed content for the caller (whom the route already
     /// allowed), a data subject's with its key.
     fn open(&mut self, keyring: &Keyring, tenant: &str) -> Result<(), sqlx::Error> {
-        match keyring.open_content(tenant, &mut self.content) {
-            Ok(sealed) => self.sealed = sealed,
-            Err(SealError::Erased(_)) if self.subject_id.is_some() => {
-                self.content = Value::Object(serde_json::Map::new());
-                (self.sealed, self.erased) = (true, true);
-            }
-            Err(other) => return Err(other.into()),
-        }
+        let opened =
+            keyring.open_event_content(tenant, &mut self.content, self.subject_id.is_some())?;
+        self.sealed = opened != Opened::Clear;
+        self.erased = opened == Opened::Erased;
         Ok(())
     }
 }

@@ -321,6 +321,7 @@ async fn common_lexemes(
             )
         })
         .collect();
+    let visible = visible(scope);
     // The count runs only when the sample has not settled it: a subquery
     // in a CASE branch is evaluated only when that branch is reached.
     let common: String = (0..lexemes.len())
@@ -333,7 +334,6 @@ async fn common_lexemes(
                         > ${share} \
                    END",
                 index + SCOPE_PARAMS + 3,
-                visible = visible(scope),
                 sample = SCOPE_PARAMS + 1,
                 share = SCOPE_PARAMS + 2,
             )
@@ -344,7 +344,6 @@ async fn common_lexemes(
            FROM (SELECT count(*) AS sampled{held}
                    FROM (SELECT c.tsv FROM projections.chunks c WHERE {visible}
                           ORDER BY c.seq DESC, c.part DESC LIMIT ${sample}) AS s) AS s",
-        visible = visible(scope),
         sample = SCOPE_PARAMS + 1
     );
     let mut query = bind_scope(
@@ -392,12 +391,12 @@ async fn candidates(
         return Ok(Vec::new());
     }
     let per_lexeme = share(lexemes.len(), pool_max);
+    let visible = visible(scope);
     let branch = |condition: String, limit: usize| {
         format!(
             "(SELECT {CANDIDATE_COLUMNS}, c.tsv FROM projections.chunks c
                WHERE {visible} AND c.tsv @@ {condition}
-               ORDER BY c.seq DESC, c.part DESC LIMIT {limit})",
-            visible = visible(scope)
+               ORDER BY c.seq DESC, c.part DESC LIMIT {limit})"
         )
     };
     let is_common = |index: usize| common.get(index).copied().unwrap_or(false);
