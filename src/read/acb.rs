@@ -22,6 +22,7 @@ use memd_projectors::{StoredEvent, dedupe, render};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sqlx::Row;
+use tracing::Instrument;
 
 use super::{
     PROJECTED_SEQ, Reader,
@@ -316,7 +317,10 @@ pub enum AcbError {
 #[derive(Default)]
 struct Omissions {
     list: Vec<Omission>,
-    index: HashMap<String, usize>,
+    /// By reason and section, then by what tells the details apart: looked
+    /// up without building a key, as a pool of near-duplicates looks up the
+    /// same few omissions a thousand times.
+    index: HashMap<(&'static str, Option<SectionName>), HashMap<String, usize>>,
 }
 
 impl Omissions {
@@ -342,8 +346,8 @@ impl Omissions {
         key: &str,
         details: impl FnOnce() -> Map<String, Value>,
     ) {
-        let key = format!("{reason}|{section:?}|{key}");
-        let at = match self.index.get(&key) {
+        let index = self.index.entry((reason, section)).or_default();
+        let at = match index.get(key) {
             Some(at) => *at,
             None => {
                 self.list.push(Omission {
@@ -353,7 +357,7 @@ impl Omissions {
                     count: 0,
                     details: details(),
                 });
-                self.index.insert(key, self.list.len() - 1);
+                index.insert(key.to_owned(), self.list.len() - 1);
                 self.list.len() - 1
             }
         };
@@ -427,11 +431,23 @@ async fn head(reader: &Reader, tenant: &str, query: &str) -> Result<Head, sqlx::
     })
 }
 
+/// Builds the bundle `request` asks for from `reader`'s database.
 pub async fn build_acb(
     reader: &Reader,
     tenant: &str,
     request: AcbRequest,
 ) -> Result<Acb, AcbError> {
+    // Outside the request's span: sqlx polls its row streams in the span
+    // current when the query started, entering and leaving it once per row,
+    // and for the thousand or so rows of a retrieval bundle that was a
+    // tenth of the daemon's CPU under load. Errors are still logged in the
+    // request's span, where the handler turns them into responses.
+    assemble(reader, tenant, request)
+        .instrument(tracing::Span::none())
+        .await
+}
+
+async fn assemble(reader: &Reader, tenant: &str, request: AcbRequest) -> Result<Acb, AcbError> {
     let started = Instant::now();
     let mut stopwatch = Stopwatch(started);
     let mut stages = StageTimes::default();
@@ -1329,11 +1345,13 @@ impl Evidence {
             return;
         }
         if recent_chunks.contains(&candidate.chunk_id) {
-            omissions.add(
+            // Keys with a space never meet a kept chunk's id ([`Evidence::collapse`]).
+            omissions.add_keyed(
                 "duplicate",
                 section,
                 candidate.chunk_id,
-                details(&[("kept_in", json!("recent_window"))]),
+                "kept_in recent_window",
+                || details(&[("kept_in", json!("recent_window"))]),
             );
             return;
         }
@@ -1344,11 +1362,12 @@ impl Evidence {
                 .and_then(|s| s.strip_prefix("task "))
             && active_tasks.contains(task)
         {
-            omissions.add(
+            omissions.add_keyed(
                 "duplicate",
                 section,
                 candidate.chunk_id,
-                details(&[("kept_in", json!("task_state")), ("task_id", json!(task))]),
+                &format!("kept_in task_state {task}"),
+                || details(&[("kept_in", json!("task_state")), ("task_id", json!(task))]),
             );
             return;
         }
