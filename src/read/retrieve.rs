@@ -322,54 +322,47 @@ async fn common_lexemes(
     if lexemes.is_empty() {
         return Ok(Vec::new());
     }
-    let held: String = (0..lexemes.len())
-        .map(|index| {
-            format!(
-                ", count(*) FILTER (WHERE s.tsv @@ ${}::tsquery) AS h{index}",
-                index + SCOPE_PARAMS + 3
-            )
-        })
-        .collect();
+    // One statement text whatever the lexemes (an array, one row each), so
+    // after its first five runs on a connection PostgreSQL keeps a generic
+    // plan: written out per lexeme, it was planned on every bundle, which
+    // cost more than running it (0.5 ms against 0.4 at 10k events). Nothing in it
+    // needs the lexemes' values to plan well: the sample is the tenant's
+    // newest chunks, and a count only runs for a term the sample did not
+    // settle, which has few matches among them, read from the GIN index.
+    // The count runs only then: a subquery in a CASE branch is evaluated
+    // only when that branch is reached.
     let visible = visible(scope);
-    // The count runs only when the sample has not settled it: a subquery
-    // in a CASE branch is evaluated only when that branch is reached.
-    let common: String = (0..lexemes.len())
-        .map(|index| {
-            format!(
-                ", CASE WHEN s.sampled = ${sample} AND s.h{index} >= ${sample} * {COMMON_SHARE} \
-                   THEN true \
-                   ELSE (SELECT count(*) FROM (SELECT FROM projections.chunks c \
-                          WHERE {visible} AND c.tsv @@ ${}::tsquery LIMIT ${share} + 1) AS m) \
-                        > ${share} \
-                   END",
-                index + SCOPE_PARAMS + 3,
-                sample = SCOPE_PARAMS + 1,
-                share = SCOPE_PARAMS + 2,
-            )
-        })
-        .collect();
     let sql = format!(
-        "SELECT true{common}
-           FROM (SELECT count(*) AS sampled{held}
-                   FROM (SELECT c.tsv FROM projections.chunks c WHERE {visible}
-                          ORDER BY c.seq DESC, c.part DESC LIMIT ${sample}) AS s) AS s",
-        sample = SCOPE_PARAMS + 1
+        "WITH sample AS MATERIALIZED (
+              SELECT c.tsv FROM projections.chunks c WHERE {visible}
+               ORDER BY c.seq DESC, c.part DESC LIMIT ${sample})
+         SELECT CASE WHEN (SELECT count(*) FROM sample) = ${sample}
+                      AND (SELECT count(*) FROM sample WHERE sample.tsv @@ l.q)
+                          >= ${sample} * {COMMON_SHARE}
+                     THEN true
+                     ELSE (SELECT count(*) FROM (SELECT FROM projections.chunks c
+                            WHERE {visible} AND c.tsv @@ l.q LIMIT ${share} + 1) AS m)
+                          > ${share}
+                END
+           FROM unnest(${queries}::tsquery[]) WITH ORDINALITY AS l (q, o)
+          ORDER BY l.o",
+        sample = SCOPE_PARAMS + 1,
+        share = SCOPE_PARAMS + 2,
+        queries = SCOPE_PARAMS + 3,
     );
-    let mut query = bind_scope(
-        sqlx::query(sqlx::AssertSqlSafe(sql)).persistent(false),
+    let queries: Vec<String> = lexemes.iter().map(|l| lexeme_query(l, keyring)).collect();
+    let rows = bind_scope(
+        sqlx::query(sqlx::AssertSqlSafe(sql)),
         tenant,
         visibility,
         scope,
     )
     .bind(COMMON_SAMPLE)
-    .bind(share(lexemes.len(), pool_max) as i64);
-    for lexeme in lexemes {
-        query = query.bind(lexeme_query(lexeme, keyring));
-    }
-    let row = query.fetch_one(pool).await?;
-    (0..lexemes.len())
-        .map(|index| row.try_get::<bool, _>(index + 1))
-        .collect()
+    .bind(share(lexemes.len(), pool_max) as i64)
+    .bind(&queries)
+    .fetch_all(pool)
+    .await?;
+    rows.iter().map(|row| row.try_get::<bool, _>(0)).collect()
 }
 
 /// Each lexeme's share of a pool of `pool_max` candidates.
