@@ -293,12 +293,11 @@ pub async fn candidate_pool(
     scope: &Scope,
     pool_max: usize,
 ) -> Result<(Vec<bool>, Vec<Candidate>), sqlx::Error> {
-    let common =
-        common_lexemes(pool, keyring, tenant, lexemes, visibility, scope, pool_max).await?;
-    let found = candidates(
-        pool, keyring, tenant, lexemes, &common, visibility, scope, pool_max,
-    )
-    .await?;
+    // Each lexeme as a tsquery (with its blinded form for sealed chunks),
+    // once for both statements.
+    let queries: Vec<String> = lexemes.iter().map(|l| lexeme_query(l, keyring)).collect();
+    let common = common_lexemes(pool, tenant, &queries, visibility, scope, pool_max).await?;
+    let found = candidates(pool, tenant, &queries, &common, visibility, scope, pool_max).await?;
     Ok((common, found))
 }
 
@@ -309,28 +308,27 @@ pub async fn candidate_pool(
 /// once; any other term's matches are counted, up to the share + 1 (a rare
 /// term's few rows, read again by [`candidates`] from the cache). Read from
 /// the tenant's own chunks only (the same log gives the same answer, and no
-/// other tenant's memory has a say), in one statement.
+/// other tenant's memory has a say), in one statement. `queries` are the
+/// lexemes as [`lexeme_query`] writes them.
 async fn common_lexemes(
     pool: &PgPool,
-    keyring: &Keyring,
     tenant: &str,
-    lexemes: &[String],
+    queries: &[String],
     visibility: Visibility<'_>,
     scope: &Scope,
     pool_max: usize,
 ) -> Result<Vec<bool>, sqlx::Error> {
-    if lexemes.is_empty() {
+    if queries.is_empty() {
         return Ok(Vec::new());
     }
     // One statement text whatever the lexemes (an array, one row each), so
     // after its first five runs on a connection PostgreSQL keeps a generic
     // plan: written out per lexeme, it was planned on every bundle, which
-    // cost more than running it (0.5 ms against 0.4 at 10k events). Nothing in it
-    // needs the lexemes' values to plan well: the sample is the tenant's
-    // newest chunks, and a count only runs for a term the sample did not
-    // settle, which has few matches among them, read from the GIN index.
-    // The count runs only then: a subquery in a CASE branch is evaluated
-    // only when that branch is reached.
+    // cost more than running it (0.5 ms against 0.4 at 10k events). Nothing
+    // in it needs the lexemes' values to plan well: the sample is the
+    // tenant's newest chunks, and a term's matches are counted (from the GIN
+    // index) only when the sample did not settle it, as a subquery in a
+    // CASE branch runs only when that branch is reached.
     let visible = visible(scope);
     let sql = format!(
         "WITH sample AS MATERIALIZED (
@@ -350,7 +348,6 @@ async fn common_lexemes(
         share = SCOPE_PARAMS + 2,
         queries = SCOPE_PARAMS + 3,
     );
-    let queries: Vec<String> = lexemes.iter().map(|l| lexeme_query(l, keyring)).collect();
     let rows = bind_scope(
         sqlx::query(sqlx::AssertSqlSafe(sql)),
         tenant,
@@ -358,8 +355,8 @@ async fn common_lexemes(
         scope,
     )
     .bind(COMMON_SAMPLE)
-    .bind(share(lexemes.len(), pool_max) as i64)
-    .bind(&queries)
+    .bind(share(queries.len(), pool_max) as i64)
+    .bind(queries)
     .fetch_all(pool)
     .await?;
     rows.iter().map(|row| row.try_get::<bool, _>(0)).collect()
@@ -378,21 +375,20 @@ fn share(lexemes: usize, pool_max: usize) -> usize {
 /// everyday words come together), so one branch of half their shares
 /// brings more distinct chunks than a branch each, for half the rows read.
 /// Every branch orders by seq, then part: the same log gives the same pool.
-#[allow(clippy::too_many_arguments)]
+/// `queries` are the lexemes as [`lexeme_query`] writes them.
 async fn candidates(
     pool: &PgPool,
-    keyring: &Keyring,
     tenant: &str,
-    lexemes: &[String],
+    queries: &[String],
     common: &[bool],
     visibility: Visibility<'_>,
     scope: &Scope,
     pool_max: usize,
 ) -> Result<Vec<Candidate>, sqlx::Error> {
-    if lexemes.is_empty() || pool_max == 0 {
+    if queries.is_empty() || pool_max == 0 {
         return Ok(Vec::new());
     }
-    let per_lexeme = share(lexemes.len(), pool_max);
+    let per_lexeme = share(queries.len(), pool_max);
     let visible = visible(scope);
     let branch = |condition: String, limit: usize| {
         format!(
@@ -402,7 +398,7 @@ async fn candidates(
         )
     };
     let is_common = |index: usize| common.get(index).copied().unwrap_or(false);
-    let mut branches: Vec<String> = (0..lexemes.len())
+    let mut branches: Vec<String> = (0..queries.len())
         .filter(|index| !is_common(*index))
         .map(|index| {
             branch(
@@ -411,7 +407,7 @@ async fn candidates(
             )
         })
         .collect();
-    let shared: Vec<usize> = (0..lexemes.len()).filter(|i| is_common(*i)).collect();
+    let shared: Vec<usize> = (0..queries.len()).filter(|i| is_common(*i)).collect();
     if !shared.is_empty() {
         let any = shared
             .iter()
@@ -427,10 +423,9 @@ async fn candidates(
     let sql = format!(
         "SELECT {CANDIDATE_COLUMNS}, length(c.tsv) AS lexeme_count, {matched} AS matched
            FROM ({branches}) AS c",
-        matched = matched_mask(lexemes.len(), SCOPE_PARAMS + 1),
+        matched = matched_mask(queries.len(), SCOPE_PARAMS + 1),
         branches = branches.join(" UNION ALL ")
     );
-    let literals: Vec<String> = lexemes.iter().map(|l| lexeme_query(l, keyring)).collect();
     // Not a prepared statement: planned with the actual lexemes, so each
     // branch gets the plan its lexeme's frequency calls for.
     let mut query = bind_scope(
@@ -439,7 +434,7 @@ async fn candidates(
         visibility,
         scope,
     );
-    for literal in &literals {
+    for literal in queries {
         query = query.bind(literal);
     }
     let rows = query.fetch_all(pool).await?;
