@@ -85,14 +85,16 @@ pub(crate) struct Artifact {
     pub sealed: bool,
 }
 
-/// Stored bytes opened for the caller (a data subject's with its key), and
-/// whether they were sealed. An erased subject's artifact is gone: 410.
+/// A row's stored `bytes` opened for the caller (a data subject's, named by
+/// its `subject_id`, with the subject's key), and whether they were sealed.
+/// An erased subject's artifact is gone: 410.
 async fn opened(
     state: &ApiState,
     caller: &Caller,
-    subject: Option<String>,
-    stored: Vec<u8>,
+    row: &sqlx::postgres::PgRow,
 ) -> Result<(Vec<u8>, bool), ApiError> {
+    let subject: Option<String> = row.try_get("subject_id")?;
+    let stored: Vec<u8> = row.try_get("bytes")?;
     let tenant = caller.tenant.as_str();
     let keyring = memd_projectors::event::subject_keyring(
         &state.reader.pool,
@@ -117,6 +119,14 @@ async fn opened(
 const SUBJECT: &str = "(SELECT e.subject_id FROM events e
                         WHERE e.tenant_id = a.tenant_id AND e.event_id = a.event_id) AS subject_id";
 
+/// The artifact `$2` of tenant `$1`, unless its event is another agent's
+/// private memory (`$3`: the caller's agent, if any).
+const VISIBLE_ARTIFACT: &str = "artifacts a WHERE tenant_id = $1 AND artifact_id = $2
+            AND NOT EXISTS (SELECT FROM events e
+                             WHERE e.tenant_id = a.tenant_id AND e.event_id = a.event_id
+                               AND NOT (e.channel <> 'private' OR e.agent_id IS NULL
+                                        OR $3::text IS NULL OR e.agent_id = $3))";
+
 /// The caller's artifact `artifact_id`: shared by HTTP and MCP. Another
 /// tenant's is a 404 exactly like a missing one.
 pub(crate) async fn fetch(
@@ -129,11 +139,7 @@ pub(crate) async fn fetch(
         .read_log(move |pool| async move {
             sqlx::query(sqlx::AssertSqlSafe(format!(
                 "SELECT bytes, media_type, event_id, encode(sha256, 'hex') AS sha256, {SUBJECT}
-           FROM artifacts a WHERE tenant_id = $1 AND artifact_id = $2
-            AND NOT EXISTS (SELECT FROM events e
-                             WHERE e.tenant_id = a.tenant_id AND e.event_id = a.event_id
-                               AND NOT (e.channel <> 'private' OR e.agent_id IS NULL
-                                        OR $3::text IS NULL OR e.agent_id = $3))",
+                   FROM {VISIBLE_ARTIFACT}",
             )))
             .bind(caller.tenant.as_str())
             .bind(artifact_id)
@@ -143,13 +149,7 @@ pub(crate) async fn fetch(
             .ok_or_else(|| ApiError::not_found(format!("no artifact {artifact_id}")))
         })
         .await?;
-    let (bytes, sealed) = opened(
-        state,
-        caller,
-        row.try_get("subject_id")?,
-        row.try_get("bytes")?,
-    )
-    .await?;
+    let (bytes, sealed) = opened(state, caller, &row).await?;
     Ok(Artifact {
         bytes,
         media_type: row.try_get("media_type")?,
@@ -176,20 +176,16 @@ pub(crate) async fn fetch_range(
             sqlx::query(sqlx::AssertSqlSafe(format!(
                 // A sealed artifact is opened whole, then cut.
                 "SELECT CASE WHEN substring(bytes FROM 1 FOR $6) = $7 THEN bytes
-                     ELSE substring(bytes FROM $3 FOR $4) END AS bytes,
+                     ELSE substring(bytes FROM $4 FOR $5) END AS bytes,
                 length(bytes) AS total, media_type,
                 event_id, encode(sha256, 'hex') AS sha256, {SUBJECT}
-           FROM artifacts a WHERE tenant_id = $1 AND artifact_id = $2
-            AND NOT EXISTS (SELECT FROM events e
-                             WHERE e.tenant_id = a.tenant_id AND e.event_id = a.event_id
-                               AND NOT (e.channel <> 'private' OR e.agent_id IS NULL
-                                        OR $5::text IS NULL OR e.agent_id = $5))",
+           FROM {VISIBLE_ARTIFACT}",
             )))
             .bind(caller.tenant.as_str())
             .bind(artifact_id)
+            .bind(&caller.agent)
             .bind(i32::try_from(offset.saturating_add(1)).unwrap_or(i32::MAX))
             .bind(i32::try_from(len).unwrap_or(i32::MAX))
-            .bind(&caller.agent)
             .bind(SEALED_PREFIX.len() as i32)
             .bind(SEALED_PREFIX.as_bytes())
             .fetch_optional(pool)
@@ -198,13 +194,7 @@ pub(crate) async fn fetch_range(
         })
         .await?;
     let total: i32 = row.try_get("total")?;
-    let (bytes, sealed) = opened(
-        state,
-        caller,
-        row.try_get("subject_id")?,
-        row.try_get("bytes")?,
-    )
-    .await?;
+    let (bytes, sealed) = opened(state, caller, &row).await?;
     let (bytes, total) = if sealed {
         let end = offset.saturating_add(len).min(bytes.len());
         (
