@@ -160,8 +160,14 @@ async fn measure(
             "the chain of {other} does not verify"
         );
         let (events_bytes, chunks_bytes): (i64, i64) = sqlx::query_as(
-            "SELECT pg_total_relation_size('public.events'),
-                    pg_total_relation_size('projections.chunks')",
+            // A partitioned table's own size is nothing: its partitions'
+            // (a table that is not partitioned has no partition tree).
+            "SELECT coalesce((SELECT sum(pg_total_relation_size(relid))::bigint
+                                FROM pg_partition_tree('public.events')),
+                             pg_total_relation_size('public.events')),
+                    coalesce((SELECT sum(pg_total_relation_size(relid))::bigint
+                                FROM pg_partition_tree('projections.chunks')),
+                             pg_total_relation_size('projections.chunks'))",
         )
         .fetch_one(&pool)
         .await?;

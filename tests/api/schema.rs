@@ -126,3 +126,61 @@ async fn the_same_event_id_in_two_tenants_is_two_events(pool: PgPool) {
         "{unique_keys:?}"
     );
 }
+
+#[sqlx::test]
+async fn a_tenants_search_reads_one_partition_of_the_chunks(pool: PgPool) {
+    // The chunks are partitioned by hash(tenant_id) (migration 23): one
+    // full-text index over every tenant's chunks made a rare term's matches
+    // in all tenants a cost of each tenant's bundles (README, "10 million
+    // events").
+    let (strategy, column): (String, String) = sqlx::query_as(
+        "SELECT p.partstrat::text, a.attname::text
+           FROM pg_partitioned_table p
+           JOIN pg_attribute a ON a.attrelid = p.partrelid AND a.attnum = p.partattrs[0]
+          WHERE p.partrelid = 'projections.chunks'::regclass AND p.partnatts = 1",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((strategy.as_str(), column.as_str()), ("h", "tenant_id"));
+    let partitions: Vec<String> = sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_partition_tree('projections.chunks') t
+           JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(partitions.len() >= 8, "{partitions:?}");
+    let search = "SELECT chunk_id FROM projections.chunks c
+                   WHERE c.tenant_id = $1 AND c.tsv @@ 'invoice'::tsquery
+                   ORDER BY c.seq DESC, c.part DESC LIMIT 50";
+    let mut conn = pool.acquire().await.unwrap();
+    let mut plans = Vec::new();
+    // Planned for its tenant, and as a prepared statement's generic plan
+    // (what PostgreSQL may keep after five runs), which prunes when it starts.
+    for mode in ["force_custom_plan", "force_generic_plan"] {
+        for statement in [
+            format!("SET plan_cache_mode = {mode}"),
+            format!("PREPARE search_{mode} (text) AS {search}"),
+        ] {
+            sqlx::query(sqlx::AssertSqlSafe(statement))
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+        }
+        let plan: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE search_{mode} ('acme')"
+        )))
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
+        plans.push(plan.join("\n"));
+    }
+    for plan in &plans {
+        let read = partitions
+            .iter()
+            .filter(|partition| plan.contains(&format!("on {partition}")))
+            .count();
+        assert_eq!(read, 1, "{plan}");
+    }
+}
