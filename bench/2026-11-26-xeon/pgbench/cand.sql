@@ -1,0 +1,2 @@
+(SELECT c.chunk_id, c.seq, c.part, c.tsv FROM projections.chunks c WHERE c.tenant_id = :tenant AND (c.channel = ANY (:chan::text[]) AND c.sensitivity = ANY (:sens::text[])) AND c.tsv @@ :q1::tsquery ORDER BY c.seq DESC, c.part DESC LIMIT 200)
+UNION ALL (SELECT c.chunk_id, c.seq, c.part, c.tsv FROM projections.chunks c WHERE c.tenant_id = :tenant AND (c.channel = ANY (:chan::text[]) AND c.sensitivity = ANY (:sens::text[])) AND c.tsv @@ :q2::tsquery ORDER BY c.seq DESC, c.part DESC LIMIT 200);

@@ -1,0 +1,1 @@
+SELECT c.chunk_id, c.seq, length(c.tsv) FROM unnest(:seqs::bigint[], :parts::int[]) AS u (seq, part) CROSS JOIN LATERAL (SELECT * FROM projections.chunks c WHERE c.tenant_id = :tenant AND c.seq = u.seq AND c.part = u.part LIMIT 1) AS c WHERE c.tenant_id = :tenant AND (c.channel = ANY (:chan::text[]) AND c.sensitivity = ANY (:sens::text[]));
