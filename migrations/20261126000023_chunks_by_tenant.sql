@@ -5,7 +5,7 @@
 -- over every tenant's chunks handed a rare term's matches in all tenants to
 -- the heap, and the other tenants' rows were then thrown away: retrieval p95
 -- grew from 9 ms at 100k events to 73 ms at 10M over 10 tenants
--- (bench/scale.md), while a (tenant_id, tsv) index measured worse
+-- (bench/scale-one-table.md), while a (tenant_id, tsv) index measured worse
 -- (bench/scale-tenant-gin.md). The rows are copied and every index built
 -- after the copy; a large table makes this migration take minutes.
 CREATE TABLE projections.chunks_by_tenant (
