@@ -272,7 +272,7 @@ fn answer(model: &dyn Embedder, batch: Vec<Asked>) {
     let mut texts: Vec<&str> = batch.iter().map(|asked| asked.text.as_str()).collect();
     texts.sort_unstable();
     texts.dedup();
-    let vectors = model.embed(&texts).and_then(|vectors| {
+    let vectors = model.embed_questions(&texts).and_then(|vectors| {
         if vectors.len() == texts.len() {
             Ok(vectors)
         } else {
@@ -356,7 +356,11 @@ mod tests {
             .collect();
         for (text, asked) in texts.iter().zip(asked) {
             let batched = asked.await.unwrap().unwrap();
-            let alone = model.embed(&[text.as_str()]).unwrap().pop().unwrap();
+            let alone = model
+                .embed_questions(&[text.as_str()])
+                .unwrap()
+                .pop()
+                .unwrap();
             assert_eq!(*batched, alone, "{text}");
         }
     }

@@ -6,7 +6,8 @@
 //! (word + position + token type 0, layer norm), then per layer
 //! self-attention, output projection, residual and layer norm, a GELU
 //! feed-forward, residual and layer norm. Every matrix product goes through
-//! [`kernel::linear`].
+//! [`kernel::linear`] in f32, or, for [`Precision::Int8`], the linear
+//! layers' through [`int8::linear`] (attention stays in f32).
 //!
 //! Sequences are never padded: several texts run together through the
 //! linear layers (their rows stacked), and attention stays within each
@@ -17,7 +18,22 @@ use std::{collections::HashMap, path::Path};
 
 use serde::Deserialize;
 
-use super::kernel::linear;
+use super::{
+    int8::{self, QuantizedLinear, QuantizedRows},
+    kernel::linear,
+};
+
+/// How the linear layers multiply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// f32 throughout: what stored vectors are made with.
+    Exact,
+    /// 8-bit weights and activations in the linear layers: about three
+    /// times as fast with AVX-512 VNNI, vectors within about 1% (cosine) of
+    /// the exact ones. For questions, which are embedded while a caller
+    /// waits and never stored.
+    Int8,
+}
 
 /// What `config.json` says about the shape (the fields this encoder uses).
 #[derive(Debug, Clone, Deserialize)]
@@ -58,6 +74,8 @@ struct Linear {
     weight: Vec<f32>,
     bias: Vec<f32>,
     inputs: usize,
+    /// The same weights in 8 bits, for [`Precision::Int8`].
+    quantized: QuantizedLinear,
 }
 
 struct Norm {
@@ -71,10 +89,23 @@ impl Linear {
         self.bias.len()
     }
 
-    fn apply(&self, x: &[f32], out: &mut Vec<f32>) {
+    fn new(weight: Vec<f32>, bias: Vec<f32>, inputs: usize) -> Self {
+        let quantized = QuantizedLinear::new(&weight, inputs);
+        Self {
+            weight,
+            bias,
+            inputs,
+            quantized,
+        }
+    }
+
+    fn apply(&self, x: &[f32], out: &mut Vec<f32>, precision: Precision, rows: &mut QuantizedRows) {
         out.clear();
         out.resize(x.len() / self.inputs * self.outputs(), 0.0);
-        linear(x, self.inputs, &self.weight, Some(&self.bias), out);
+        match precision {
+            Precision::Exact => linear(x, self.inputs, &self.weight, Some(&self.bias), out),
+            Precision::Int8 => int8::linear(x, &self.quantized, &self.bias, rows, out),
+        }
     }
 }
 
@@ -197,28 +228,28 @@ impl Bert {
                 eps,
             })
         };
-        let dense = |prefix: &str, outputs: usize, inputs: usize| -> Result<Linear, String> {
-            Ok(Linear {
-                weight: tensors.get(&format!("{prefix}.weight"), &[outputs, inputs])?,
-                bias: tensors.get(&format!("{prefix}.bias"), &[outputs])?,
-                inputs,
-            })
+        let weights = |prefix: &str, outputs: usize, inputs: usize| {
+            Ok::<_, String>((
+                tensors.get(&format!("{prefix}.weight"), &[outputs, inputs])?,
+                tensors.get(&format!("{prefix}.bias"), &[outputs])?,
+            ))
+        };
+        let dense = |prefix: &str, outputs: usize, inputs: usize| {
+            let (weight, bias) = weights(prefix, outputs, inputs)?;
+            Ok::<_, String>(Linear::new(weight, bias, inputs))
         };
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for l in 0..config.num_hidden_layers {
             let p = format!("encoder.layer.{l}");
-            let mut qkv = Linear {
-                weight: Vec::with_capacity(3 * h * h),
-                bias: Vec::with_capacity(3 * h),
-                inputs: h,
-            };
+            let (mut qkv_weight, mut qkv_bias) =
+                (Vec::with_capacity(3 * h * h), Vec::with_capacity(3 * h));
             for part in ["query", "key", "value"] {
-                let one = dense(&format!("{p}.attention.self.{part}"), h, h)?;
-                qkv.weight.extend(one.weight);
-                qkv.bias.extend(one.bias);
+                let (weight, bias) = weights(&format!("{p}.attention.self.{part}"), h, h)?;
+                qkv_weight.extend(weight);
+                qkv_bias.extend(bias);
             }
             layers.push(Layer {
-                qkv,
+                qkv: Linear::new(qkv_weight, qkv_bias, h),
                 attention_out: dense(&format!("{p}.attention.output.dense"), h, h)?,
                 attention_norm: norm(&format!("{p}.attention.output.LayerNorm"))?,
                 up: dense(&format!("{p}.intermediate.dense"), inner, h)?,
@@ -249,7 +280,11 @@ impl Bert {
 
     /// The mean of the last hidden states of each text's tokens (texts of
     /// any lengths, at most `max_position_embeddings` tokens each).
-    pub fn mean_pooled(&self, texts: &[&[u32]]) -> Result<Vec<Vec<f32>>, String> {
+    pub fn mean_pooled(
+        &self,
+        texts: &[&[u32]],
+        precision: Precision,
+    ) -> Result<Vec<Vec<f32>>, String> {
         let h = self.config.hidden_size;
         let vocab = self.word.len() / h;
         let rows: usize = texts.iter().map(|ids| ids.len()).sum();
@@ -280,7 +315,7 @@ impl Bert {
         let lengths: Vec<usize> = texts.iter().map(|ids| ids.len()).collect();
         let mut work = Work::default();
         for layer in &self.layers {
-            self.layer(layer, &mut hidden, &lengths, &mut work);
+            self.layer(layer, &mut hidden, &lengths, precision, &mut work);
         }
         let mut pooled = Vec::with_capacity(texts.len());
         let mut start = 0;
@@ -300,20 +335,30 @@ impl Bert {
         Ok(pooled)
     }
 
-    fn layer(&self, layer: &Layer, hidden: &mut Vec<f32>, lengths: &[usize], work: &mut Work) {
+    fn layer(
+        &self,
+        layer: &Layer,
+        hidden: &mut Vec<f32>,
+        lengths: &[usize],
+        precision: Precision,
+        work: &mut Work,
+    ) {
         let h = self.config.hidden_size;
-        layer.qkv.apply(hidden, &mut work.qkv);
+        let rows = &mut work.rows;
+        layer.qkv.apply(hidden, &mut work.qkv, precision, rows);
         self.attention(&work.qkv, lengths, &mut work.context, &mut work.heads);
         layer
             .attention_out
-            .apply(&work.context, &mut work.projected);
+            .apply(&work.context, &mut work.projected, precision, rows);
         for (p, x) in work.projected.iter_mut().zip(hidden.iter()) {
             *p += x;
         }
         layer.attention_norm.apply(&mut work.projected);
-        layer.up.apply(&work.projected, &mut work.inner);
+        layer
+            .up
+            .apply(&work.projected, &mut work.inner, precision, rows);
         gelu(&mut work.inner);
-        layer.down.apply(&work.inner, hidden);
+        layer.down.apply(&work.inner, hidden, precision, rows);
         for (x, p) in hidden.iter_mut().zip(&work.projected) {
             *x += p;
         }
@@ -361,6 +406,7 @@ struct Work {
     projected: Vec<f32>,
     inner: Vec<f32>,
     heads: Heads,
+    rows: QuantizedRows,
 }
 
 /// One head of one text, laid out for [`linear`]: queries and keys by
