@@ -4,7 +4,8 @@
 //! At each size (each loaded on top of the previous, then fully projected):
 //! the fast path (`intent: continue`, views, tasks, decisions and the
 //! recent window) and the retrieval path (a question, full-text retrieval),
-//! each with 1 and with 32 concurrent clients; and the first bundle after a
+//! with questions that come back and with every question new, each with 1
+//! and with 32 concurrent clients; and the first bundle after a
 //! restart (a new daemon with a new connection pool: empty caches, cold
 //! prepared statements), repeated.
 
@@ -209,10 +210,14 @@ async fn measure(
                 },
             });
         }
-        for (scenario, fast) in [("fast path", true), ("retrieval path", false)] {
+        for (scenario, ask) in [
+            ("fast path", Ask::Continue),
+            ("retrieval path", Ask::Question),
+            ("retrieval path, every question new", Ask::NewQuestion),
+        ] {
             for clients in [1, 32] {
                 let (m, seen) =
-                    bundles(&daemon.base_url, &token, &session, fast, clients, options).await;
+                    bundles(&daemon.base_url, &token, &session, ask, clients, options).await;
                 eprintln!(
                     "{size} {scenario} x{clients}: p50 {:.1} ms, p95 {:.1} ms",
                     m.percentile_ms(50.0),
@@ -259,15 +264,37 @@ async fn views(base: &str, token: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn body(session: &str, fast: bool, i: u64, max_tokens: u32) -> Value {
-    if fast {
-        json!({"session_id": session, "agent_id": "bench", "intent": "continue",
-               "query_text": "continue", "max_tokens": max_tokens})
-    } else {
-        json!({"session_id": session, "agent_id": "bench", "intent": "question",
-               "query_text": question(i), "max_tokens": max_tokens})
-    }
+/// What the clients of a scenario ask for.
+#[derive(Debug, Clone, Copy)]
+enum Ask {
+    /// `intent: continue`: the fast path.
+    Continue,
+    /// [`question`]s: two of its five kinds are one text each and two
+    /// cycle through 311 accounts, so most come back, and their vectors
+    /// from the daemon's cache.
+    Question,
+    /// The same questions, each made new by a ticket number no other
+    /// request of the run carries, so that every one is embedded: what an
+    /// agent's own questions cost. The number is a word the history does
+    /// not hold (its counts run to 10,000; these start at 10⁸).
+    NewQuestion,
 }
+
+fn body(session: &str, ask: Ask, i: u64, max_tokens: u32) -> Value {
+    let query = match ask {
+        Ask::Continue => {
+            return json!({"session_id": session, "agent_id": "bench", "intent": "continue",
+                          "query_text": "continue", "max_tokens": max_tokens});
+        }
+        Ask::Question => question(i),
+        Ask::NewQuestion => format!("{} (ticket {})", question(i), NEW_TICKETS + i),
+    };
+    json!({"session_id": session, "agent_id": "bench", "intent": "question",
+           "query_text": query, "max_tokens": max_tokens})
+}
+
+/// Where the ticket numbers of [`Ask::NewQuestion`] start.
+const NEW_TICKETS: u64 = 100_000_000;
 
 /// The floor under the retrieval path: the two statements that fetch a
 /// bundle's candidate pool (which terms are common, then the pool), for the
@@ -337,7 +364,7 @@ async fn bundles(
     base: &str,
     token: &str,
     session: &str,
-    fast: bool,
+    ask: Ask,
     clients: usize,
     options: &Options,
 ) -> (Measurement, Seen) {
@@ -351,7 +378,12 @@ async fn bundles(
         move |writer, i| {
             let (client, url, token, seen) =
                 (client.clone(), url.clone(), token.clone(), seen.clone());
-            let body = body(&session, fast, writer as u64 * 100_003 + i, max_tokens);
+            let mut request = writer as u64 * 100_003 + i;
+            if let Ask::NewQuestion = ask {
+                // The 1-client run's tickets are not the 32-client run's.
+                request += clients as u64 * 10_000_000;
+            }
+            let body = body(&session, ask, request, max_tokens);
             async move {
                 let acb: Value = client
                     .post(&url)
@@ -391,7 +423,12 @@ async fn cold(
         let acb: Value = client
             .post(format!("{}/api/v1/acb/build", daemon.base_url))
             .bearer_auth(token)
-            .json(&body(session, false, restart as u64, options.max_tokens))
+            .json(&body(
+                session,
+                Ask::Question,
+                restart as u64,
+                options.max_tokens,
+            ))
             .send()
             .await?
             .error_for_status()?
@@ -429,7 +466,10 @@ fn render(rows: &[Row], options: &Options, environment: &str) -> String {
          One tenant's chat history ({}), loaded up to each size and fully projected and embedded; views identity and rules. \
          Every bundle has `max_tokens` {} and goes over HTTP to the daemon in this process; latency is the whole \
          round trip, measured by the client. Fast path: `intent: continue` in the newest session. Retrieval path: \
-         questions about accounts, exports, jobs and decisions, varied per request. Clients send back to back for \
+         questions about accounts, exports, jobs and decisions, varied per request (most come back: two of five \
+         kinds are one text each, two cycle through 311 accounts, so their vectors come from the daemon's cache); \
+         *every question new*: the same questions, each with a ticket number no other request of the run carries \
+         (a word the history does not hold), so every question is embedded. Clients send back to back for \
          {:.0} s. Cold cache: a new daemon and connection pool, then its first bundle (retrieval), {} times per size. \
          *Candidate statement alone*: the two statements that fetch a retrieval bundle's candidate pool (which \
          terms are common, then the pool), for the same questions, run straight on connections of the benchmark \

@@ -5,6 +5,7 @@ mod acb;
 mod admin_jobs;
 mod agents;
 mod append_only;
+mod bench_acb;
 mod browser;
 mod chain;
 mod checkpoints;
