@@ -80,7 +80,8 @@ pub struct QuantizedRows {
 impl QuantizedRows {
     fn fill(&mut self, x: &[f32], inputs: usize, padded: usize) {
         let rows = x.len() / inputs;
-        self.bytes.clear();
+        // Not cleared: every input byte is written below, and whatever a
+        // row's padding holds meets weights of 0.
         self.bytes.resize(rows * padded, 0);
         self.scales.clear();
         self.zeros.clear();
@@ -170,7 +171,7 @@ fn linear_on(
     assert_eq!(bias.len(), n, "bias shape");
     assert!(Path::available().contains(&path), "{path:?} on this CPU");
     rows.fill(x, k, w.padded);
-    rows.dots.clear();
+    // Every product is written by the kernel.
     rows.dots.resize(m * n, 0);
     let sums = Sums {
         x: &rows.bytes,
