@@ -4,8 +4,8 @@
 //!
 //! **Why.** A bundle's question is embedded while its caller waits, and
 //! under load one thread embeds every question: at about 8 ms of f32
-//! arithmetic each, that thread capped hybrid bundles near 120 a second on
-//! two cores. With AVX-512 VNNI one instruction multiplies and adds 64
+//! arithmetic each, that thread capped hybrid bundles with new questions
+//! at about a hundred a second on two cores. With AVX-512 VNNI one instruction multiplies and adds 64
 //! byte pairs where an f32 FMA does 16, and the weights take a quarter of
 //! the bytes. Stored vectors (the embeddings projection, its digest and the
 //! drift check) stay on the exact f32 path; only questions take this one.
@@ -66,8 +66,8 @@ impl QuantizedLinear {
     }
 }
 
-/// Input rows in 8 bits: reused across calls so that a question allocates
-/// nothing per layer.
+/// Input rows in 8 bits, and their products: reused from layer to layer
+/// of one forward pass.
 #[derive(Default)]
 pub struct QuantizedRows {
     bytes: Vec<u8>,
