@@ -361,31 +361,7 @@ mod vnni {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn values(count: usize, seed: u32) -> Vec<f32> {
-        (0..count)
-            .map(|i| {
-                let h = (i as u32 ^ seed)
-                    .wrapping_mul(2_654_435_761)
-                    .rotate_left(13);
-                (h % 2001) as f32 / 1000.0 - 1.0
-            })
-            .collect()
-    }
-
-    fn exact(x: &[f32], k: usize, w: &[f32], bias: &[f32]) -> Vec<f32> {
-        let (m, n) = (x.len() / k, w.len() / k);
-        let mut out = vec![0.0; m * n];
-        for t in 0..m {
-            for o in 0..n {
-                let dot: f64 = (0..k)
-                    .map(|i| f64::from(x[t * k + i]) * f64::from(w[o * k + i]))
-                    .sum();
-                out[t * n + o] = (dot + f64::from(bias[o])) as f32;
-            }
-        }
-        out
-    }
+    use crate::embed::kernel::tests::{naive, values};
 
     #[test]
     fn every_path_gives_the_same_bytes_close_to_the_exact_product() {
@@ -397,7 +373,7 @@ mod tests {
                 *v = v.abs() + 0.5;
             }
             let quantized = QuantizedLinear::new(&w, k);
-            let want = exact(&x, k, &w, &bias);
+            let want = naive(&x, k, &w, &bias);
             let mut first: Option<Vec<f32>> = None;
             for path in Path::available() {
                 let mut out = vec![0.0; m * n];
