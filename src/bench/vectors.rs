@@ -136,16 +136,18 @@ pub fn run(
             asked.push(time(true)?);
             stored.push(time(false)?);
         }
+        // The run with the lower median, whole (its p50 and its p95).
         let best = |runs: &[(f64, f64)]| {
             runs.iter()
                 .copied()
-                .fold((f64::MAX, f64::MAX), |(a, b), (c, d)| (a.min(c), b.min(d)))
+                .min_by(|a, b| a.0.total_cmp(&b.0))
+                .expect("two runs")
         };
         let (asked, stored) = (best(&asked), best(&stored));
         let _ = writeln!(
             report,
             "\nVectors by `{name}` of {searches} distinct questions of the `bench acb` kind, one at a time on the \
-             calling thread (a bundle's cache miss); the better of two alternated runs of each. A bundle's question \
+             calling thread (a bundle's cache miss); of two alternated runs of each, the one with the lower p50. A bundle's question \
              takes the question path (`embed_questions`; for `minilm`, 8-bit integer products); chunks take the \
              stored path (`embed`, f32).\n\n\
              | embedder | path | questions | p50 ms | p95 ms |\n|---|---|---:|---:|---:|\n\
