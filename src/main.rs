@@ -16,10 +16,10 @@ use sqlx::{PgPool, postgres::PgConnectOptions};
 
 use memd::{
     admin::{self, jobs::JobWorker, progress::ProgressPrinter},
-    api::rate_limit::RateLimits,
     audit,
     audit::checkpoint,
     bench,
+    api::rate_limit::RateLimits,
     config::ConfigFile,
     db::{self, ScratchDatabase},
     domain::{
@@ -196,7 +196,8 @@ enum Command {
         tenant: Option<String>,
         /// Only these projectors (chunks, decisions, tasks, views,
         /// handoffs, or an embeddings projection: embeddings_minilm,
-        /// embeddings_hashed); repeatable. Default: all but the embeddings.
+        /// embeddings_minilm_int8, embeddings_hashed); repeatable.
+        /// Default: all but the embeddings.
         #[arg(long = "projector")]
         projectors: Vec<String>,
         #[arg(long, env = "MEMD_TOKEN_ENCODING", default_value = "o200k_base")]
@@ -375,7 +376,7 @@ enum EmbedderCommand {
     /// the current one (progress on stderr), switch bundles to it once
     /// caught up, drop the old one. Bundles keep working throughout.
     Use {
-        /// minilm or hashed.
+        /// minilm, minilm_int8 or hashed.
         name: String,
         /// Only this tenant (default: every tenant).
         #[arg(long)]
@@ -395,7 +396,7 @@ enum EmbedderCommand {
 
 #[derive(Args, Clone)]
 struct SemanticArgs {
-    /// Embedder of tenants that chose none: minilm, hashed, or none
+    /// Embedder of tenants that chose none: minilm, minilm_int8, hashed, or none
     /// (lexical retrieval only).
     #[arg(long, env = "MEMD_EMBEDDER", default_value = "minilm")]
     embedder: String,

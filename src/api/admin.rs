@@ -411,8 +411,8 @@ pub async fn get_job(
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct EmbedderRequest {
-    /// `minilm` or `hashed`.
-    #[schema(pattern = "^(minilm|hashed)$")]
+    /// `minilm`, `minilm_int8` or `hashed`.
+    #[schema(pattern = "^(minilm|minilm_int8|hashed)$")]
     embedder: String,
 }
 

@@ -182,7 +182,7 @@ pub enum BenchCommand {
 /// The embedder a benchmark's daemon runs.
 #[derive(clap::Args, Clone)]
 pub struct EmbedderArgs {
-    /// minilm, hashed, or none (lexical retrieval only).
+    /// minilm, minilm_int8, hashed, or none (lexical retrieval only).
     #[arg(long, env = "MEMD_EMBEDDER", default_value = "minilm")]
     embedder: String,
     /// Folder with the MiniLM model files (ops/fetch-model.sh).

@@ -96,17 +96,19 @@ impl Semantic {
             .embedder
             .as_deref()
             .and_then(|name| embed::NAMES.iter().copied().find(|known| *known == name));
+        let mut loader = embed::Loader::default();
         for name in embed::NAMES {
-            // The model is loaded when it is the default, or when semantic
-            // retrieval is on and its files are there (a tenant may choose
-            // it); with semantic retrieval off, never (90 MB).
-            if *name == embed::MiniLm::NAME
+            // The model is loaded (once for both of its embedders) when it
+            // is the default's, or when semantic retrieval is on and its
+            // files are there (a tenant may choose it); with semantic
+            // retrieval off, never (90 MB).
+            if embed::needs_model(name)
                 && default != Some(*name)
                 && (default.is_none() || !config.model_dir.join("model.safetensors").is_file())
             {
                 continue;
             }
-            match embed::load(name, &config.model_dir) {
+            match loader.load(name, &config.model_dir) {
                 Ok(embedder) => {
                     embedders.insert(*name, embedder);
                 }

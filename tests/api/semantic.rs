@@ -73,7 +73,16 @@ async fn the_question_finds_memory_by_meaning_not_only_by_words(
     _: PgPoolOptions,
     connect: PgConnectOptions,
 ) {
-    let mut app = spawn_daemon_with(connect, semantic("minilm")).await;
+    finds_memory_by_meaning(connect, "minilm").await;
+}
+
+#[sqlx::test]
+async fn eight_bit_vectors_find_memory_by_meaning_too(_: PgPoolOptions, connect: PgConnectOptions) {
+    finds_memory_by_meaning(connect, "minilm_int8").await;
+}
+
+async fn finds_memory_by_meaning(connect: PgConnectOptions, embedder: &str) {
+    let mut app = spawn_daemon_with(connect, semantic(embedder)).await;
     let token = app.tenant("acme").await;
     let mut events: Vec<Value> = CHATTER
         .iter()
@@ -90,7 +99,7 @@ async fn the_question_finds_memory_by_meaning_not_only_by_words(
     );
     app.append(&token, &json!({ "events": events })).await;
     wait_projected(&app.pool, "acme").await;
-    wait_embedded(&app, "acme", "minilm").await;
+    wait_embedded(&app, "acme", embedder).await;
 
     // Only "Alice" is shared with the answer, and with every other message.
     let question = "Which pet dog does Alice own?";
@@ -102,7 +111,7 @@ async fn the_question_finds_memory_by_meaning_not_only_by_words(
         .await;
     let semantic = &acb["provenance"]["semantic"];
     assert_eq!(semantic["used"], true, "{semantic}");
-    assert_eq!(semantic["embedder"], "minilm");
+    assert_eq!(semantic["embedder"], embedder);
     assert_eq!(semantic["lag_events"], 0);
     let evidence = section(&acb, "retrieved_evidence");
     assert!(
@@ -221,7 +230,20 @@ async fn the_embeddings_projection_rebuilds_to_the_same_bytes(
     _: PgPoolOptions,
     connect: PgConnectOptions,
 ) {
-    let mut app = spawn_daemon_with(connect, semantic("minilm")).await;
+    rebuilds_to_the_same_bytes(connect, "minilm").await;
+}
+
+#[sqlx::test]
+async fn eight_bit_embeddings_rebuild_to_the_same_bytes(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    rebuilds_to_the_same_bytes(connect, "minilm_int8").await;
+}
+
+async fn rebuilds_to_the_same_bytes(connect: PgConnectOptions, embedder: &str) {
+    let projector = format!("embeddings_{embedder}");
+    let mut app = spawn_daemon_with(connect, semantic(embedder)).await;
     let token = app.tenant("acme").await;
     // Arriving one by one: the workers embed small, uneven batches.
     for (index, text) in CHATTER.iter().chain(CHATTER).enumerate() {
@@ -230,20 +252,23 @@ async fn the_embeddings_projection_rebuilds_to_the_same_bytes(
             .await;
     }
     wait_projected(&app.pool, "acme").await;
-    wait_embedded(&app, "acme", "minilm").await;
+    wait_embedded(&app, "acme", embedder).await;
     app.stop().await;
 
     let engine = ProjectionConfig::default()
-        .engine_with_embeddings(&["embeddings_minilm".to_owned()], &model_dir())
+        .engine_with_embeddings(std::slice::from_ref(&projector), &model_dir())
         .unwrap()
-        .only(&["embeddings_minilm".to_owned()])
+        .only(std::slice::from_ref(&projector))
         .unwrap();
     let live = rebuild::digests(&app.pool, &engine, &Schema::live(), "acme")
         .await
         .unwrap();
-    let rows = app
-        .count("SELECT count(*) FROM projections.embeddings_minilm")
-        .await;
+    let rows: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM projections.{projector}"
+    )))
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
     assert_eq!(rows, 12);
     rebuild::rebuild(&app.pool, &engine, Some("acme"), &mut |_| {})
         .await

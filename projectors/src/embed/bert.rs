@@ -29,9 +29,10 @@ pub enum Precision {
     /// f32 throughout: what stored vectors are made with.
     Exact,
     /// 8-bit weights and activations in the linear layers: about three
-    /// times as fast with AVX-512 VNNI, vectors within about 1% (cosine) of
-    /// the exact ones. For questions, which are embedded while a caller
-    /// waits and never stored.
+    /// times as fast with AVX-512 VNNI for a question (twice for a longer
+    /// chunk, whose attention stays in f32), vectors within about 1%
+    /// (cosine) of the exact ones. For questions, which are embedded while
+    /// a caller waits and never stored, and for `minilm_int8`'s vectors.
     Int8,
 }
 

@@ -11,7 +11,8 @@
 //! - [`minilm`]: sentence-transformers all-MiniLM-L6-v2 on the CPU (memd's
 //!   own [`bert`] encoder), from model files on disk; chunks in f32,
 //!   questions in 8-bit integers (`int8`), three times as fast where the
-//!   CPU has AVX-512 VNNI.
+//!   CPU has AVX-512 VNNI. `minilm_int8` is the same model storing 8-bit
+//!   vectors too: a third of the embedding cost, a little less exact.
 //! - [`hashed`]: no weights; hashed words and character trigrams. Cheap,
 //!   lexical rather than semantic, and always available.
 
@@ -68,21 +69,47 @@ pub trait Embedder: Send + Sync {
 }
 
 /// The embedders memd knows, by name.
-pub const NAMES: &[&str] = &[MiniLm::NAME, HashedEmbedder::NAME];
+pub const NAMES: &[&str] = &[MiniLm::NAME, MiniLm::INT8_NAME, HashedEmbedder::NAME];
 
 /// The default embedder when the model files are there.
 pub const DEFAULT: &str = MiniLm::NAME;
 
+/// Whether the embedder called `name` needs the model files.
+pub fn needs_model(name: &str) -> bool {
+    name == MiniLm::NAME || name == MiniLm::INT8_NAME
+}
+
 /// Loads the embedder called `name`; `model_dir` is where model files are
-/// (only `minilm` needs any).
+/// (only the MiniLM ones need any).
 pub fn load(name: &str, model_dir: &Path) -> Result<Arc<dyn Embedder>, EmbedError> {
-    match name {
-        MiniLm::NAME => Ok(Arc::new(MiniLm::load(model_dir)?)),
-        HashedEmbedder::NAME => Ok(Arc::new(HashedEmbedder)),
-        other => Err(EmbedError::Load(format!(
-            "unknown embedder {other:?} (known: {})",
-            NAMES.join(", ")
-        ))),
+    Loader::default().load(name, model_dir)
+}
+
+/// Loads embedders by name, reading the model files once for every
+/// embedder that runs the same model (about 115 MB in memory each time).
+#[derive(Default)]
+pub struct Loader {
+    minilm: Option<MiniLm>,
+}
+
+impl Loader {
+    pub fn load(&mut self, name: &str, model_dir: &Path) -> Result<Arc<dyn Embedder>, EmbedError> {
+        let stored = match name {
+            MiniLm::NAME => bert::Precision::Exact,
+            MiniLm::INT8_NAME => bert::Precision::Int8,
+            HashedEmbedder::NAME => return Ok(Arc::new(HashedEmbedder)),
+            other => {
+                return Err(EmbedError::Load(format!(
+                    "unknown embedder {other:?} (known: {})",
+                    NAMES.join(", ")
+                )));
+            }
+        };
+        let model = match &self.minilm {
+            Some(model) => model,
+            None => self.minilm.insert(MiniLm::load(model_dir)?),
+        };
+        Ok(Arc::new(model.storing(stored)))
     }
 }
 

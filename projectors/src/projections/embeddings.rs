@@ -30,6 +30,10 @@ const MINILM_TABLES: &[Table] = &[Table {
     name: "embeddings_minilm",
     key: KEY,
 }];
+const MINILM_INT8_TABLES: &[Table] = &[Table {
+    name: "embeddings_minilm_int8",
+    key: KEY,
+}];
 const HASHED_TABLES: &[Table] = &[Table {
     name: "embeddings_hashed",
     key: KEY,
@@ -45,6 +49,7 @@ pub fn projector_name(embedder: &str) -> Option<&'static str> {
 pub fn projector_version(embedder: &str) -> Option<i32> {
     let version = match embedder {
         MiniLm::NAME => MiniLm::VERSION,
+        MiniLm::INT8_NAME => MiniLm::INT8_VERSION,
         HashedEmbedder::NAME => HashedEmbedder::VERSION,
         _ => return None,
     };
@@ -54,6 +59,7 @@ pub fn projector_version(embedder: &str) -> Option<i32> {
 fn tables(embedder: &str) -> Option<&'static [Table]> {
     match embedder {
         MiniLm::NAME => Some(MINILM_TABLES),
+        MiniLm::INT8_NAME => Some(MINILM_INT8_TABLES),
         HashedEmbedder::NAME => Some(HASHED_TABLES),
         _ => None,
     }
@@ -201,7 +207,7 @@ pub async fn forget_subject(
     subject: &str,
 ) -> Result<u64, sqlx::Error> {
     let mut deleted = 0;
-    for tables in [MINILM_TABLES, HASHED_TABLES] {
+    for tables in [MINILM_TABLES, MINILM_INT8_TABLES, HASHED_TABLES] {
         deleted += sqlx::query(sqlx::AssertSqlSafe(format!(
             "DELETE FROM projections.{} v USING public.events e
               WHERE v.tenant_id = $1 AND e.tenant_id = $1 AND e.seq = v.seq
