@@ -22,6 +22,7 @@ pub mod admin;
 pub mod api;
 pub mod audit;
 pub mod bench;
+pub mod calls;
 pub mod config;
 pub mod console;
 pub mod db;

@@ -19,7 +19,7 @@ use memd::{
     audit,
     audit::checkpoint,
     bench,
-    api::rate_limit::RateLimits,
+    calls::rate_limit::RateLimits,
     config::ConfigFile,
     db::{self, ScratchDatabase},
     domain::{

@@ -21,13 +21,14 @@ use tokio::{
 
 use crate::{
     admin::jobs::JobWorker,
-    api::{
-        self, ApiState,
+    api,
+    audit::checkpoint,
+    calls::{
+        ApiState,
         rate_limit::{RateLimiter, RateLimits},
     },
-    audit::checkpoint,
     domain::{limits, redact::Redactor},
-    invalidation,
+    invalidation, mcp,
     metrics::Metrics,
     read::{
         Reader,
@@ -213,7 +214,11 @@ impl Daemon {
         Ok(Self {
             listener,
             metrics: metrics_listener,
-            router: api::router(state, config.max_body_bytes),
+            router: api::router(
+                state.clone(),
+                config.max_body_bytes,
+                mcp::service(state, config.max_body_bytes),
+            ),
             pool,
             // One key for the whole daemon: what it appends, projects and reads.
             projection: config

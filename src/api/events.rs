@@ -3,40 +3,18 @@
 use axum::{
     Json,
     extract::State,
-    http::StatusCode,
     response::{IntoResponse, Response},
 };
-use serde::Serialize;
-use serde_json::Value;
 
 use super::{
     ApiState,
     error::{ApiError, BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
     extract::{Authenticated, JsonBody},
-    require_scope,
 };
 use crate::{
-    domain::{
-        event::{AppendRequest, NewEvent, claimed_tenant_mismatch, parse_body},
-        tenant::{Scope, TenantId},
-    },
-    metrics::Outcome,
-    tenants::Caller,
-    write::Appended,
+    calls::events::{AppendResponse, record},
+    domain::event::AppendRequest,
 };
-
-/// The answer has the request's shape: one event, or a batch in request order.
-#[derive(Serialize, utoipa::ToSchema)]
-#[serde(untagged)]
-pub enum AppendResponse {
-    One(Appended),
-    Batch(AppendedBatch),
-}
-
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct AppendedBatch {
-    pub events: Vec<Appended>,
-}
 
 /// Append events to the log
 ///
@@ -71,186 +49,4 @@ pub async fn post_events(
 ) -> Result<Response, ApiError> {
     let (status, body) = record(&state, &caller, body).await?;
     Ok((status, Json(body)).into_response())
-}
-
-/// Appends one event or a `{"events": [...]}` batch for `caller`: the one
-/// write path of HTTP and MCP. Answers the status (201, or 200 when every
-/// event was an idempotent replay) and the response body.
-pub(crate) async fn record(
-    state: &ApiState,
-    caller: &Caller,
-    body: Value,
-) -> Result<(StatusCode, AppendResponse), ApiError> {
-    require_scope(caller, Scope::Write)?;
-    let parsed = parse_events(state, caller, body);
-    let (events, batch) = match parsed {
-        Ok(parsed) => parsed,
-        Err(err) => {
-            let tenant = caller.tenant.as_str();
-            state
-                .metrics
-                .append(tenant, Outcome::of_status(err.status()), 0, None);
-            return Err(err);
-        }
-    };
-    let mut appended = append_counted(state, &caller.tenant, events).await?;
-    let status = if appended.iter().all(|a| a.replayed) {
-        StatusCode::OK
-    } else {
-        StatusCode::CREATED
-    };
-    let body = if batch {
-        AppendResponse::Batch(AppendedBatch { events: appended })
-    } else {
-        AppendResponse::One(appended.swap_remove(0))
-    };
-    Ok((status, body))
-}
-
-/// Appends `events` for `tenant` and counts the request in the metrics
-/// (stored, replayed or failed, and how long it took): every append of HTTP
-/// and MCP goes through here.
-pub(crate) async fn append_counted(
-    state: &ApiState,
-    tenant: &TenantId,
-    events: Vec<NewEvent>,
-) -> Result<Vec<Appended>, ApiError> {
-    let started = std::time::Instant::now();
-    let appended = state.appender.append(tenant, events).await;
-    let took = Some(started.elapsed());
-    match appended {
-        Ok(appended) => {
-            let stored = appended.iter().filter(|a| !a.replayed).count();
-            let outcome = if stored == 0 {
-                Outcome::Replayed
-            } else {
-                Outcome::Ok
-            };
-            state.metrics.append(tenant.as_str(), outcome, stored, took);
-            Ok(appended)
-        }
-        Err(err) => {
-            let err = ApiError::from(err);
-            let outcome = Outcome::of_status(err.status());
-            state.metrics.append(tenant.as_str(), outcome, 0, took);
-            Err(err)
-        }
-    }
-}
-
-/// The request body as events ready to append (parsed, redacted, stamped
-/// with the caller's agent), and whether it was a batch.
-fn parse_events(
-    state: &ApiState,
-    caller: &Caller,
-    body: Value,
-) -> Result<(Vec<NewEvent>, bool), ApiError> {
-    let (requests, batch) = parse_body(body).map_err(ApiError::invalid)?;
-    if let Some(field) = claimed_tenant_mismatch(&requests, caller.tenant.as_str(), batch) {
-        return Err(ApiError::tenant_mismatch(field));
-    }
-    let events = requests
-        .into_iter()
-        .enumerate()
-        .map(|(index, request)| {
-            NewEvent::parse(request, &state.redactor).map_err(|err| {
-                if batch {
-                    err.within(&format!("events[{index}]"))
-                } else {
-                    err
-                }
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(ApiError::invalid)?;
-    // A subject's content is sealed under its own key, wrapped by the
-    // master key: without a key file there is nothing to seal with.
-    if !state.reader.keyring.is_on()
-        && let Some(index) = events.iter().position(|e| e.subject_id.is_some())
-    {
-        let field = if batch {
-            format!("events[{index}].subject_id")
-        } else {
-            "subject_id".to_owned()
-        };
-        return Err(ApiError::invalid(crate::domain::FieldError::new(
-            field,
-            "needs encryption at rest: start memd with a key file (--key-file, MEMD_KEY_FILE)",
-        )));
-    }
-    Ok((stamp_agent(caller, events, batch)?, batch))
-}
-
-/// The envelope fields of an event; the rest of a convenience body
-/// (`POST /decisions`, `POST /tasks`) is its content.
-const ENVELOPE: &[&str] = &[
-    "tenant_id",
-    "session_id",
-    "channel",
-    "actor",
-    "agent_id",
-    "sensitivity",
-    "tags",
-    "refs",
-    "idempotency_key",
-    "ts",
-];
-
-/// Records one event of `kind` from a flat body: its envelope fields, and
-/// everything else as `content`. `channel` defaults to `private`. The same
-/// checks, redaction and answer as `POST /api/v1/events`.
-pub(crate) async fn record_kind(
-    state: &ApiState,
-    caller: &Caller,
-    kind: &str,
-    body: Value,
-) -> Result<(StatusCode, Appended), ApiError> {
-    let Value::Object(mut fields) = body else {
-        return Err(ApiError::invalid(crate::domain::FieldError::new(
-            "body",
-            "must be a JSON object",
-        )));
-    };
-    let mut event = serde_json::Map::new();
-    for name in ENVELOPE {
-        if let Some(value) = fields.remove(*name) {
-            event.insert((*name).to_owned(), value);
-        }
-    }
-    event
-        .entry("channel")
-        .or_insert_with(|| Value::from("private"));
-    event.insert("kind".to_owned(), Value::from(kind));
-    event.insert("content".to_owned(), Value::Object(fields));
-    match record(state, caller, Value::Object(event)).await? {
-        (status, AppendResponse::One(appended)) => Ok((status, appended)),
-        (_, AppendResponse::Batch(_)) => Err(ApiError::internal(&std::io::Error::other(
-            "one event came back as a batch",
-        ))),
-    }
-}
-
-/// An agent's token records as that agent: events without `agent_id` get
-/// its agent, events naming another are refused (the whole batch).
-fn stamp_agent(
-    caller: &Caller,
-    mut events: Vec<NewEvent>,
-    batch: bool,
-) -> Result<Vec<NewEvent>, ApiError> {
-    let Some(agent) = &caller.agent else {
-        return Ok(events);
-    };
-    for (index, event) in events.iter_mut().enumerate() {
-        match &event.agent_id {
-            Some(named) if named != agent => {
-                return Err(ApiError::agent_mismatch(if batch {
-                    format!("events[{index}].agent_id")
-                } else {
-                    "agent_id".to_owned()
-                }));
-            }
-            _ => event.agent_id = Some(agent.clone()),
-        }
-    }
-    Ok(events)
 }

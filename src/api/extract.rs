@@ -6,14 +6,12 @@ use std::time::Instant;
 use axum::{
     body::Bytes,
     extract::{FromRequest, FromRequestParts, Request},
-    http::{HeaderMap, StatusCode, header, request::Parts},
+    http::{StatusCode, request::Parts},
 };
 
 use super::{ApiState, error::ApiError};
-use crate::{
-    domain::{FieldError, tenant::ApiToken},
-    tenants::Caller,
-};
+use crate::calls::authenticate;
+use crate::{domain::FieldError, tenants::Caller};
 
 /// A JSON body, parsed with errors that name the `body` field. The size limit
 /// is the router's `DefaultBodyLimit`; over it the answer is 413. Its bytes
@@ -106,19 +104,6 @@ where
     }
 }
 
-/// A page size: `limit` when given (1 to `max`), else `default`.
-pub fn page_limit(limit: Option<i64>, default: i64, max: i64) -> Result<i64, ApiError> {
-    let limit = limit.unwrap_or(default);
-    if (1..=max).contains(&limit) {
-        Ok(limit)
-    } else {
-        Err(ApiError::invalid(FieldError::new(
-            "limit",
-            format!("must be between 1 and {max}"),
-        )))
-    }
-}
-
 /// The caller, from `Authorization: Bearer <token>`. The tenant of every call
 /// comes from here and nowhere else. A tenant over its request or byte rate
 /// is refused here (429), before any work.
@@ -136,34 +121,4 @@ impl FromRequestParts<ApiState> for Authenticated {
         parts.extensions.insert(caller.clone());
         Ok(Authenticated(caller))
     }
-}
-
-/// Resolves `Authorization: Bearer <token>` to its caller and admits the
-/// request under the tenant's request rate: the one door of HTTP and MCP.
-pub(crate) async fn authenticate(
-    headers: &HeaderMap,
-    state: &ApiState,
-) -> Result<Caller, ApiError> {
-    let header = headers
-        .get(header::AUTHORIZATION)
-        .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <token>"))?;
-    let token = header
-        .to_str()
-        .ok()
-        .and_then(|value| {
-            let (scheme, token) = value.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-        })
-        .and_then(ApiToken::parse)
-        .ok_or_else(|| ApiError::unauthorized("malformed bearer token"))?;
-    let caller = state
-        .tokens
-        .resolve(&state.pool, &token)
-        .await?
-        .ok_or_else(|| ApiError::unauthorized("unknown or revoked token"))?;
-    if let Err(wait) = state.limiter.admit(caller.tenant.as_str(), Instant::now()) {
-        state.metrics.rate_limited(caller.tenant.as_str());
-        return Err(ApiError::rate_limited(wait));
-    }
-    Ok(caller)
 }

@@ -1,25 +1,22 @@
 //! The HTTP interface. Handlers are thin: parse at the edge into domain types,
-//! call the write or read side, map errors to the one error shape.
+//! call the shared calls ([`crate::calls`]) or the write or read side, map
+//! errors to the one error shape.
 
-pub(crate) mod acb;
+mod acb;
 mod admin;
-pub(crate) mod artifacts;
+mod artifacts;
 mod checkpoints;
-pub(crate) mod decisions;
-pub mod error;
-pub(crate) mod events;
+mod decisions;
+mod events;
 pub(crate) mod extract;
-pub(crate) mod handoffs;
+mod handoffs;
 mod health;
 mod log;
 pub mod openapi;
 mod policy;
 mod proofs;
-pub mod rate_limit;
 mod summaries;
-pub(crate) mod tasks;
-
-use std::sync::Arc;
+mod tasks;
 
 use axum::{
     Router,
@@ -27,62 +24,11 @@ use axum::{
     http::{Method, StatusCode},
     routing::{MethodFilter, MethodRouter, on},
 };
-use sqlx::PgPool;
 
-use crate::{
-    domain::{redact::Redactor, tenant::Scope},
-    read::Reader,
-    tenants::{Caller, TokenCache},
-    write::Appender,
-};
+// The handlers' shared state, error shape and scope check, under the names
+// they use (`super::ApiState`, `super::error`).
+use crate::calls::{ApiState, error, page_limit, require_scope};
 use error::ApiError;
-
-/// What every handler may use. Cheap to clone.
-#[derive(Clone)]
-pub struct ApiState {
-    pub pool: PgPool,
-    pub redactor: Arc<Redactor>,
-    pub tokens: Arc<TokenCache>,
-    pub appender: Arc<Appender>,
-    pub reader: Arc<Reader>,
-    /// A streaming-replication standby that bundles read while it keeps up.
-    pub replica: Option<Arc<crate::read::replica::Replica>>,
-    pub limiter: Arc<rate_limit::RateLimiter>,
-    /// What `/metrics` reports (served on its own listener).
-    pub metrics: Arc<crate::metrics::Metrics>,
-}
-
-impl ApiState {
-    /// Runs a read of the log routes on the standby while it keeps up
-    /// (within `--read-max-lag-ms`), else on the primary; on the primary
-    /// too when the standby fails the read, or answers 404 (an event or
-    /// chunk it has not replayed yet may well be on the primary), so the
-    /// standby never answers worse than the primary would. Pages of a list
-    /// read on the standby may miss its last moments of appends.
-    pub(crate) async fn read_log<'a, T, F, Fut>(&'a self, read: F) -> Result<T, ApiError>
-    where
-        F: Fn(&'a PgPool) -> Fut,
-        Fut: std::future::Future<Output = Result<T, ApiError>>,
-    {
-        if let Some(replica) = &self.replica
-            && replica.usable()
-        {
-            let timeout = crate::read::replica::STANDBY_READ_TIMEOUT;
-            match tokio::time::timeout(timeout, read(&replica.reader.pool)).await {
-                Ok(Ok(found)) => return Ok(found),
-                Ok(Err(err)) if err.status() == axum::http::StatusCode::NOT_FOUND => {}
-                Ok(Err(err)) if err.status().is_server_error() => {
-                    replica.failed_because(&err.body().error.message);
-                }
-                Ok(Err(err)) => return Err(err),
-                Err(_) => {
-                    replica.failed_because(&format!("no answer within {} ms", timeout.as_millis()))
-                }
-            }
-        }
-        read(&self.pool).await
-    }
-}
 
 /// One route the daemon serves.
 pub struct Route {
@@ -292,7 +238,9 @@ pub const ROUTES: &[Route] = &[
     },
 ];
 
-pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
+/// Every route of [`ROUTES`], the console, and `mcp` (the MCP endpoint,
+/// which lists its tools itself) at `/mcp`, behind the same body limit.
+pub fn router(state: ApiState, max_body_bytes: usize, mcp: Router) -> Router {
     ROUTES
         .iter()
         .fold(Router::new(), |router, route| {
@@ -303,7 +251,7 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         })
         // MCP speaks JSON-RPC on one path; its tools are listed by MCP
         // itself (tools/list), not in the OpenAPI document.
-        .nest_service("/mcp", crate::mcp::service(state.clone(), max_body_bytes))
+        .nest_service("/mcp", mcp)
         // The console's page and files (HTML, not in the OpenAPI document).
         .merge(crate::console::router())
         .fallback(|| async { ApiError::not_found("no such route") })
@@ -344,21 +292,5 @@ async fn refuse_nul_in_uri(
         ))
         .into_response(),
         None => next.run(request).await,
-    }
-}
-
-/// Refuses a caller whose token's scope is below `needed`.
-pub fn require_scope(caller: &Caller, needed: Scope) -> Result<(), ApiError> {
-    if caller.scope >= needed {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "insufficient_scope",
-            format!(
-                "this call needs a token with scope {} or above",
-                needed.as_str()
-            ),
-        ))
     }
 }

@@ -15,8 +15,8 @@ use serde_json::Value;
 use super::{
     ApiState,
     error::{ApiError, ErrorBody, RateLimited, Unauthorized, Unavailable},
-    extract::{Authenticated, QueryParams, page_limit},
-    require_scope,
+    extract::{Authenticated, QueryParams},
+    page_limit, require_scope,
 };
 use crate::{
     domain::{

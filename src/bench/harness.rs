@@ -9,7 +9,7 @@ use std::{
 use anyhow::Context;
 use sqlx::PgPool;
 
-use crate::{api::rate_limit::RateLimits, read::semantic::SemanticConfig, startup::ServeConfig};
+use crate::{calls::rate_limit::RateLimits, read::semantic::SemanticConfig, startup::ServeConfig};
 
 pub use crate::{db::ScratchDatabase, startup::RunningDaemon};
 

@@ -33,7 +33,7 @@ use rmcp::transport::streamable_http_server::{
 pub use args::DEFAULT_MCP_BUNDLE_TOKENS;
 pub use tools::MemoryTools;
 
-use crate::api::{ApiState, extract::authenticate};
+use crate::calls::{ApiState, authenticate};
 
 /// The `/mcp` endpoint, to nest into the daemon's router.
 pub fn service(state: ApiState, max_body_bytes: usize) -> Router {

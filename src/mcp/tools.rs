@@ -1,5 +1,5 @@
 //! The seven MCP tools. Each is a thin handler: arguments become the HTTP
-//! call's body, the shared call in `api` does the work (scope, validation,
+//! call's body, the shared call in `calls` does the work (scope, validation,
 //! tenant isolation), and its error becomes a tool error whose text is the
 //! HTTP error body, so a model reads which field to fix.
 
@@ -18,7 +18,7 @@ use super::args::{
     input_schema,
 };
 use crate::{
-    api::{ApiState, acb, artifacts, decisions, error::ApiError, events, handoffs, tasks},
+    calls::{ApiState, acb, artifacts, decisions, error::ApiError, events, handoffs, tasks},
     domain::FieldError,
     tenants::Caller,
 };

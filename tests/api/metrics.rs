@@ -5,7 +5,7 @@
 
 use std::{collections::HashMap, path::PathBuf, time::Duration};
 
-use memd::{api::rate_limit::RateLimits, startup::ServeConfig};
+use memd::{calls::rate_limit::RateLimits, startup::ServeConfig};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};

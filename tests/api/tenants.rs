@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use memd::{api::rate_limit::RateLimits, domain::tenant::Scope, startup::ServeConfig};
+use memd::{calls::rate_limit::RateLimits, domain::tenant::Scope, startup::ServeConfig};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};

@@ -1,0 +1,118 @@
+//! Building a bundle for a caller: its scope and agent checked, on the
+//! standby while it keeps up, counted in the metrics.
+
+use serde_json::Value;
+
+use super::{ApiState, error::ApiError, require_scope};
+use crate::{
+    domain::{parse_json, tenant::Scope},
+    metrics::{BundleSeen, Outcome},
+    read::{
+        AcbRequest,
+        acb::{Acb, AcbError, Consistency},
+        build_acb,
+        replica::{Needs, ReadReport, STANDBY_READ_TIMEOUT},
+    },
+    tenants::Caller,
+};
+
+/// Builds a bundle for `caller` from a request body: the one read path of
+/// HTTP and MCP.
+pub(crate) async fn build(state: &ApiState, caller: &Caller, body: Value) -> Result<Acb, ApiError> {
+    let started = std::time::Instant::now();
+    let built = build_unmeasured(state, caller, body).await;
+    let tenant = caller.tenant.as_str();
+    match &built {
+        Ok(acb) => state.metrics.bundle(
+            tenant,
+            Outcome::Ok,
+            started.elapsed(),
+            Some(BundleSeen {
+                path: acb.provenance.path,
+                cache_hit: acb.provenance.cache == "hit",
+                tokens_used: acb.token_used_est,
+                budget: acb.budget_tokens,
+                candidate_pool: (acb.provenance.path == "retrieval")
+                    .then_some(acb.provenance.candidate_pool_size),
+                read_from: acb.provenance.read.from,
+            }),
+        ),
+        Err(err) => {
+            let outcome = Outcome::of_status(err.status());
+            state
+                .metrics
+                .bundle(tenant, outcome, started.elapsed(), None);
+        }
+    }
+    built
+}
+
+async fn build_unmeasured(state: &ApiState, caller: &Caller, body: Value) -> Result<Acb, ApiError> {
+    require_scope(caller, Scope::Read)?;
+    let mut request: AcbRequest = parse_json("", body).map_err(ApiError::invalid)?;
+    if let Some(claimed) = &request.tenant_id
+        && claimed != caller.tenant.as_str()
+    {
+        return Err(ApiError::tenant_mismatch("tenant_id"));
+    }
+    // An agent's token builds that agent's bundles only.
+    if let Some(agent) = &caller.agent {
+        match &request.agent_id {
+            Some(named) if named != agent => return Err(ApiError::agent_mismatch("agent_id")),
+            _ => request.agent_id = Some(agent.clone()),
+        }
+    }
+    let tenant = caller.tenant.as_str();
+    let Some(replica) = &state.replica else {
+        return build_acb(&state.reader, tenant, request)
+            .await
+            .map_err(acb_error);
+    };
+    // What the bundle must find: the caller's own append (`after`), or for
+    // strong consistency every projection up to the head as of now.
+    let needs = if request.consistency == Consistency::Strong {
+        let (head, _) = state.reader.positions(tenant).await?;
+        Needs::Projected(head.max(request.after.unwrap_or(0)))
+    } else {
+        request.after.map_or(Needs::Nothing, Needs::Log)
+    };
+    let (standby, report) = replica.route(tenant, needs).await;
+    if standby {
+        let failure = match tokio::time::timeout(
+            STANDBY_READ_TIMEOUT,
+            build_acb(&replica.reader, tenant, request.clone()),
+        )
+        .await
+        {
+            Ok(Ok(mut acb)) => {
+                acb.provenance.read = report;
+                return Ok(acb);
+            }
+            Ok(Err(AcbError::Database(error))) => error.to_string(),
+            Ok(Err(invalid)) => return Err(acb_error(invalid)),
+            Err(_) => format!("no answer within {} ms", STANDBY_READ_TIMEOUT.as_millis()),
+        };
+        replica.failed_because(&failure);
+        let mut acb = build_acb(&state.reader, tenant, request)
+            .await
+            .map_err(acb_error)?;
+        acb.provenance.read = ReadReport {
+            from: "primary",
+            reason: Some(format!("the standby failed the bundle: {failure}")),
+            ..report
+        };
+        return Ok(acb);
+    }
+    let mut acb = build_acb(&state.reader, tenant, request)
+        .await
+        .map_err(acb_error)?;
+    acb.provenance.read = report;
+    Ok(acb)
+}
+
+fn acb_error(err: AcbError) -> ApiError {
+    match err {
+        AcbError::Invalid(field) => ApiError::invalid(field),
+        AcbError::Database(db) => ApiError::from(db),
+    }
+}
