@@ -79,6 +79,22 @@ wire_enum!(
     }
 );
 wire_enum!(
+    /// The kinds a client may append, as the OpenAPI document and the MCP
+    /// tool's schema state them: every [`Kind`] but `erasure`, which only
+    /// memd records (an append of one is refused, naming `kind`).
+    AppendableKind {
+        Message => "message",
+        ToolCall => "tool_call",
+        ToolResult => "tool_result",
+        Decision => "decision",
+        TaskUpdate => "task_update",
+        Summary => "summary",
+        ViewUpdate => "view_update",
+        Handoff => "handoff",
+        Artifact => "artifact",
+    }
+);
+wire_enum!(
     /// How sensitive the content is. `secret` content is never stored.
     #[derive(Default)]
     Sensitivity { #[default] None => "none", Low => "low", High => "high", Secret => "secret" }
@@ -104,6 +120,7 @@ pub struct EventRequest {
     /// about: it is then sealed under that subject's own key, which
     /// `memd erase` can destroy. Needs a daemon with a key file.
     pub subject_id: Option<String>,
+    #[schema(value_type = AppendableKind)]
     pub kind: Kind,
     #[serde(default)]
     pub sensitivity: Sensitivity,
@@ -837,6 +854,17 @@ mod tests {
             )),
             "content"
         );
+    }
+
+    #[test]
+    fn the_appendable_kinds_are_every_kind_but_erasure() {
+        let appendable: Vec<&str> = AppendableKind::ALL.iter().map(|k| k.as_str()).collect();
+        let kinds: Vec<&str> = Kind::ALL
+            .iter()
+            .filter(|k| **k != Kind::Erasure)
+            .map(|k| k.as_str())
+            .collect();
+        assert_eq!(appendable, kinds);
     }
 
     #[test]

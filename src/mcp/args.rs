@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 
 use crate::domain::{
     FieldError,
-    event::{ActorType, Channel, Kind, Sensitivity},
+    event::{ActorType, AppendableKind, Channel, Kind, Sensitivity},
 };
 use crate::read::filters::RetrievalFilters;
 
@@ -105,6 +105,7 @@ pub struct RecordEventArgs {
     /// The conversation or task this event belongs to, e.g. "chat-42". Bundles built for this session show its most recent events.
     pub session_id: String,
     /// What the event is: `message` (default), `tool_call`, `tool_result`, `decision`, `task_update`, `summary`, `view_update` or `artifact`.
+    #[schemars(with = "Option<AppendableKind>")]
     pub kind: Option<Kind>,
     /// The text of a message, summary or view update; a shortcut for `content: {"text": ...}`.
     pub text: Option<String>,

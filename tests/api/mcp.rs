@@ -129,10 +129,12 @@ async fn the_tools_are_listed_with_schemas_a_model_can_act_on(
         acb.get("required")
             .is_none_or(|r| r.as_array().unwrap().is_empty())
     );
-    assert_eq!(
-        schema("memory_record_event")["required"],
-        json!(["session_id"])
-    );
+    let record = schema("memory_record_event");
+    assert_eq!(record["required"], json!(["session_id"]));
+    // The kinds offered are the ones an append accepts: not `erasure`.
+    let offered = record.to_string();
+    assert!(offered.contains("\"view_update\""), "{offered}");
+    assert!(!offered.contains("\"erasure\""), "{offered}");
     assert_eq!(
         schema("memory_get_artifact")["required"],
         json!(["artifact_id"])
