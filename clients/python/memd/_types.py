@@ -30,6 +30,18 @@ Kind = Literal[
     "artifact",
     "erasure",
 ]
+# What an append may carry: every kind but `erasure`, which only memd records.
+AppendableKind = Literal[
+    "message",
+    "tool_call",
+    "tool_result",
+    "decision",
+    "task_update",
+    "summary",
+    "view_update",
+    "handoff",
+    "artifact",
+]
 
 
 class ActorRequest(TypedDict):
@@ -43,7 +55,7 @@ class EventRequest(TypedDict, total=False):
     session_id: Required[str]
     channel: Required[Channel]
     actor: Required[ActorRequest]
-    kind: Required[Kind]
+    kind: Required[AppendableKind]
     content: Required[Dict[str, Any]]
     tenant_id: Optional[str]
     agent_id: Optional[str]
