@@ -26,7 +26,7 @@
 //! are per tenant: a search never reads another tenant's.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     hash::Hash,
     sync::{
         Arc, Mutex,
@@ -193,6 +193,42 @@ impl TenantVectors {
         self.quantised
             .extend(vector.iter().map(|x| (x / scale).round() as i8));
         self.scales.push(scale);
+    }
+
+    /// Drops the rows of the events at `seqs`, keeping the others in
+    /// order; how many were dropped. An erased subject's vectors were
+    /// derived from content nobody may read again.
+    pub fn remove_events(&mut self, seqs: &HashSet<i64>) -> usize {
+        let keep: Vec<bool> = self
+            .positions
+            .iter()
+            .map(|(seq, _)| !seqs.contains(seq))
+            .collect();
+        let dropped = keep.iter().filter(|kept| !**kept).count();
+        if dropped == 0 {
+            return 0;
+        }
+        fn retain_rows<T: Copy>(values: &mut Vec<T>, keep: &[bool], per_row: usize) {
+            let mut next = 0;
+            for (row, kept) in keep.iter().enumerate() {
+                if *kept {
+                    values.copy_within(row * per_row..(row + 1) * per_row, next * per_row);
+                    next += 1;
+                }
+            }
+            values.truncate(next * per_row);
+        }
+        let (words, dimensions) = (self.words(), self.dimensions);
+        retain_rows(&mut self.positions, &keep, 1);
+        retain_rows(&mut self.class, &keep, 1);
+        retain_rows(&mut self.ts_us, &keep, 1);
+        retain_rows(&mut self.agent, &keep, 1);
+        retain_rows(&mut self.session, &keep, 1);
+        retain_rows(&mut self.tag_set, &keep, 1);
+        retain_rows(&mut self.signs, &keep, words);
+        retain_rows(&mut self.quantised, &keep, dimensions);
+        retain_rows(&mut self.scales, &keep, 1);
+        dropped
     }
 
     /// The similarity of the chunk at `position` to `query`, if it is
@@ -557,6 +593,9 @@ async fn catch_up(
             ..TenantVectors::default()
         };
     }
+    if vectors.loaded_seq > 0 && vectors.loaded_seq < cursor_seq {
+        forget_erased(&mut vectors, pool, tenant, cursor_seq).await?;
+    }
     while vectors.loaded_seq < cursor_seq {
         // Rows past the last position loaded, and past the last cursor
         // (everything up to it is in).
@@ -603,6 +642,47 @@ async fn catch_up(
             vectors.loaded_seq = cursor_seq;
         }
     }
+    Ok(())
+}
+
+/// Drops from `vectors` the rows of every subject erased in the log
+/// between what they hold and `cursor_seq`. `memd erase` deletes the
+/// subject's rows from the embeddings table, but vectors already loaded
+/// stay in memory (in every daemon) until the erasure record is seen here.
+/// A load from zero reads the table, which no longer has them.
+async fn forget_erased(
+    vectors: &mut TenantVectors,
+    pool: &PgPool,
+    tenant: &str,
+    cursor_seq: i64,
+) -> Result<(), sqlx::Error> {
+    let subjects: Vec<String> = sqlx::query_scalar(
+        "SELECT content->>'subject_id' FROM public.events
+          WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 AND kind = 'erasure'",
+    )
+    .bind(tenant)
+    .bind(vectors.loaded_seq)
+    .bind(cursor_seq)
+    .fetch_all(pool)
+    .await?;
+    if subjects.is_empty() {
+        return Ok(());
+    }
+    let seqs: HashSet<i64> = sqlx::query_scalar(
+        "SELECT seq FROM public.events WHERE tenant_id = $1 AND subject_id = ANY ($2)",
+    )
+    .bind(tenant)
+    .bind(&subjects)
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .collect();
+    let dropped = vectors.remove_events(&seqs);
+    tracing::info!(
+        tenant,
+        dropped,
+        "erased subjects' vectors dropped from memory"
+    );
     Ok(())
 }
 
@@ -722,6 +802,35 @@ mod tests {
             Some(1.0)
         );
         assert_eq!(vectors.similarity((9, 0), &unit(&[0.0, 1.0, 0.0])), None);
+    }
+
+    #[test]
+    fn an_erased_events_vectors_leave_and_the_rest_keep_their_own() {
+        let mut vectors = index(&[
+            (1, "private", "none", &[1.0, 0.0, 0.0]),
+            (2, "private", "none", &[0.0, 1.0, 0.0]),
+            (3, "team", "low", &[0.9, 0.1, 0.0]),
+            (4, "private", "none", &[0.0, 0.0, 1.0]),
+        ]);
+        assert_eq!(vectors.remove_events(&HashSet::from([1, 3, 7])), 2);
+        assert_eq!(vectors.len(), 2);
+        let x = unit(&[1.0, 0.0, 0.0]);
+        assert_eq!(vectors.similarity((1, 0), &x), None);
+        assert_eq!(vectors.similarity((3, 0), &x), None);
+        // What stayed is still found by its own vector and class.
+        for (seq, vector) in [(2, [0.0, 1.0, 0.0]), (4, [0.0, 0.0, 1.0])] {
+            let found = vectors.search(
+                &unit(&vector),
+                1,
+                Visibility::new(Channel::Private),
+                &Scope::default(),
+            );
+            assert_eq!(found[0].position, (seq, 0));
+            assert!((found[0].similarity - 1.0).abs() < 0.01);
+        }
+        let found = vectors.search(&x, 5, Visibility::new(Channel::Team), &Scope::default());
+        assert!(found.is_empty(), "{found:?}");
+        assert_eq!(vectors.remove_events(&HashSet::from([1])), 0);
     }
 
     #[test]

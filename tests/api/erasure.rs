@@ -9,7 +9,9 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::{
     acb::section,
-    helpers::{memd_cli, spawn_daemon, spawn_daemon_with, test_keyring, wait_projected},
+    helpers::{
+        memd_cli, spawn_daemon, spawn_daemon_with, test_keyring, wait_embedded, wait_projected,
+    },
 };
 
 /// Words only the subject's memory holds.
@@ -289,4 +291,50 @@ async fn memd_erase_on_the_command_line_and_subjects_need_a_key(
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{forged}");
     assert_eq!(forged["error"]["field"], "kind");
+}
+
+#[sqlx::test]
+async fn an_erased_subjects_vectors_leave_the_daemons_memory(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon_with(connect, crate::semantic::semantic("hashed")).await;
+    let token = app.tenant("acme").await;
+    for text in [ADDRESS, "Alice's phone is QUOKKAPHONE, call after noon."] {
+        app.append(
+            &token,
+            &about(Some("alice"), "message", json!({"text": text}), &[]),
+        )
+        .await;
+    }
+    app.append(
+        &token,
+        &about(None, "message", json!({"text": OFFSITE}), &[]),
+    )
+    .await;
+    wait_projected(&app.pool, "acme").await;
+    wait_embedded(&app, "acme", "hashed").await;
+    let ask =
+        json!({"session_id": "q", "query_text": "where does Alice live?", "max_tokens": 4000});
+    let before = app.acb(&token, ask.clone()).await;
+    let semantic = &before["provenance"]["semantic"];
+    assert_eq!(semantic["used"], true, "{semantic}");
+    assert_eq!(semantic["vectors"], 3, "{semantic}");
+
+    let (status, erased) = app
+        .post_admin(
+            "erase",
+            &token,
+            Some(json!({"subject_id": "alice", "by": "dpo"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{erased}");
+    assert_eq!(erased["erasure"]["vectors_deleted"], 2, "{erased}");
+    wait_embedded(&app, "acme", "hashed").await;
+
+    // The index this daemon loaded before the erasure drops them too.
+    let after = app.acb(&token, ask).await;
+    let semantic = &after["provenance"]["semantic"];
+    assert_eq!(semantic["used"], true, "{semantic}");
+    assert_eq!(semantic["vectors"], 1, "{semantic}");
 }
