@@ -1,6 +1,7 @@
 //! `memd bench acb` as a user runs it, on a tiny history with the
 //! weight-free embedder: every scenario is measured, none with a failed
-//! bundle, and both retrieval scenarios really retrieve.
+//! bundle, and both retrieval scenarios really retrieve, with vector
+//! candidates in every bundle.
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
@@ -27,8 +28,9 @@ async fn the_bundle_bench_measures_every_scenario_without_a_failed_bundle(
         ],
     )
     .await;
-    // | events | scenario | clients | bundles | bundles/s | p50 | p95 | p99 | errors | mean tokens | mean candidate pool |
-    let measured: Vec<&Vec<String>> = rows.iter().filter(|row| row.len() == 13).collect();
+    // | events | scenario | clients | bundles | bundles/s | p50 | p95 | p99 | errors | mean tokens
+    // | mean candidate pool | hybrid bundles |
+    let measured: Vec<&Vec<String>> = rows.iter().filter(|row| row.len() == 14).collect();
     for (scenario, retrieves) in [
         ("fast path", false),
         ("retrieval path", true),
@@ -43,6 +45,10 @@ async fn the_bundle_bench_measures_every_scenario_without_a_failed_bundle(
             assert_eq!(row[9], "0", "errors in {scenario} x{clients}: {report}");
             let pool: f64 = row[11].parse().unwrap();
             assert_eq!(pool > 0.0, retrieves, "{scenario} x{clients}: {report}");
+            // Every retrieval bundle measured was hybrid, none lexical
+            // while the vector index loaded.
+            let hybrid = if retrieves { &row[4] } else { "0" };
+            assert_eq!(row[12], hybrid, "{scenario} x{clients}: {report}");
         }
     }
 }
