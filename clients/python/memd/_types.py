@@ -18,18 +18,6 @@ else:  # pragma: no cover
 Channel = Literal["private", "public", "team", "agent"]
 Sensitivity = Literal["none", "low", "high", "secret"]
 ActorType = Literal["human", "agent", "tool", "system"]
-Kind = Literal[
-    "message",
-    "tool_call",
-    "tool_result",
-    "decision",
-    "task_update",
-    "summary",
-    "view_update",
-    "handoff",
-    "artifact",
-    "erasure",
-]
 # What an append may carry: every kind but `erasure`, which only memd records.
 AppendableKind = Literal[
     "message",
@@ -42,6 +30,8 @@ AppendableKind = Literal[
     "handoff",
     "artifact",
 ]
+# What the log holds (nested Literals flatten, PEP 586).
+Kind = Literal[AppendableKind, "erasure"]
 
 
 class ActorRequest(TypedDict):
