@@ -117,6 +117,15 @@ pub enum BenchCommand {
         /// The embedder whose question vectors are timed too (none: skip).
         #[command(flatten)]
         embedder: EmbedderArgs,
+        /// Search this tenant's real vectors, read from the embeddings
+        /// projection of `--embedder` in DATABASE_URL, instead of
+        /// pseudo-random ones (`--count` is then ignored).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Rows from which the index reads lists instead of every row (a
+        /// power of two; the daemon's is 262144): lists on a smaller tenant.
+        #[arg(long)]
+        lists_from: Option<usize>,
     },
     /// `memd export` and `memd import` of one tenant's chat history: rates,
     /// file size, and the imported chain verified.
@@ -278,7 +287,22 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
             searches,
             out,
             embedder,
-        } => vectors::run(count, searches, &embedder.config()?, &out),
+            tenant,
+            lists_from,
+        } => {
+            vectors::run(
+                vectors::Options {
+                    count,
+                    searches,
+                    tenant,
+                    lists_from,
+                },
+                database_url,
+                &embedder.config()?,
+                &out,
+            )
+            .await
+        }
         BenchCommand::Transfer { events, out } => transfer::run(database_url, events, &out).await,
         BenchCommand::Scale {
             sizes,

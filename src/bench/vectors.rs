@@ -1,9 +1,11 @@
-//! `memd bench vectors`: the in-process vector index alone, at a size no
-//! real embedder reaches here in a session (a million chunks of MiniLM on
-//! two cores take hours): its memory, and the time of one search, with
-//! pseudo-random unit vectors of MiniLM's 384 dimensions. The distribution
-//! of vectors does not change the cost: every visible vector's sign bits
-//! are scanned, and a fixed number of candidates rescored.
+//! `memd bench vectors`: the in-process vector index alone: its memory, the
+//! time of one search by lists and by a full scan, and how many of the
+//! full scan's nearest the lists find (recall). Either pseudo-random unit
+//! vectors of MiniLM's 384 dimensions at a size no real embedder reaches
+//! here in a session (a million chunks of MiniLM on two cores take hours),
+//! which is the worst case for lists (no two vectors are about the same
+//! thing), or a tenant's real vectors read from an embeddings projection
+//! (`--tenant`), searched with questions of the `bench acb` kind.
 
 use std::{fmt::Write as _, path::Path, time::Instant};
 
@@ -14,7 +16,7 @@ use crate::{
         privacy::Visibility,
         retrieve::Scope,
         semantic::SemanticConfig,
-        vectors::{Filtered, TenantVectors},
+        vectors::{self, Filtered, Method, TenantVectors},
     },
 };
 
@@ -22,12 +24,44 @@ const DIMENSIONS: usize = 384;
 /// What a bundle asks for by default (`semantic_candidates`).
 const K: usize = 200;
 
-pub fn run(
-    count: usize,
-    searches: usize,
+pub struct Options {
+    pub count: usize,
+    pub searches: usize,
+    /// Read this tenant's vectors from the embeddings projection of
+    /// `--embedder` instead of making pseudo-random ones.
+    pub tenant: Option<String>,
+    /// Rows from which lists are built (a power of two), if not the
+    /// daemon's: to see lists on a smaller tenant.
+    pub lists_from: Option<usize>,
+}
+
+pub async fn run(
+    options: Options,
+    database_url: &str,
     semantic: &SemanticConfig,
     out: &Path,
 ) -> anyhow::Result<()> {
+    let Options {
+        count,
+        searches,
+        tenant,
+        lists_from,
+    } = options;
+    let tuning = match lists_from {
+        None => vectors::Tuning::DEFAULT,
+        Some(rows) if rows.is_power_of_two() && rows >= 1024 => vectors::Tuning {
+            approximate_from: rows,
+            ..vectors::Tuning::DEFAULT
+        },
+        Some(_) => anyhow::bail!("--lists-from: a power of two, 1024 or more"),
+    };
+    let embedder = match &semantic.embedder {
+        Some(name) => Some(
+            memd_projectors::embed::load(name, &semantic.model_dir)
+                .map_err(|e| anyhow::anyhow!("--embedder {name}: {e}"))?,
+        ),
+        None => None,
+    };
     let mut state = 0x9e37_79b9_7f4a_7c15_u64;
     let mut next = move || {
         state ^= state << 13;
@@ -35,45 +69,84 @@ pub fn run(
         state ^= state << 17;
         (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
     };
-    let unit = |next: &mut dyn FnMut() -> f32| {
+    let mut unit = move || {
         let mut v: Vec<f32> = (0..DIMENSIONS).map(|_| next()).collect();
         memd_projectors::embed::normalise(&mut v);
         v
     };
     let started = Instant::now();
-    let mut vectors = TenantVectors::default();
-    for seq in 1..=count as i64 {
-        let vector = unit(&mut next);
-        // One in ten is high-sensitivity: filtered in the scan for a public bundle.
-        let sensitivity = if seq % 10 == 0 { "high" } else { "none" };
-        vectors.push(
-            (seq, 0),
-            ("public".into(), sensitivity.into(), "message".into(), None),
-            Filtered {
-                ts_us: seq * 1_000_000,
-                session: format!("s{}", seq / 100),
-                ..Filtered::default()
-            },
-            &vector,
-        );
-    }
-    let built = started.elapsed();
-    let mut latencies = Vec::with_capacity(searches);
-    let mut found = 0;
-    for _ in 0..searches {
-        let query = unit(&mut next);
+    let (vectors, queries, visibility, what) = match &tenant {
+        None => {
+            let mut vectors = TenantVectors::with_tuning(tuning);
+            for seq in 1..=count as i64 {
+                // One in ten is high-sensitivity: filtered in the scan for a public bundle.
+                let sensitivity = if seq % 10 == 0 { "high" } else { "none" };
+                vectors.push(
+                    (seq, 0),
+                    ("public".into(), sensitivity.into(), "message".into(), None),
+                    Filtered {
+                        ts_us: seq * 1_000_000,
+                        session: format!("s{}", seq / 100),
+                        ..Filtered::default()
+                    },
+                    &unit(),
+                );
+            }
+            vectors.settle();
+            let queries: Vec<Vec<f32>> = (0..searches).map(|_| unit()).collect();
+            let what = format!(
+                "{count} pseudo-random unit vectors of {DIMENSIONS} dimensions, built in process \
+                 ({:.1} s), searched with {searches} pseudo-random ones from a public channel (a tenth of the \
+                 vectors are high-sensitivity and skipped); random vectors are the worst case for lists",
+                started.elapsed().as_secs_f64()
+            );
+            (vectors, queries, Visibility::new(Channel::Public), what)
+        }
+        Some(tenant) => {
+            let (Some(name), Some(embedder)) = (&semantic.embedder, &embedder) else {
+                anyhow::bail!("--tenant reads an embedder's projection: give --embedder");
+            };
+            let table = memd_projectors::projections::embeddings::projector_name(name)
+                .ok_or_else(|| anyhow::anyhow!("--embedder {name} has no projection"))?;
+            let pool = sqlx::PgPool::connect(database_url).await?;
+            let vectors = vectors::load_tenant(&pool, tenant, table, tuning).await?;
+            let questions: Vec<String> = (0..searches as u64)
+                .map(|i| format!("{} (#{i})", super::acb::question(i)))
+                .collect();
+            let asked: Vec<&str> = questions.iter().map(String::as_str).collect();
+            let queries = embedder.embed_questions(&asked)?;
+            let what = format!(
+                "tenant `{tenant}`'s {} vectors of `{name}` read from `projections.{table}` ({:.1} s with \
+                 the lists built), searched from a private channel with {searches} distinct questions of the \
+                 `bench acb` kind, embedded by the question path",
+                vectors.len(),
+                started.elapsed().as_secs_f64()
+            );
+            (vectors, queries, Visibility::new(Channel::Private), what)
+        }
+    };
+    // Alternated per question, so that a slow second of a shared machine
+    // lands on both methods.
+    let (mut exact_times, mut list_times) = (Vec::new(), Vec::new());
+    let (mut exact_read, mut list_read, mut same, mut wanted) = (0, 0, 0, 0);
+    for query in &queries {
         let at = Instant::now();
-        found += vectors
-            .search(
-                &query,
-                K,
-                Visibility::new(Channel::Public),
-                &Scope::default(),
-            )
-            .len();
-        latencies.push(at.elapsed());
+        let exact = vectors.search_by(Method::Exact, query, K, visibility, &Scope::default());
+        exact_times.push(at.elapsed());
+        let at = Instant::now();
+        let listed = vectors.search_by(Method::Lists, query, K, visibility, &Scope::default());
+        list_times.push(at.elapsed());
+        exact_read += exact.rows_read;
+        list_read += listed.rows_read;
+        wanted += exact.neighbours.len();
+        same += listed
+            .neighbours
+            .iter()
+            .filter(|n| exact.neighbours.iter().any(|e| e.position == n.position))
+            .count();
     }
-    let ms = |p| percentile(&latencies, p).as_secs_f64() * 1e3;
+    let ms = |latencies: &[std::time::Duration], p| percentile(latencies, p).as_secs_f64() * 1e3;
+    let searched = queries.len().max(1) as f64;
     let mut report = report_header(
         "vectors",
         &format!(
@@ -87,29 +160,46 @@ pub fn run(
             }
         ),
     );
+    let lists = vectors
+        .lists_built()
+        .map_or("none (below the threshold)".to_owned(), |(count, level)| {
+            format!("{count} lists trained on {level} rows")
+        });
     let _ = writeln!(
         report,
-        "\nOne tenant's index of {count} pseudo-random unit vectors of {DIMENSIONS} dimensions, built in process \
-         ({:.1} s); {searches} searches for the {K} nearest, from a public channel (a tenth of the vectors are \
-         high-sensitivity and skipped in the scan), one search at a time (a tenant of 262,144 vectors or more is scanned on every core).\n\n\
-         | vectors | index memory | bytes per vector | search p50 ms | search p95 ms | results per search |\n\
-         |---:|---:|---:|---:|---:|---:|\n\
-         | {count} | {:.0} MiB | {:.0} | {:.2} | {:.2} | {:.0} |",
-        built.as_secs_f64(),
+        "\nOne tenant's index: {what}. Each search asks for the {K} nearest, one search at a time (a full \
+         scan of 262,144 vectors or more runs on every core). Recall: the share of the full scan's {K} \
+         nearest that the lists find too.\n\n\
+         Index memory {:.0} MiB ({:.0} bytes per vector); {lists}.\n\n\
+         | method | vectors | search p50 ms | search p95 ms | vectors compared per search | recall@{K} |\n\
+         |---|---:|---:|---:|---:|---:|\n\
+         | full scan | {} | {:.2} | {:.2} | {:.0} | 1.000 |\n\
+         | lists | {} | {:.2} | {:.2} | {:.0} | {:.3} |",
         vectors.heap_bytes() as f64 / (1024.0 * 1024.0),
-        vectors.heap_bytes() as f64 / count.max(1) as f64,
-        ms(50.0),
-        ms(95.0),
-        found as f64 / searches.max(1) as f64
+        vectors.heap_bytes() as f64 / vectors.len().max(1) as f64,
+        vectors.len(),
+        ms(&exact_times, 50.0),
+        ms(&exact_times, 95.0),
+        exact_read as f64 / searched,
+        vectors.len(),
+        ms(&list_times, 50.0),
+        ms(&list_times, 95.0),
+        list_read as f64 / searched,
+        same as f64 / wanted.max(1) as f64,
     );
-    let mut categories = vec![format!(
-        "search, {} vectors",
-        super::charts::number(count as f64)
-    )];
-    let (mut p50s, mut p95s) = (vec![ms(50.0)], vec![ms(95.0)]);
-    if let Some(name) = &semantic.embedder {
-        let embedder = memd_projectors::embed::load(name, &semantic.model_dir)
-            .map_err(|e| anyhow::anyhow!("--embedder {name}: {e}"))?;
+    let count = vectors.len();
+    let (mut p50s, mut p95s) = (
+        vec![ms(&exact_times, 50.0), ms(&list_times, 50.0)],
+        vec![ms(&exact_times, 95.0), ms(&list_times, 95.0)],
+    );
+    let categories_of = |method: &str| {
+        format!(
+            "search by {method}, {} vectors",
+            super::charts::number(count as f64)
+        )
+    };
+    let mut categories = vec![categories_of("full scan"), categories_of("lists")];
+    if let (Some(name), Some(embedder)) = (&semantic.embedder, &embedder) {
         // Distinct questions: what a bundle computes on a cache miss.
         let questions: Vec<String> = (0..searches as u64)
             .map(|i| format!("{} (#{i})", super::acb::question(i)))

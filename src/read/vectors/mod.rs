@@ -47,8 +47,14 @@ use super::{
 };
 use crate::domain::event::Channel;
 
+mod lists;
+use lists::Lists;
+pub use lists::Tuning;
+
 /// Candidates rescored per result wanted, after the sign-bit scan.
 const RESCORE_FACTOR: usize = 4;
+/// Visible rows a search of lists reads at least, per candidate rescored.
+const ENOUGH_FACTOR: usize = 4;
 /// Rows read per round trip when loading a tenant.
 const LOAD_PAGE: i64 = 20_000;
 
@@ -60,6 +66,23 @@ pub type Position = (i64, i32);
 pub struct Neighbour {
     pub position: Position,
     pub similarity: f32,
+}
+
+/// How a search finds the nearest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// From the closest lists once the tenant has them (what bundles do).
+    Lists,
+    /// From every row, whatever the tenant's size: what lists are measured
+    /// against.
+    Exact,
+}
+
+/// A search's answer, and the rows it compared with the query.
+#[derive(Debug, Default)]
+pub struct Searched {
+    pub neighbours: Vec<Neighbour>,
+    pub rows_read: usize,
 }
 
 /// What privacy filters a row by: (channel, sensitivity, kind, owner). The
@@ -133,6 +156,11 @@ pub struct TenantVectors {
     /// `dimensions` int8 per row.
     quantised: Vec<i8>,
     scales: Vec<f32>,
+    /// Rows per class, to tell whether reading lists pays for a channel.
+    class_rows: Vec<usize>,
+    /// Lists of rows by nearest centroid, once the tenant is large enough.
+    lists: Option<Lists>,
+    tuning: Tuning,
 }
 
 impl TenantVectors {
@@ -157,6 +185,7 @@ impl TenantVectors {
             + self.signs.capacity() * 8
             + self.quantised.capacity()
             + self.scales.capacity() * 4
+            + self.lists.as_ref().map_or(0, Lists::heap_bytes)
     }
 
     /// Adds one chunk's vector; rows come in position order.
@@ -178,6 +207,10 @@ impl TenantVectors {
             class.3 = None;
         }
         let class = self.classes.intern(class);
+        if self.class_rows.len() <= class as usize {
+            self.class_rows.resize(class as usize + 1, 0);
+        }
+        self.class_rows[class as usize] += 1;
         self.positions.push(position);
         self.class.push(class);
         self.ts_us.push(filtered.ts_us);
@@ -228,6 +261,13 @@ impl TenantVectors {
         retain_rows(&mut self.signs, &keep, words);
         retain_rows(&mut self.quantised, &keep, dimensions);
         retain_rows(&mut self.scales, &keep, 1);
+        self.class_rows.fill(0);
+        for class in &self.class {
+            self.class_rows[*class as usize] += 1;
+        }
+        // Lists are a function of the rows: trained again from those left.
+        self.lists = None;
+        self.settle();
         dropped
     }
 
@@ -240,57 +280,30 @@ impl TenantVectors {
 
     fn rescore(&self, row: usize, query: &[f32]) -> f32 {
         let vector = &self.quantised[row * self.dimensions..(row + 1) * self.dimensions];
-        let dot: f32 = vector
+        // Sixteen running sums, not one: a single sum waits for each
+        // addition before the next, and cannot use the vector unit.
+        const LANES: usize = 16;
+        let mut sums = [0.0_f32; LANES];
+        let whole = (vector.len() / LANES) * LANES;
+        for (v, q) in vector[..whole]
+            .chunks_exact(LANES)
+            .zip(query[..whole].chunks_exact(LANES))
+        {
+            for lane in 0..LANES {
+                sums[lane] += f32::from(v[lane]) * q[lane];
+            }
+        }
+        let tail: f32 = vector[whole..]
             .iter()
-            .zip(query)
-            .map(|(q, x)| f32::from(*q) * x)
+            .zip(&query[whole..])
+            .map(|(v, q)| f32::from(*v) * q)
             .sum();
-        dot * self.scales[row]
-    }
-
-    /// Hides (as `u16::MAX`) the rows `filters` leave out, before the
-    /// closest are chosen: the filters narrow the search, not its results.
-    fn hide_filtered_out(&self, filters: &RetrievalFilters, distances: &mut [u16]) {
-        let agents = self
-            .agents
-            .each(|agent| filters.allows_agent(agent.as_deref()));
-        let sessions = self
-            .sessions
-            .each(|session| filters.allows_session(session));
-        let tag_sets = self.tag_sets.each(|tags| filters.allows_tags(tags));
-        for (row, distance) in distances.iter_mut().enumerate() {
-            if !(filters.allows_time(self.ts_us[row])
-                && agents[self.agent[row] as usize]
-                && sessions[self.session[row] as usize]
-                && tag_sets[self.tag_set[row] as usize])
-            {
-                *distance = u16::MAX;
-            }
-        }
-    }
-
-    /// Hides (as `u16::MAX`) the rows retention forgets, likewise before
-    /// the closest are chosen.
-    fn hide_forgotten(&self, forgetting: &Forgetting, distances: &mut [u16]) {
-        for (row, distance) in distances.iter_mut().enumerate() {
-            if *distance == u16::MAX {
-                continue;
-            }
-            let chunk = ChunkFields {
-                seq: self.positions[row].0,
-                ts_us: self.ts_us[row],
-                kind: &self.classes.values[self.class[row] as usize].2,
-                session: &self.sessions.values[self.session[row] as usize],
-                tags: &self.tag_sets.values[self.tag_set[row] as usize],
-            };
-            if forgetting.forgets(&chunk) {
-                *distance = u16::MAX;
-            }
-        }
+        (sums.iter().sum::<f32>() + tail) * self.scales[row]
     }
 
     /// The `k` visible chunks closest to `query` (a unit vector), best
-    /// first.
+    /// first: from the lists closest to it once the tenant has them
+    /// ([`lists`]), else from every row.
     pub fn search(
         &self,
         query: &[f32],
@@ -298,34 +311,92 @@ impl TenantVectors {
         visibility: Visibility<'_>,
         scope: &Scope,
     ) -> Vec<Neighbour> {
+        self.search_by(Method::Lists, query, k, visibility, scope)
+            .neighbours
+    }
+
+    /// [`Self::search`] by `method`, with what it read.
+    pub fn search_by(
+        &self,
+        method: Method,
+        query: &[f32],
+        k: usize,
+        visibility: Visibility<'_>,
+        scope: &Scope,
+    ) -> Searched {
         if k == 0 || self.is_empty() || query.len() != self.dimensions {
-            return Vec::new();
+            return Searched::default();
         }
-        let filters = &scope.filters;
         let allowed = self.classes.each(|(channel, sensitivity, kind, owner)| {
             visibility.allows(channel, sensitivity)
                 && visibility.owner_allows(channel, owner.as_deref())
                 && !scope.excluded_kinds.contains(&kind.as_str())
-                && filters.allows_kind(kind)
+                && scope.filters.allows_kind(kind)
         });
-        let words = self.words();
+        let passes = RowTest::new(self, scope);
         let query_signs: Vec<u64> = sign_words(query).collect();
-        // Hamming distance of every visible row; u16::MAX hides a row.
-        let mut distances = hamming(&self.signs, words, &self.class, &allowed, &query_signs);
-        if !filters.is_empty() {
-            self.hide_filtered_out(filters, &mut distances);
-        }
-        if !scope.forgetting.is_empty() {
-            self.hide_forgotten(&scope.forgetting, &mut distances);
-        }
         let wanted = k.saturating_mul(RESCORE_FACTOR);
-        // The distance under which `wanted` rows fall, from a histogram:
-        // no sort of a million rows.
-        let mut histogram = vec![0_usize; self.dimensions + 2];
-        for distance in &distances {
-            if *distance != u16::MAX {
-                histogram[*distance as usize] += 1;
+        let lists = self
+            .lists
+            .as_ref()
+            .filter(|_| method == Method::Lists && self.lists_pay(&allowed, wanted));
+        let (mut scored, rows_read) = match lists {
+            Some(lists) => {
+                let (found, rows_read) = self.probe(lists, &query_signs, &allowed, &passes, wanted);
+                (
+                    self.closest(found.iter().copied(), wanted, query),
+                    rows_read,
+                )
             }
+            None => {
+                // Hamming distance of every row; u16::MAX hides a row.
+                let mut distances = hamming(
+                    &self.signs,
+                    self.words(),
+                    &self.class,
+                    &allowed,
+                    &query_signs,
+                );
+                if !passes.passes_all() {
+                    for (row, distance) in distances.iter_mut().enumerate() {
+                        if *distance != u16::MAX && !passes.row(row) {
+                            *distance = u16::MAX;
+                        }
+                    }
+                }
+                let visible = distances
+                    .iter()
+                    .zip(0_u32..)
+                    .filter(|(distance, _)| **distance != u16::MAX)
+                    .map(|(distance, row)| (row, *distance));
+                (self.closest(visible, wanted, query), self.len())
+            }
+        };
+        scored.sort_by(|a, b| {
+            b.similarity
+                .total_cmp(&a.similarity)
+                .then_with(|| b.position.cmp(&a.position))
+        });
+        scored.truncate(k);
+        Searched {
+            neighbours: scored,
+            rows_read,
+        }
+    }
+
+    /// The `wanted` rows of `read` (row, Hamming distance) closest by their
+    /// sign bits, give or take a tie, rescored by their int8 vectors. The
+    /// distance under which `wanted` rows fall comes from a histogram: no
+    /// sort of a million rows.
+    fn closest(
+        &self,
+        read: impl Iterator<Item = (u32, u16)> + Clone,
+        wanted: usize,
+        query: &[f32],
+    ) -> Vec<Neighbour> {
+        let mut histogram = vec![0_usize; self.dimensions + 2];
+        for (_, distance) in read.clone() {
+            histogram[distance as usize] += 1;
         }
         let mut threshold = 0;
         let mut seen = 0;
@@ -336,22 +407,153 @@ impl TenantVectors {
                 break;
             }
         }
-        let mut scored: Vec<Neighbour> = distances
-            .iter()
-            .enumerate()
-            .filter(|(_, distance)| **distance <= threshold)
+        read.filter(|(_, distance)| *distance <= threshold)
             .map(|(row, _)| Neighbour {
-                position: self.positions[row],
-                similarity: self.rescore(row, query),
+                position: self.positions[row as usize],
+                similarity: self.rescore(row as usize, query),
             })
-            .collect();
-        scored.sort_by(|a, b| {
-            b.similarity
-                .total_cmp(&a.similarity)
-                .then_with(|| b.position.cmp(&a.position))
-        });
-        scored.truncate(k);
-        scored
+            .collect()
+    }
+
+    /// Whether reading lists beats scanning every row: not when so few rows
+    /// are visible to the channel that the lists would have to be read
+    /// nearly all (an agent's own private memory in a large team tenant).
+    fn lists_pay(&self, allowed: &[bool], wanted: usize) -> bool {
+        let visible: usize = self
+            .class_rows
+            .iter()
+            .zip(allowed)
+            .filter(|(_, allowed)| **allowed)
+            .map(|(rows, _)| rows)
+            .sum();
+        visible >= 4 * ENOUGH_FACTOR * wanted
+    }
+
+    /// The visible rows of the lists closest to the query: at least one
+    /// list in [`lists::PROBE_SHARE`], then more until `ENOUGH_FACTOR ×
+    /// wanted` rows have passed, and every row not yet in a list.
+    fn probe(
+        &self,
+        lists: &Lists,
+        query: &[u64],
+        allowed: &[bool],
+        passes: &RowTest,
+        wanted: usize,
+    ) -> (Vec<(u32, u16)>, usize) {
+        let words = self.words();
+        let at_least = lists.len().div_ceil(lists::PROBE_SHARE);
+        let enough = ENOUGH_FACTOR * wanted;
+        let mut found = Vec::with_capacity(enough.max(self.len() / lists::PROBE_SHARE));
+        let keep = |row: u32, class: u32| allowed[class as usize] && passes.row(row as usize);
+        let mut rows_read = self.len() - lists.assigned;
+        for (probed, list) in lists.closest_first(query).into_iter().enumerate() {
+            if probed >= at_least && found.len() >= enough {
+                break;
+            }
+            rows_read += lists.members(list).len();
+            lists.scan(list, query, keep, &mut found);
+        }
+        for row in lists.assigned..self.len() {
+            if keep(row as u32, self.class[row]) {
+                let signs = &self.signs[row * words..(row + 1) * words];
+                found.push((row as u32, lists::distance(signs, query)));
+            }
+        }
+        (found, rows_read)
+    }
+
+    /// Places rows loaded since the last call in the lists, or trains them
+    /// afresh when the tenant reaches a new level (or has none yet).
+    pub fn settle(&mut self) {
+        match self.tuning.level(self.len()) {
+            None => self.lists = None,
+            Some(level) => match &mut self.lists {
+                Some(lists) if lists.level == level => lists.assign(&self.signs, &self.class),
+                _ => {
+                    self.lists = Some(Lists::train(
+                        &self.signs,
+                        &self.class,
+                        self.words(),
+                        level,
+                        self.tuning,
+                    ))
+                }
+            },
+        }
+    }
+
+    /// How many lists, trained on how many rows, if the tenant has them.
+    pub fn lists_built(&self) -> Option<(usize, usize)> {
+        self.lists.as_ref().map(|lists| (lists.len(), lists.level))
+    }
+
+    /// An index that builds its lists as `tuning` says (tests and benches:
+    /// small lists, or none).
+    pub fn with_tuning(tuning: Tuning) -> Self {
+        Self {
+            tuning,
+            ..Self::default()
+        }
+    }
+}
+
+/// What the request's filters and retention leave of each row, beyond its
+/// class.
+struct RowTest<'a> {
+    vectors: &'a TenantVectors,
+    filters: Option<&'a RetrievalFilters>,
+    agents: Vec<bool>,
+    sessions: Vec<bool>,
+    tag_sets: Vec<bool>,
+    forgetting: Option<&'a Forgetting>,
+}
+
+impl<'a> RowTest<'a> {
+    fn new(vectors: &'a TenantVectors, scope: &'a Scope) -> Self {
+        let filters = (!scope.filters.is_empty()).then_some(&scope.filters);
+        let each =
+            |test: &dyn Fn(&RetrievalFilters) -> Vec<bool>| filters.map(test).unwrap_or_default();
+        RowTest {
+            vectors,
+            agents: each(&|f| {
+                vectors
+                    .agents
+                    .each(|agent| f.allows_agent(agent.as_deref()))
+            }),
+            sessions: each(&|f| vectors.sessions.each(|session| f.allows_session(session))),
+            tag_sets: each(&|f| vectors.tag_sets.each(|tags| f.allows_tags(tags))),
+            filters,
+            forgetting: (!scope.forgetting.is_empty()).then_some(&scope.forgetting),
+        }
+    }
+
+    /// Whether every row passes (no filters, nothing forgotten).
+    fn passes_all(&self) -> bool {
+        self.filters.is_none() && self.forgetting.is_none()
+    }
+
+    /// Whether the filters hold for `row` and retention keeps it: the
+    /// filters narrow the search, not its results.
+    fn row(&self, row: usize) -> bool {
+        let v = self.vectors;
+        if let Some(filters) = self.filters
+            && !(filters.allows_time(v.ts_us[row])
+                && self.agents[v.agent[row] as usize]
+                && self.sessions[v.session[row] as usize]
+                && self.tag_sets[v.tag_set[row] as usize])
+        {
+            return false;
+        }
+        match self.forgetting {
+            None => true,
+            Some(forgetting) => !forgetting.forgets(&ChunkFields {
+                seq: v.positions[row].0,
+                ts_us: v.ts_us[row],
+                kind: &v.classes.values[v.class[row] as usize].2,
+                session: &v.sessions.values[v.session[row] as usize],
+                tags: &v.tag_sets.values[v.tag_set[row] as usize],
+            }),
+        }
     }
 }
 
@@ -590,7 +792,7 @@ async fn catch_up(
     if vectors.loaded_version != cursor_version || vectors.loaded_seq > cursor_seq {
         *vectors = TenantVectors {
             loaded_version: cursor_version,
-            ..TenantVectors::default()
+            ..TenantVectors::with_tuning(vectors.tuning)
         };
     }
     if vectors.loaded_seq > 0 && vectors.loaded_seq < cursor_seq {
@@ -642,7 +844,24 @@ async fn catch_up(
             vectors.loaded_seq = cursor_seq;
         }
     }
+    vectors.settle();
     Ok(())
+}
+
+/// Every vector of `tenant` in the embeddings table `table`, with its
+/// lists: what a daemon holds after loading the tenant (`bench vectors`).
+pub async fn load_tenant(
+    pool: &PgPool,
+    tenant: &str,
+    table: &'static str,
+    tuning: Tuning,
+) -> Result<TenantVectors, sqlx::Error> {
+    let entry = Entry {
+        vectors: RwLock::new(TenantVectors::with_tuning(tuning)),
+        ..Entry::default()
+    };
+    catch_up(&entry, pool, tenant, table, i64::MAX, 0).await?;
+    Ok(entry.vectors.into_inner())
 }
 
 /// Drops from `vectors` the rows of every subject erased in the log
@@ -979,5 +1198,220 @@ mod tests {
             ..RetrievalFilters::default()
         });
         assert!(decisions_only.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod list_tests {
+    //! The index once a tenant has lists ([`lists`]), with small lists so
+    //! that a few thousand rows reach them.
+    use super::*;
+    use crate::domain::event::Channel;
+
+    const SMALL: Tuning = Tuning {
+        approximate_from: 1024,
+        rows_per_list: 64,
+    };
+    const DIMENSIONS: usize = 384;
+
+    struct Noise(u64);
+
+    impl Noise {
+        fn next(&mut self) -> f32 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % 2001) as f32 / 1000.0 - 1.0
+        }
+
+        /// A unit vector near `topic` (vectors of real text cluster by
+        /// what they are about).
+        fn near(&mut self, topic: &[f32], spread: f32) -> Vec<f32> {
+            let mut v: Vec<f32> = topic.iter().map(|x| x + spread * self.next()).collect();
+            embed::normalise(&mut v);
+            v
+        }
+    }
+
+    /// `rows` vectors around 50 topics; every fifth row high-sensitivity,
+    /// rows in sessions of 100.
+    /// A row as [`TenantVectors::push`] takes it.
+    type Row = (Position, Class, Filtered, Vec<f32>);
+
+    fn clustered(rows: i64) -> (Vec<Vec<f32>>, Vec<Row>) {
+        let mut noise = Noise(0x2545_f491_4f6c_dd1d);
+        let topics: Vec<Vec<f32>> = (0..50)
+            .map(|_| (0..DIMENSIONS).map(|_| noise.next()).collect())
+            .collect();
+        let rows = (1..=rows)
+            .map(|seq| {
+                let topic = &topics[(seq as usize * 7919) % topics.len()];
+                let sensitivity = if seq % 5 == 0 { "high" } else { "none" };
+                (
+                    (seq, 0),
+                    (
+                        "public".to_owned(),
+                        sensitivity.to_owned(),
+                        "message".to_owned(),
+                        None,
+                    ),
+                    Filtered {
+                        ts_us: seq * 1_000_000,
+                        session: format!("s{}", seq / 100),
+                        ..Filtered::default()
+                    },
+                    noise.near(topic, 0.6),
+                )
+            })
+            .collect();
+        (topics, rows)
+    }
+
+    fn load(rows: &[Row]) -> TenantVectors {
+        let mut vectors = TenantVectors::with_tuning(SMALL);
+        for (position, class, filtered, vector) in rows {
+            vectors.push(*position, class.clone(), filtered.clone(), vector);
+        }
+        vectors.settle();
+        vectors
+    }
+
+    fn seqs(found: &[Neighbour]) -> Vec<i64> {
+        found.iter().map(|n| n.position.0).collect()
+    }
+
+    #[test]
+    fn lists_find_nearly_what_a_full_scan_finds_and_read_a_slice() {
+        let (topics, rows) = clustered(6_000);
+        let vectors = load(&rows);
+        let lists = vectors.lists.as_ref().expect("6,000 rows have lists");
+        assert_eq!((lists.level, lists.len()), (4096, 64));
+        let mut noise = Noise(99);
+        let (mut same, mut total) = (0, 0);
+        for topic in &topics {
+            let query = noise.near(topic, 0.6);
+            let exact = seqs(
+                &vectors
+                    .search_by(
+                        Method::Exact,
+                        &query,
+                        10,
+                        Visibility::new(Channel::Public),
+                        &Scope::default(),
+                    )
+                    .neighbours,
+            );
+            let listed = seqs(&vectors.search(
+                &query,
+                10,
+                Visibility::new(Channel::Public),
+                &Scope::default(),
+            ));
+            assert_eq!(listed.len(), 10);
+            total += exact.len();
+            same += listed.iter().filter(|seq| exact.contains(seq)).count();
+        }
+        let recall = same as f64 / total as f64;
+        assert!(
+            recall >= 0.9,
+            "recall of the lists against a full scan: {recall}"
+        );
+        // What a search reads: the closest 4 lists of 64, give or take.
+        let query = noise.near(&topics[0], 0.6);
+        let allowed = vectors.classes.each(|class| class.1 == "none");
+        let (_, read) = vectors.probe(
+            lists,
+            &sign_words(&query).collect::<Vec<_>>(),
+            &allowed,
+            &RowTest::new(&vectors, &Scope::default()),
+            40,
+        );
+        assert!(read < 6_000 / 8, "{read} rows read");
+        assert!(read >= 4 * 40, "{read} rows read");
+    }
+
+    #[test]
+    fn a_public_channel_never_finds_sensitive_vectors_through_lists() {
+        let (topics, rows) = clustered(3_000);
+        let vectors = load(&rows);
+        assert!(vectors.lists.is_some());
+        for topic in &topics {
+            let found = vectors.search(
+                topic,
+                20,
+                Visibility::new(Channel::Public),
+                &Scope::default(),
+            );
+            assert_eq!(found.len(), 20);
+            assert!(found.iter().all(|n| n.position.0 % 5 != 0), "{found:?}");
+        }
+    }
+
+    #[test]
+    fn a_filter_that_hides_most_rows_still_gets_its_nearest() {
+        let (topics, rows) = clustered(3_000);
+        let vectors = load(&rows);
+        // Session s7 holds 100 rows of 3,000, spread over every topic.
+        let scope = Scope {
+            filters: RetrievalFilters {
+                sessions: vec!["s7".into()],
+                ..RetrievalFilters::default()
+            },
+            ..Scope::default()
+        };
+        for topic in topics.iter().take(10) {
+            let listed = vectors.search(topic, 30, Visibility::new(Channel::Public), &scope);
+            let exact = vectors
+                .search_by(
+                    Method::Exact,
+                    topic,
+                    30,
+                    Visibility::new(Channel::Public),
+                    &scope,
+                )
+                .neighbours;
+            assert_eq!(seqs(&listed), seqs(&exact));
+            assert!(listed.iter().all(|n| n.position.0 / 100 == 7));
+        }
+    }
+
+    #[test]
+    fn an_index_grown_row_by_row_answers_as_one_loaded_at_once() {
+        let (topics, rows) = clustered(5_000);
+        let at_once = load(&rows);
+        let mut grown = TenantVectors::with_tuning(SMALL);
+        for (i, (position, class, filtered, vector)) in rows.iter().enumerate() {
+            grown.push(*position, class.clone(), filtered.clone(), vector);
+            if i % 700 == 0 {
+                grown.settle();
+            }
+        }
+        grown.settle();
+        // An erasure leaves both with the lists of what is left, as a
+        // daemon that loads the rest from the table would build them.
+        let erased: HashSet<i64> = (1..=1_500).filter(|seq| seq % 3 == 0).collect();
+        let mut after = at_once;
+        after.remove_events(&erased);
+        let rest: Vec<_> = rows
+            .iter()
+            .filter(|row| !erased.contains(&row.0.0))
+            .cloned()
+            .collect();
+        let fresh = load(&rest);
+        let mut noise = Noise(5);
+        for topic in &topics {
+            let query = noise.near(topic, 0.6);
+            let search = |v: &TenantVectors| {
+                seqs(&v.search(
+                    &query,
+                    10,
+                    Visibility::new(Channel::Public),
+                    &Scope::default(),
+                ))
+            };
+            assert_eq!(search(&grown), search(&load(&rows)));
+            assert_eq!(search(&after), search(&fresh));
+            assert!(search(&after).iter().all(|seq| !erased.contains(seq)));
+        }
     }
 }
