@@ -5,18 +5,18 @@
 //! table on a tenant's first bundle.
 //!
 //! **Why in process.** pgvector is not packaged for this machine's
-//! PostgreSQL, and an exact scan of compact codes is fast enough at the
-//! sizes one tenant reaches: 1M chunks of 384 dimensions are 48 MB of sign
-//! bits (scanned in a few milliseconds) plus 384 MB of int8 vectors (read
+//! PostgreSQL, and compact codes keep a tenant in memory: 1M chunks of 384
+//! dimensions are 48 MB of sign bits plus 384 MB of int8 vectors (read
 //! only for the few hundred closest).
 //!
 //! **Search.** Each vector is kept twice: its sign bits (binary
 //! quantisation), and int8 with a per-vector scale. A search counts the
-//! Hamming distance of every visible vector's sign bits to the query's,
-//! keeps the closest `RESCORE_FACTOR × k` (all of them for a small tenant),
-//! rescoring those by the dot product of the int8 vector with the float
-//! query, and returns the best `k`. Ties go to the newer chunk, so the same
-//! vectors and the same question give the same answer.
+//! Hamming distance of visible vectors' sign bits to the query's (every
+//! vector of a small tenant; those of the closest [`lists`] of a large
+//! one), keeps the closest `RESCORE_FACTOR × k`, rescoring those by the
+//! dot product of the int8 vector with the float query, and returns the
+//! best `k`. Ties go to the newer chunk, so the same vectors and the same
+//! question give the same answer.
 //!
 //! **Privacy and filters.** The channel may only see what [`Visibility`]
 //! allows, the scope's excluded kinds are skipped, and the request's
@@ -73,6 +73,9 @@ pub struct Neighbour {
 pub enum Method {
     /// From the closest lists once the tenant has them (what bundles do).
     Lists,
+    /// Likewise, reading at least one list in this many (bundles read one
+    /// in [`lists::PROBE_SHARE`]): what recall and time a share buys.
+    Probing(usize),
     /// From every row, whatever the tenant's size: what lists are measured
     /// against.
     Exact,
@@ -339,10 +342,15 @@ impl TenantVectors {
         let lists = self
             .lists
             .as_ref()
-            .filter(|_| method == Method::Lists && self.lists_pay(&allowed, wanted));
+            .filter(|_| method != Method::Exact && self.lists_pay(&allowed, wanted));
+        let probe_share = match method {
+            Method::Probing(share) => share.max(1),
+            _ => lists::PROBE_SHARE,
+        };
         let (mut scored, rows_read) = match lists {
             Some(lists) => {
-                let (found, rows_read) = self.probe(lists, &query_signs, &allowed, &passes, wanted);
+                let (found, rows_read) =
+                    self.probe(lists, &query_signs, probe_share, &allowed, &passes, wanted);
                 (
                     self.closest(found.iter().copied(), wanted, query),
                     rows_read,
@@ -385,7 +393,7 @@ impl TenantVectors {
     }
 
     /// The `wanted` rows of `read` (row, Hamming distance) closest by their
-    /// sign bits, give or take a tie, rescored by their int8 vectors. The
+    /// sign bits (the newer of equals), rescored by their int8 vectors. The
     /// distance under which `wanted` rows fall comes from a histogram: no
     /// sort of a million rows.
     fn closest(
@@ -399,16 +407,29 @@ impl TenantVectors {
             histogram[distance as usize] += 1;
         }
         let mut threshold = 0;
-        let mut seen = 0;
+        let mut below = 0;
         for (distance, count) in histogram.iter().enumerate() {
-            seen += count;
             threshold = distance as u16;
-            if seen >= wanted {
+            if below + count >= wanted {
                 break;
             }
+            below += count;
         }
-        read.filter(|(_, distance)| *distance <= threshold)
-            .map(|(row, _)| Neighbour {
+        // Of the rows at the threshold distance, the newest that fill
+        // `wanted`: many chunks can share one distance (templated
+        // messages, near-duplicates), and rescoring them all would cost
+        // more than the scan.
+        let mut tied: Vec<u32> = read
+            .clone()
+            .filter(|(_, distance)| *distance == threshold)
+            .map(|(row, _)| row)
+            .collect();
+        tied.sort_unstable_by(|a, b| b.cmp(a));
+        tied.truncate(wanted.saturating_sub(below));
+        read.filter(|(_, distance)| *distance < threshold)
+            .map(|(row, _)| row)
+            .chain(tied)
+            .map(|row| Neighbour {
                 position: self.positions[row as usize],
                 similarity: self.rescore(row as usize, query),
             })
@@ -436,14 +457,15 @@ impl TenantVectors {
         &self,
         lists: &Lists,
         query: &[u64],
+        probe_share: usize,
         allowed: &[bool],
         passes: &RowTest,
         wanted: usize,
     ) -> (Vec<(u32, u16)>, usize) {
         let words = self.words();
-        let at_least = lists.len().div_ceil(lists::PROBE_SHARE);
+        let at_least = lists.len().div_ceil(probe_share);
         let enough = ENOUGH_FACTOR * wanted;
-        let mut found = Vec::with_capacity(enough.max(self.len() / lists::PROBE_SHARE));
+        let mut found = Vec::with_capacity(enough.max(self.len() / probe_share));
         let keep = |row: u32, class: u32| allowed[class as usize] && passes.row(row as usize);
         let mut rows_read = self.len() - lists.assigned;
         for (probed, list) in lists.closest_first(query).into_iter().enumerate() {
@@ -1024,6 +1046,32 @@ mod tests {
     }
 
     #[test]
+    fn of_many_equally_close_the_newest_come_back() {
+        // 500 copies of one vector and an older, slightly different one:
+        // the copies tie at the cut-off distance; only the newest of them
+        // are rescored, and they are what comes back.
+        let mut rows: Vec<(i64, &str, &str, &[f32])> =
+            vec![(1, "private", "none", &[1.0, 0.2, 0.0])];
+        for seq in 2..=501 {
+            rows.push((seq, "private", "none", &[1.0, 0.0, 0.0]));
+        }
+        let vectors = index(&rows);
+        let found = vectors.search_by(
+            Method::Exact,
+            &unit(&[1.0, 0.0, 0.0]),
+            3,
+            Visibility::new(Channel::Private),
+            &Scope::default(),
+        );
+        assert_eq!(seqs_of(&found.neighbours), [501, 500, 499]);
+        assert_eq!(found.rows_read, 501);
+    }
+
+    fn seqs_of(found: &[Neighbour]) -> Vec<i64> {
+        found.iter().map(|n| n.position.0).collect()
+    }
+
+    #[test]
     fn an_erased_events_vectors_leave_and_the_rest_keep_their_own() {
         let mut vectors = index(&[
             (1, "private", "none", &[1.0, 0.0, 0.0]),
@@ -1316,17 +1364,19 @@ mod list_tests {
             recall >= 0.9,
             "recall of the lists against a full scan: {recall}"
         );
-        // What a search reads: the closest 4 lists of 64, give or take.
+        // What a search reads: the closest 16 lists of 64, give or take.
         let query = noise.near(&topics[0], 0.6);
         let allowed = vectors.classes.each(|class| class.1 == "none");
+        let signs: Vec<u64> = sign_words(&query).collect();
         let (_, read) = vectors.probe(
             lists,
-            &sign_words(&query).collect::<Vec<_>>(),
+            &signs,
+            lists::PROBE_SHARE,
             &allowed,
             &RowTest::new(&vectors, &Scope::default()),
             40,
         );
-        assert!(read < 6_000 / 8, "{read} rows read");
+        assert!(read < 6_000 / 3, "{read} rows read");
         assert!(read >= 4 * 40, "{read} rows read");
     }
 
