@@ -340,12 +340,20 @@ mod tests {
             .collect()
     }
 
+    /// Lists of 64 from 1,024 rows: a few thousand rows reach them.
+    const SMALL: Tuning = Tuning {
+        approximate_from: 1024,
+        rows_per_list: 64,
+    };
+
+    /// Three classes, row by row.
+    fn classes(rows: usize) -> Vec<u32> {
+        (0..rows as u32).map(|row| row % 3).collect()
+    }
+
     #[test]
     fn levels_are_powers_of_two_from_the_threshold() {
-        let tuning = Tuning {
-            approximate_from: 1024,
-            rows_per_list: 64,
-        };
+        let tuning = SMALL;
         assert_eq!(tuning.level(1023), None);
         assert_eq!(tuning.level(1024), Some(1024));
         assert_eq!(tuning.level(2047), Some(1024));
@@ -357,11 +365,7 @@ mod tests {
     fn every_row_is_in_exactly_one_list_its_closest() {
         let (rows, words) = (3_000, 2);
         let signs = pseudo_random(rows, words, 7);
-        let tuning = Tuning {
-            approximate_from: 1024,
-            rows_per_list: 64,
-        };
-        let classes: Vec<u32> = (0..rows as u32).map(|row| row % 3).collect();
+        let (tuning, classes) = (SMALL, classes(rows));
         let lists = Lists::train(&signs, &classes, words, 2048, tuning);
         assert_eq!(lists.len(), 32);
         assert_eq!(lists.assigned, rows);
@@ -388,11 +392,7 @@ mod tests {
     fn lists_grown_row_by_row_equal_lists_trained_at_once() {
         let (rows, words) = (2_500, 3);
         let signs = pseudo_random(rows, words, 11);
-        let tuning = Tuning {
-            approximate_from: 1024,
-            rows_per_list: 64,
-        };
-        let classes: Vec<u32> = (0..rows as u32).map(|row| row % 3).collect();
+        let (tuning, classes) = (SMALL, classes(rows));
         let at_once = Lists::train(&signs, &classes, words, 2048, tuning);
         let mut grown = Lists::train(
             &signs[..2048 * words],
