@@ -504,6 +504,13 @@ impl TenantVectors {
         }
     }
 
+    /// Trains the lists again from the rows as they are (what a tenant
+    /// crossing a level pays; `memd bench vectors` times it).
+    pub fn train_lists(&mut self) {
+        self.lists = None;
+        self.settle();
+    }
+
     /// How many lists, trained on how many rows, if the tenant has them.
     pub fn lists_built(&self) -> Option<(usize, usize)> {
         self.lists.as_ref().map(|lists| (lists.len(), lists.level))
@@ -580,10 +587,8 @@ impl<'a> RowTest<'a> {
 }
 
 /// The Hamming distance of each row's sign bits (`words` u64 per row) to
-/// the query's, or `u16::MAX` for a row whose class is not allowed. Uses the
-/// POPCNT instruction where the CPU has it (nearly every x86-64 since
-/// 2008; the default target does not assume it), which makes the scan of a
-/// million rows about three times faster.
+/// the query's, or `u16::MAX` for a row whose class is not allowed, with
+/// the POPCNT instruction where the CPU has it ([`lists::with_popcnt`]).
 ///
 /// A large tenant's rows are scanned in pieces on rayon's pool (one thread
 /// per core): at a million rows the scan reads 48 MB, and one core takes
@@ -620,47 +625,31 @@ fn hamming_rows(
     allowed: &[bool],
     query: &[u64],
 ) -> Vec<u16> {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("popcnt") {
-        // SAFETY: the CPU supports popcnt, checked just above.
-        return unsafe { hamming_popcnt(signs, words, class, allowed, query) };
-    }
-    hamming_portable(signs, words, class, allowed, query)
+    lists::with_popcnt(
+        #[inline(always)]
+        || each_distance(signs, words, class, allowed, query),
+    )
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "popcnt")]
-unsafe fn hamming_popcnt(
-    signs: &[u64],
-    words: usize,
-    class: &[u32],
-    allowed: &[bool],
-    query: &[u64],
-) -> Vec<u16> {
-    hamming_portable(signs, words, class, allowed, query)
-}
-
+// A loop that pushes, not `collect`: the loop must be in this function to
+// be compiled for POPCNT, and `collect` runs it in a function of its own.
 #[inline(always)]
-fn hamming_portable(
+fn each_distance(
     signs: &[u64],
     words: usize,
     class: &[u32],
     allowed: &[bool],
     query: &[u64],
 ) -> Vec<u16> {
-    signs
-        .chunks_exact(words)
-        .zip(class)
-        .map(|(row, class)| {
-            if !allowed[*class as usize] {
-                return u16::MAX;
-            }
-            row.iter()
-                .zip(query)
-                .map(|(a, b)| (a ^ b).count_ones() as u16)
-                .sum()
-        })
-        .collect()
+    let mut distances = Vec::with_capacity(class.len());
+    for (row, class) in signs.chunks_exact(words).zip(class) {
+        distances.push(if allowed[*class as usize] {
+            lists::distance(row, query)
+        } else {
+            u16::MAX
+        });
+    }
+    distances
 }
 
 /// A vector's sign bits, 64 per word.
