@@ -419,15 +419,19 @@ impl TenantVectors {
         // `wanted`: many chunks can share one distance (templated
         // messages, near-duplicates), and rescoring them all would cost
         // more than the scan.
-        let mut tied: Vec<u32> = read
-            .clone()
-            .filter(|(_, distance)| *distance == threshold)
-            .map(|(row, _)| row)
-            .collect();
+        let mut closer = Vec::with_capacity(below);
+        let mut tied = Vec::new();
+        for (row, distance) in read {
+            if distance < threshold {
+                closer.push(row);
+            } else if distance == threshold {
+                tied.push(row);
+            }
+        }
         tied.sort_unstable_by(|a, b| b.cmp(a));
         tied.truncate(wanted.saturating_sub(below));
-        read.filter(|(_, distance)| *distance < threshold)
-            .map(|(row, _)| row)
+        closer
+            .into_iter()
             .chain(tied)
             .map(|row| Neighbour {
                 position: self.positions[row as usize],
@@ -466,7 +470,12 @@ impl TenantVectors {
         let at_least = lists.len().div_ceil(probe_share);
         let enough = ENOUGH_FACTOR * wanted;
         let mut found = Vec::with_capacity(enough.max(self.len() / probe_share));
-        let keep = |row: u32, class: u32| allowed[class as usize] && passes.row(row as usize);
+        // Most bundles have no filters and forget nothing: then a row's
+        // class alone decides, without a call per row.
+        let passes_all = passes.passes_all();
+        let keep = |row: u32, class: u32| {
+            allowed[class as usize] && (passes_all || passes.row(row as usize))
+        };
         let mut rows_read = self.len() - lists.assigned;
         for (probed, list) in lists.closest_first(query).into_iter().enumerate() {
             if probed >= at_least && found.len() >= enough {
