@@ -284,6 +284,25 @@ pub(super) fn with_popcnt<R>(work: impl FnOnce() -> R) -> R {
     work()
 }
 
+/// Runs `work` compiled for AVX2 where the CPU has it (like
+/// [`with_popcnt`]): rescoring's int8 × f32 products in eight lanes an
+/// instruction instead of the default target's four. Without FMA, which is
+/// not enabled, each product and sum rounds as it does without AVX2, in
+/// the same order: the same bits on every CPU (tested).
+#[inline(always)]
+pub(super) fn with_avx2<R>(work: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        #[target_feature(enable = "avx2")]
+        unsafe fn compiled_for_avx2<R>(work: impl FnOnce() -> R) -> R {
+            work()
+        }
+        // SAFETY: the CPU supports AVX2, checked just above.
+        return unsafe { compiled_for_avx2(work) };
+    }
+    work()
+}
+
 #[inline(always)]
 pub fn distance(a: &[u64], b: &[u64]) -> u16 {
     a.iter()

@@ -278,9 +278,16 @@ impl TenantVectors {
     /// embedded.
     pub fn similarity(&self, position: Position, query: &[f32]) -> Option<f32> {
         let row = self.positions.binary_search(&position).ok()?;
-        Some(self.rescore(row, query))
+        Some(lists::with_avx2(
+            #[inline(always)]
+            || self.rescore(row, query),
+        ))
     }
 
+    /// The int8 vector of `row` against `query`. Inlined into callers that
+    /// run it compiled for AVX2 ([`lists::with_avx2`]): eight products an
+    /// instruction instead of four, the same sums in the same order.
+    #[inline(always)]
     fn rescore(&self, row: usize, query: &[f32]) -> f32 {
         let vector = &self.quantised[row * self.dimensions..(row + 1) * self.dimensions];
         // Sixteen running sums, not one: a single sum waits for each
@@ -430,14 +437,19 @@ impl TenantVectors {
         }
         tied.sort_unstable_by(|a, b| b.cmp(a));
         tied.truncate(wanted.saturating_sub(below));
-        closer
-            .into_iter()
-            .chain(tied)
-            .map(|row| Neighbour {
-                position: self.positions[row as usize],
-                similarity: self.rescore(row as usize, query),
-            })
-            .collect()
+        lists::with_avx2(
+            #[inline(always)]
+            || {
+                let mut found = Vec::with_capacity(closer.len() + tied.len());
+                for row in closer.into_iter().chain(tied) {
+                    found.push(Neighbour {
+                        position: self.positions[row as usize],
+                        similarity: self.rescore(row as usize, query),
+                    });
+                }
+                found
+            },
+        )
     }
 
     /// Whether reading lists beats scanning every row: not when so few rows
@@ -934,6 +946,41 @@ mod tests {
         let mut v = values.to_vec();
         embed::normalise(&mut v);
         v
+    }
+
+    #[test]
+    fn rescoring_compiled_for_avx2_gives_the_default_targets_bits() {
+        let mut state = 0x2545_F491_4F6C_DD1D_u64;
+        let mut vector = || {
+            let values: Vec<f32> = (0..384)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    (state >> 40) as f32 / (1 << 23) as f32 - 1.0
+                })
+                .collect();
+            unit(&values)
+        };
+        let mut vectors = TenantVectors::default();
+        for seq in 1..=64 {
+            vectors.push(
+                (seq, 0),
+                ("private".into(), "none".into(), "message".into(), None),
+                Filtered::default(),
+                &vector(),
+            );
+        }
+        let query = vector();
+        for row in 0..vectors.len() {
+            // `rescore` inlined here, built for the default target;
+            // `similarity` runs it compiled for AVX2 where the CPU has it.
+            let default_target = vectors.rescore(row, &query);
+            let dispatched = vectors
+                .similarity(vectors.positions[row], &query)
+                .expect("embedded");
+            assert_eq!(default_target.to_bits(), dispatched.to_bits(), "row {row}");
+        }
     }
 
     fn index(rows: &[(i64, &str, &str, &[f32])]) -> TenantVectors {
