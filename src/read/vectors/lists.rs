@@ -18,6 +18,8 @@
 //! same lists, so the same log and question give the same bundle. Dropping
 //! rows (an erasure) trains them again from what is left.
 
+use super::cpu;
+
 /// Lists a search reads at least: one in this many, the closest first.
 /// One in four finds 0.93 of a full scan's 200 nearest of MiniLM vectors
 /// of chat (0.68 for one in sixteen; `memd bench vectors --tenant`, 92k
@@ -215,7 +217,7 @@ impl Lists {
             signs: &self.signs[list],
             words: self.words,
         };
-        with_popcnt(
+        cpu::with_popcnt(
             #[inline(always)]
             || scan_rows(rows, query, keep, found),
         )
@@ -265,44 +267,6 @@ fn row(signs: &[u64], words: usize, row: usize) -> &[u64] {
     &signs[row * words..(row + 1) * words]
 }
 
-/// Runs `work` compiled for the POPCNT instruction where the CPU has it
-/// (nearly every x86-64 since 2008; the default target does not assume
-/// it), which makes counting the differing bits of a million rows about
-/// three times faster. `work` must inline what it calls (`#[inline(always)]`)
-/// for the instruction to reach it.
-#[inline(always)]
-pub(super) fn with_popcnt<R>(work: impl FnOnce() -> R) -> R {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("popcnt") {
-        #[target_feature(enable = "popcnt")]
-        unsafe fn compiled_for_popcnt<R>(work: impl FnOnce() -> R) -> R {
-            work()
-        }
-        // SAFETY: the CPU supports popcnt, checked just above.
-        return unsafe { compiled_for_popcnt(work) };
-    }
-    work()
-}
-
-/// Runs `work` compiled for AVX2 where the CPU has it (like
-/// [`with_popcnt`]): rescoring's int8 × f32 products in eight lanes an
-/// instruction instead of the default target's four. Without FMA, which is
-/// not enabled, each product and sum rounds as it does without AVX2, in
-/// the same order: the same bits on every CPU (tested).
-#[inline(always)]
-pub(super) fn with_avx2<R>(work: impl FnOnce() -> R) -> R {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        #[target_feature(enable = "avx2")]
-        unsafe fn compiled_for_avx2<R>(work: impl FnOnce() -> R) -> R {
-            work()
-        }
-        // SAFETY: the CPU supports AVX2, checked just above.
-        return unsafe { compiled_for_avx2(work) };
-    }
-    work()
-}
-
 #[inline(always)]
 pub fn distance(a: &[u64], b: &[u64]) -> u16 {
     a.iter()
@@ -324,7 +288,7 @@ fn nearest_centroids(signs: &[u64], words: usize, centroids: &[u64]) -> Vec<u32>
 }
 
 fn nearest_on_this_thread(signs: &[u64], words: usize, centroids: &[u64]) -> Vec<u32> {
-    with_popcnt(
+    cpu::with_popcnt(
         #[inline(always)]
         || nearest_rows(signs, words, centroids),
     )

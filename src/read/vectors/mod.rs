@@ -47,6 +47,7 @@ use super::{
 };
 use crate::domain::event::Channel;
 
+mod cpu;
 mod lists;
 use lists::Lists;
 pub use lists::Tuning;
@@ -278,14 +279,14 @@ impl TenantVectors {
     /// embedded.
     pub fn similarity(&self, position: Position, query: &[f32]) -> Option<f32> {
         let row = self.positions.binary_search(&position).ok()?;
-        Some(lists::with_avx2(
+        Some(cpu::with_avx2(
             #[inline(always)]
             || self.rescore(row, query),
         ))
     }
 
     /// The int8 vector of `row` against `query`. Inlined into callers that
-    /// run it compiled for AVX2 ([`lists::with_avx2`]): eight products an
+    /// run it compiled for AVX2 ([`cpu::with_avx2`]): eight products an
     /// instruction instead of four, the same sums in the same order.
     #[inline(always)]
     fn rescore(&self, row: usize, query: &[f32]) -> f32 {
@@ -437,7 +438,7 @@ impl TenantVectors {
         }
         tied.sort_unstable_by(|a, b| b.cmp(a));
         tied.truncate(wanted.saturating_sub(below));
-        lists::with_avx2(
+        cpu::with_avx2(
             #[inline(always)]
             || {
                 let mut found = Vec::with_capacity(closer.len() + tied.len());
@@ -609,7 +610,7 @@ impl<'a> RowTest<'a> {
 
 /// The Hamming distance of each row's sign bits (`words` u64 per row) to
 /// the query's, or `u16::MAX` for a row whose class is not allowed, with
-/// the POPCNT instruction where the CPU has it ([`lists::with_popcnt`]).
+/// the POPCNT instruction where the CPU has it ([`cpu::with_popcnt`]).
 ///
 /// A large tenant's rows are scanned in pieces on rayon's pool (one thread
 /// per core): at a million rows the scan reads 48 MB, and one core takes
@@ -646,7 +647,7 @@ fn hamming_rows(
     allowed: &[bool],
     query: &[u64],
 ) -> Vec<u16> {
-    lists::with_popcnt(
+    cpu::with_popcnt(
         #[inline(always)]
         || each_distance(signs, words, class, allowed, query),
     )
