@@ -466,19 +466,19 @@ pub async fn at_positions(
     if positions.is_empty() {
         return Ok(Vec::new());
     }
-    // One statement text whatever the lexemes (they are an array, cast to
-    // tsquery once, not per row), so PostgreSQL plans it once per
-    // connection: at this point of a bundle the question's vector has been
-    // waited for, and every millisecond shows. Each position is looked up
-    // on its own (LATERAL ... LIMIT 1): as a plain join, the first plans of
-    // a connection hashed a scan of every chunk of the tenant against the
-    // positions (10 ms at 10k chunks, growing with the tenant) where a
-    // couple of hundred index lookups take 2.
+    // A prepared statement (one text per number of lexemes), so PostgreSQL
+    // plans it once per connection: at this point of a bundle the
+    // question's vector has been waited for, and every millisecond shows.
+    // Each position is looked up on its own (LATERAL ... LIMIT 1): as a
+    // plain join, the first plans of a connection hashed a scan of every
+    // chunk of the tenant against the positions (10 ms at 10k chunks,
+    // growing with the tenant) where a couple of hundred index lookups take
+    // 2. The lexemes are tested in line, as in [`candidates`]: a subquery
+    // over an array of them cost each row a plan node of its own (13% of
+    // the statement for 150 positions).
+    let lexemes = &lexemes[..lexemes.len().min(MAX_LEXEMES)];
     let sql = format!(
-        "SELECT {CANDIDATE_COLUMNS}, length(c.tsv) AS lexeme_count,
-                (SELECT coalesce(sum(1 << (l.o - 1)::int), 0)::int
-                   FROM unnest(${queries}::tsquery[]) WITH ORDINALITY AS l (q, o)
-                  WHERE c.tsv @@ l.q) AS matched
+        "SELECT {CANDIDATE_COLUMNS}, length(c.tsv) AS lexeme_count, {matched} AS matched
            FROM unnest(${seqs}::bigint[], ${parts}::int[]) AS u (seq, part)
           CROSS JOIN LATERAL (SELECT * FROM projections.chunks c
                                WHERE c.tenant_id = $1 AND c.seq = u.seq AND c.part = u.part
@@ -487,21 +487,21 @@ pub async fn at_positions(
         visible = visible(scope),
         seqs = SCOPE_PARAMS + 1,
         parts = SCOPE_PARAMS + 2,
-        queries = SCOPE_PARAMS + 3,
+        matched = matched_mask(lexemes.len(), SCOPE_PARAMS + 3),
     );
     let (seqs, parts): (Vec<i64>, Vec<i32>) = positions.iter().copied().unzip();
-    let queries: Vec<String> = lexemes.iter().map(|l| lexeme_query(l, keyring)).collect();
-    let rows = bind_scope(
+    let mut query = bind_scope(
         sqlx::query(sqlx::AssertSqlSafe(sql)),
         tenant,
         visibility,
         scope,
     )
-    .bind(&seqs)
-    .bind(&parts)
-    .bind(&queries)
-    .fetch_all(pool)
-    .await?;
+    .bind(seqs)
+    .bind(parts);
+    for lexeme in lexemes {
+        query = query.bind(lexeme_query(lexeme, keyring));
+    }
+    let rows = query.fetch_all(pool).await?;
     rows.iter()
         .map(|row| Candidate::from_row(row, row.try_get_unchecked::<i32, _>(12)? as u32))
         .collect()

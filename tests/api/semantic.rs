@@ -81,6 +81,67 @@ async fn eight_bit_vectors_find_memory_by_meaning_too(_: PgPoolOptions, connect:
     finds_memory_by_meaning(connect, "minilm_int8").await;
 }
 
+/// A chunk the lexical side did not reach (its word is common, so only the
+/// newest of its matches are lexical candidates) but the vector side found
+/// still counts the question's words it holds: its lexical score is
+/// computed like any candidate's, not taken as 0.
+#[sqlx::test]
+async fn memory_found_by_meaning_alone_still_counts_the_words_it_holds(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let mut app = spawn_daemon_with(connect, semantic("hashed")).await;
+    let token = app.tenant("acme").await;
+    app.client
+        .put(format!("{}/api/v1/policy", app.base_url))
+        .bearer_auth(&token)
+        .json(&json!({"candidate_pool_max": 20, "retrieved_max": 20,
+                      "scoring": {"semantic_candidates": 10}}))
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap();
+    const KEEPER: &str = "The lighthouse keeper painted the lighthouse door bright red.";
+    let mut events = vec![said("s1", "private", "none", KEEPER)];
+    events.extend((0..30).map(|i| {
+        said(
+            "s1",
+            "private",
+            "none",
+            &format!("Lighthouse visit {i} logged."),
+        )
+    }));
+    app.append(&token, &json!({ "events": events })).await;
+    wait_projected(&app.pool, "acme").await;
+    wait_embedded(&app, "acme", "hashed").await;
+
+    // "repainting" and "doorways" are other lexemes than "painted" and
+    // "door": of the question's words the keeper's message holds only
+    // "lighthouse", whose newest matches fill the lexical side.
+    let acb = app
+        .acb(
+            &token,
+            json!({"session_id": "other", "query_text": "Who was repainting the lighthouse doorways?",
+                   "max_tokens": 2000}),
+        )
+        .await;
+    let semantic = &acb["provenance"]["semantic"];
+    assert_eq!(semantic["used"], true, "{semantic}");
+    assert!(
+        semantic["semantic_only"].as_u64().unwrap() >= 1,
+        "{semantic}"
+    );
+    let evidence = section(&acb, "retrieved_evidence");
+    let keeper = evidence
+        .iter()
+        .find(|item| item["text"].as_str().unwrap().contains("keeper"))
+        .unwrap_or_else(|| panic!("{:#?}", evidence_texts(&acb)));
+    assert!(keeper["semantic"].as_f64().unwrap() > 0.0, "{keeper}");
+    assert!(keeper["lexical"].as_f64().unwrap() > 0.0, "{keeper}");
+    app.stop().await;
+}
+
 async fn finds_memory_by_meaning(connect: PgConnectOptions, embedder: &str) {
     let mut app = spawn_daemon_with(connect, semantic(embedder)).await;
     let token = app.tenant("acme").await;
