@@ -448,6 +448,7 @@ pub async fn build_acb(
 }
 
 async fn assemble(reader: &Reader, tenant: &str, request: AcbRequest) -> Result<Acb, AcbError> {
+    let _building = reader.building.start();
     let started = Instant::now();
     let mut stopwatch = Stopwatch(started);
     let mut stages = StageTimes::default();
@@ -540,6 +541,7 @@ async fn assemble(reader: &Reader, tenant: &str, request: AcbRequest) -> Result<
             reader,
             tenant,
             retrieval_query,
+            &head.lexemes,
             &head.embedding,
             &policy,
             visibility,

@@ -44,6 +44,9 @@ pub struct SemanticReport {
     /// side had not found.
     pub semantic_candidates: usize,
     pub semantic_only: usize,
+    /// Whether the rows of the chunks found by meaning were read beside the
+    /// lexical statement (a core was idle) rather than after it.
+    pub read_beside_lexical: bool,
 }
 
 /// Where the tenant's embeddings stand, read with the log's head.
@@ -84,6 +87,8 @@ enum Found {
         index: SharedVectors,
         vectors: usize,
         neighbours: Vec<Neighbour>,
+        /// The neighbours' rows, when read beside the lexical statement.
+        rows: Option<Vec<Candidate>>,
     },
     /// The index is loading in the background; lexical candidates only.
     Loading { behind: i64 },
@@ -97,11 +102,15 @@ enum Failure {
 
 /// Starts embedding `query` with the tenant's embedder and searching its
 /// vectors as `visibility` and `scope` allow, or says why the bundle's
-/// retrieval is lexical only.
+/// retrieval is lexical only. While a core is idle ([`Reader::building`]),
+/// the task then reads the neighbours' rows too (holding the query's
+/// `lexemes`), beside the lexical statement.
+#[allow(clippy::too_many_arguments)]
 pub fn start_question(
     reader: &Reader,
     tenant: &str,
     query: &str,
+    lexemes: &[String],
     embedding: &EmbeddingHead,
     policy: &Policy,
     visibility: Visibility<'_>,
@@ -124,12 +133,15 @@ pub fn start_question(
         return Err("no embedder".to_owned());
     };
     let table = embeddings::projector_name(embedder).expect("a loaded embedder has a table");
-    let (semantic, pool, tenant, query) = (
+    let (semantic, pool, keyring, tenant, query, lexemes) = (
         reader.semantic.clone(),
         reader.pool.clone(),
+        reader.keyring.clone(),
         tenant.to_owned(),
         query.to_owned(),
+        lexemes.to_vec(),
     );
+    let beside = reader.building.spare_core();
     let (channel, agent, scope) = (
         visibility.channel,
         visibility.agent.map(str::to_owned),
@@ -158,10 +170,23 @@ pub fn start_question(
                     let neighbours = vectors.search(&vector, wanted, visibility, &scope);
                     let count = vectors.len();
                     drop(vectors);
+                    let rows = if beside {
+                        let positions: Vec<(i64, i32)> =
+                            neighbours.iter().map(|n| n.position).collect();
+                        let rows = retrieve::at_positions(
+                            &pool, &keyring, &tenant, &lexemes, &positions, visibility, &scope,
+                        )
+                        .await
+                        .map_err(Failure::Database)?;
+                        Some(rows)
+                    } else {
+                        None
+                    };
                     Found::Searched {
                         index,
                         vectors: count,
                         neighbours,
+                        rows,
                     }
                 }
                 Current::Loading { behind } => Found::Loading { behind },
@@ -238,7 +263,7 @@ pub async fn candidates(
             semantic: report,
         })
     };
-    let (query_vector, index, vectors, neighbours) = match nearest {
+    let (query_vector, index, vectors, neighbours, rows) = match nearest {
         Ok(Nearest {
             vector,
             found:
@@ -246,8 +271,9 @@ pub async fn candidates(
                     index,
                     vectors,
                     neighbours,
+                    rows,
                 },
-        }) => (vector, index, vectors, neighbours),
+        }) => (vector, index, vectors, neighbours, rows),
         Ok(Nearest {
             found: Found::Loading { behind },
             ..
@@ -286,16 +312,27 @@ pub async fn candidates(
         .filter(|position| !known.contains(position))
         .collect();
     drop(vectors);
-    let mut added = retrieve::at_positions(
-        &reader.pool,
-        &reader.keyring,
-        tenant,
-        lexemes,
-        &missing,
-        visibility,
-        scope,
-    )
-    .await?;
+    report.read_beside_lexical = rows.is_some();
+    let mut added = match rows {
+        // The same rows as below, in the same order: those of the
+        // neighbours the lexical side did not find.
+        Some(rows) => rows
+            .into_iter()
+            .filter(|c| !known.contains(&(c.seq, c.part)))
+            .collect(),
+        None => {
+            retrieve::at_positions(
+                &reader.pool,
+                &reader.keyring,
+                tenant,
+                lexemes,
+                &missing,
+                visibility,
+                scope,
+            )
+            .await?
+        }
+    };
     for candidate in &mut added {
         candidate.semantic = found
             .get(&(candidate.seq, candidate.part))

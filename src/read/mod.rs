@@ -32,7 +32,10 @@ pub mod semantic;
 pub mod vectors;
 
 use std::{
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -64,6 +67,51 @@ pub struct Reader {
     pub semantic: Arc<semantic::Semantic>,
     /// Opens what is sealed at rest (high and secret memory).
     pub keyring: Keyring,
+    /// Bundles being built now, by this reader and those sharing its
+    /// caches: whether the machine has a core to spare for a bundle's
+    /// second statement ([`Building::spare_core`]).
+    pub building: Building,
+}
+
+/// How many bundles are being built: while fewer than the machine's cores,
+/// a hybrid bundle reads the rows of the chunks found by meaning beside its
+/// lexical statement, on a second connection, instead of after it (the
+/// same rows either way, read sooner); under load, where every core is
+/// busy, it reads only those the lexical side did not find, after it.
+#[derive(Clone)]
+pub struct Building {
+    now: Arc<AtomicUsize>,
+    cores: usize,
+}
+
+impl Default for Building {
+    fn default() -> Self {
+        Self {
+            now: Arc::default(),
+            cores: std::thread::available_parallelism().map_or(1, usize::from),
+        }
+    }
+}
+
+impl Building {
+    /// Counts a bundle as being built until the guard is dropped.
+    pub fn start(&self) -> BuildingGuard {
+        self.now.fetch_add(1, Ordering::Relaxed);
+        BuildingGuard(self.now.clone())
+    }
+
+    /// Whether the bundles being built leave a core idle.
+    pub fn spare_core(&self) -> bool {
+        self.now.load(Ordering::Relaxed) < self.cores
+    }
+}
+
+pub struct BuildingGuard(Arc<AtomicUsize>);
+
+impl Drop for BuildingGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Reader {
@@ -88,6 +136,7 @@ impl Reader {
             chunker: ChunkProjector::new(counter),
             counter,
             keyring,
+            building: Building::default(),
         }
     }
 
@@ -105,6 +154,7 @@ impl Reader {
             projectors: self.projectors.clone(),
             semantic: self.semantic.clone(),
             keyring: self.keyring.clone(),
+            building: self.building.clone(),
         }
     }
 

@@ -142,6 +142,95 @@ async fn memory_found_by_meaning_alone_still_counts_the_words_it_holds(
     app.stop().await;
 }
 
+/// A bundle built while a core is idle reads the rows of the chunks found
+/// by meaning beside its lexical statement; under load, after it, only
+/// those the lexical side missed. Either way it is the same bundle.
+#[sqlx::test]
+async fn bundles_are_the_same_whether_semantic_rows_are_read_beside_or_after_the_lexical_ones(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let mut app = spawn_daemon_with(connect, semantic("hashed")).await;
+    let token = app.tenant("acme").await;
+    let mut events: Vec<Value> = (0..40)
+        .map(|i| {
+            said(
+                "s1",
+                "private",
+                "none",
+                &format!("{} (note {i})", CHATTER[i % CHATTER.len()]),
+            )
+        })
+        .collect();
+    events.push(said(
+        "s1",
+        "private",
+        "none",
+        "The lighthouse keeper painted the door red.",
+    ));
+    app.append(&token, &json!({ "events": events })).await;
+    wait_projected(&app.pool, "acme").await;
+    wait_embedded(&app, "acme", "hashed").await;
+    let body = json!({"session_id": "other", "query_text": "Who was repainting Alice's doorways?",
+                      "max_tokens": 2000});
+    // What a bundle holds, beside how it was read.
+    let held = |acb: &Value| {
+        let evidence: Vec<(Value, Value)> = section(acb, "retrieved_evidence")
+            .iter()
+            .map(|item| (item["id"].clone(), item["score"].clone()))
+            .collect();
+        let semantic = &acb["provenance"]["semantic"];
+        (
+            evidence,
+            acb["provenance"]["candidate_pool_size"].clone(),
+            semantic["semantic_only"].clone(),
+        )
+    };
+
+    let alone = app.acb(&token, body.clone()).await;
+    assert_eq!(alone["provenance"]["semantic"]["used"], true);
+    assert!(!section(&alone, "retrieved_evidence").is_empty());
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    assert_eq!(
+        alone["provenance"]["semantic"]["read_beside_lexical"],
+        cores > 1,
+        "one bundle at a time leaves a core idle on {cores} cores"
+    );
+    let together: Vec<_> = (0..16)
+        .map(|_| {
+            let (client, url) = (
+                app.client.clone(),
+                format!("{}/api/v1/acb/build", app.base_url),
+            );
+            let (token, body) = (token.clone(), body.clone());
+            tokio::spawn(async move {
+                let response = client
+                    .post(url)
+                    .bearer_auth(token)
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap();
+                assert!(response.status().is_success());
+                response.json::<Value>().await.unwrap()
+            })
+        })
+        .collect();
+    let mut after = 0;
+    for task in together {
+        let acb = task.await.unwrap();
+        assert_eq!(held(&acb), held(&alone));
+        if acb["provenance"]["semantic"]["read_beside_lexical"] == false {
+            after += 1;
+        }
+    }
+    assert!(
+        after > 0,
+        "16 bundles at once on {cores} cores: some read after the lexical side"
+    );
+    app.stop().await;
+}
+
 async fn finds_memory_by_meaning(connect: PgConnectOptions, embedder: &str) {
     let mut app = spawn_daemon_with(connect, semantic(embedder)).await;
     let token = app.tenant("acme").await;
