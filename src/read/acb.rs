@@ -6,7 +6,9 @@
 //! 2. Take the tenant's views, active decisions and tasks from the cache.
 //! 3. Read the session's recent events from the log itself.
 //! 4. Unless the intent is a fast-path one (or there is no query), retrieve
-//!    and rank evidence, leaving out what is superseded, rejected,
+//!    evidence in three stages: the candidate pool ([`super::hybrid`]), its
+//!    ranking ([`super::retrieve::rank`]), and the choice
+//!    ([`super::choose`]), which leaves out what is superseded, rejected,
 //!    conflicting, already shown or a near-duplicate.
 //! 5. Pack the sections by priority under the budget; render.
 //!
@@ -18,7 +20,7 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
-use memd_projectors::{StoredEvent, dedupe, render};
+use memd_projectors::{StoredEvent, render};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sqlx::Row;
@@ -28,10 +30,11 @@ use super::{
     PROJECTED_SEQ, Reader,
     bundle::{self, Candidates, Item, Section},
     cache::{DecisionRow, TenantState, Visible},
+    choose::Evidence,
     filters::RetrievalFilters,
     handoff,
     hybrid::{self, EmbeddingHead, SemanticReport},
-    policy::{MAX_CANDIDATE_POOL, Policy, Scoring, SectionName},
+    policy::{Policy, Scoring, SectionName},
     privacy::{Filters, Visibility},
     retention::Forgetting,
     retrieve::{self, Candidate, Scope},
@@ -315,7 +318,7 @@ pub enum AcbError {
 
 /// Omissions, merged by reason, section and details.
 #[derive(Default)]
-struct Omissions {
+pub(super) struct Omissions {
     list: Vec<Omission>,
     /// By reason and section, then by what tells the details apart: looked
     /// up without building a key, as a pool of near-duplicates looks up the
@@ -324,7 +327,7 @@ struct Omissions {
 }
 
 impl Omissions {
-    fn add(
+    pub(super) fn add(
         &mut self,
         reason: &'static str,
         section: Option<SectionName>,
@@ -338,7 +341,7 @@ impl Omissions {
     /// [`Omissions::add`] for callers that know what tells their details
     /// apart (`key`): the details are built only for a new omission. A
     /// bundle may collapse a thousand near-duplicates into a few kept items.
-    fn add_keyed(
+    pub(super) fn add_keyed(
         &mut self,
         reason: &'static str,
         section: Option<SectionName>,
@@ -373,7 +376,7 @@ impl Omissions {
     }
 }
 
-fn details(pairs: &[(&str, Value)]) -> Map<String, Value> {
+pub(super) fn details(pairs: &[(&str, Value)]) -> Map<String, Value> {
     pairs
         .iter()
         .map(|(k, v)| ((*k).to_owned(), v.clone()))
@@ -606,14 +609,17 @@ async fn assemble(reader: &Reader, tenant: &str, request: AcbRequest) -> Result<
         },
         ..Retrieval::default()
     };
-    let mut evidence = Evidence {
-        token_limit: max_tokens,
-        limit: match &handoff {
+    let mut evidence = Evidence::new(
+        match &handoff {
             Some(_) => policy.handoff_evidence_max as usize,
             None => policy.retrieved_max as usize,
         },
-        ..Evidence::default()
-    };
+        max_tokens,
+        &policy,
+        history,
+        recent_chunks,
+        task_ids,
+    );
     // What comes first, on either path, while it fits: a receiving agent's
     // packet evidence, otherwise the tenant's pinned memory.
     let first = match &handoff {
@@ -624,16 +630,7 @@ async fn assemble(reader: &Reader, tenant: &str, request: AcbRequest) -> Result<
         }
     };
     evidence
-        .consider(
-            reader,
-            tenant,
-            first,
-            &policy,
-            history,
-            &recent_chunks,
-            &task_ids,
-            &mut omissions,
-        )
+        .consider(reader, tenant, first, &mut omissions)
         .await?;
     if let Some(question) = question {
         stages.prepare = stopwatch.lap();
@@ -654,52 +651,18 @@ async fn assemble(reader: &Reader, tenant: &str, request: AcbRequest) -> Result<
         (ranked, retrieval) = rank_pool(pool, &head, &policy);
         stages.rank = stopwatch.lap();
         evidence
-            .consider(
-                reader,
-                tenant,
-                ranked,
-                &policy,
-                history,
-                &recent_chunks,
-                &task_ids,
-                &mut omissions,
-            )
+            .consider(reader, tenant, ranked, &mut omissions)
             .await?;
-        if request.channel != Channel::Private {
-            for id in retrieve::withheld(
-                &reader.pool,
-                &reader.keyring,
-                tenant,
-                &head.lexemes,
-                visibility,
-                &scope,
-                OMISSION_IDS_SHOWN as i64,
-            )
-            .await?
-            {
-                omissions.privacy(SectionName::RetrievedEvidence, id);
-            }
-        }
-        if !scope.forgetting.is_empty() {
-            for id in retrieve::forgotten(
-                &reader.pool,
-                &reader.keyring,
-                tenant,
-                &head.lexemes,
-                visibility,
-                &scope,
-                OMISSION_IDS_SHOWN as i64,
-            )
-            .await?
-            {
-                omissions.add(
-                    "retention",
-                    Some(SectionName::RetrievedEvidence),
-                    id,
-                    Map::new(),
-                );
-            }
-        }
+        kept_out_of_retrieval(
+            reader,
+            tenant,
+            &head.lexemes,
+            request.channel,
+            visibility,
+            &scope,
+            &mut omissions,
+        )
+        .await?;
     }
 
     let decisions = decision_items(
@@ -933,6 +896,56 @@ async fn decision_items(
     }
     decisions.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
     Ok(decisions.into_iter().map(|(_, _, item)| item).collect())
+}
+
+/// What the question would have retrieved but the channel may not see
+/// (`privacy`) or the tenant's retention forgot (`retention`): omissions,
+/// ids only.
+async fn kept_out_of_retrieval(
+    reader: &Reader,
+    tenant: &str,
+    lexemes: &[String],
+    channel: Channel,
+    visibility: Visibility<'_>,
+    scope: &Scope,
+    omissions: &mut Omissions,
+) -> Result<(), sqlx::Error> {
+    if channel != Channel::Private {
+        for id in retrieve::withheld(
+            &reader.pool,
+            &reader.keyring,
+            tenant,
+            lexemes,
+            visibility,
+            scope,
+            OMISSION_IDS_SHOWN as i64,
+        )
+        .await?
+        {
+            omissions.privacy(SectionName::RetrievedEvidence, id);
+        }
+    }
+    if !scope.forgetting.is_empty() {
+        for id in retrieve::forgotten(
+            &reader.pool,
+            &reader.keyring,
+            tenant,
+            lexemes,
+            visibility,
+            scope,
+            OMISSION_IDS_SHOWN as i64,
+        )
+        .await?
+        {
+            omissions.add(
+                "retention",
+                Some(SectionName::RetrievedEvidence),
+                id,
+                Map::new(),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// What the retrieval path reports in `provenance`.
@@ -1188,287 +1201,6 @@ struct StoredChunk {
     source: Option<String>,
     line_start: Option<i32>,
     line_end: Option<i32>,
-}
-
-/// The evidence being chosen, and what it tells the decision ledger.
-#[derive(Default)]
-struct Evidence {
-    limit: usize,
-    /// No bundle can show more evidence tokens than its budget: choosing
-    /// stops there, so a small bundle does little work.
-    token_limit: usize,
-    tokens: usize,
-    /// What was chosen, best first; shown as items by [`Evidence::finish`].
-    kept: Vec<Candidate>,
-    items: Vec<Item>,
-    /// Content hashes and word sets of what was kept, for dedupe.
-    hashes: HashMap<[u8; 32], String>,
-    words: Vec<(String, Vec<u64>)>,
-    chosen: HashSet<String>,
-    collapsed: usize,
-    /// Decisions the query retrieved, by best rank.
-    decision_rank: HashMap<String, usize>,
-    /// Superseded decisions the query retrieved (shown with history).
-    history: Vec<String>,
-    considered: usize,
-}
-
-impl Evidence {
-    /// Goes down `ranked` (best first) keeping what may be shown, until the
-    /// limit. Decisions go to the ledger, not here. Only decisions' and
-    /// summaries' standing is read here (a page at a time); everything else
-    /// is decided from the candidates themselves, near-duplicates by the
-    /// word sets stored at projection, so a pool of hundreds of copies of
-    /// one fact costs no text reads.
-    #[allow(clippy::too_many_arguments)]
-    async fn consider(
-        &mut self,
-        reader: &Reader,
-        tenant: &str,
-        ranked: Vec<Candidate>,
-        policy: &Policy,
-        history: bool,
-        recent_chunks: &HashSet<String>,
-        active_tasks: &HashSet<String>,
-        omissions: &mut Omissions,
-    ) -> Result<(), sqlx::Error> {
-        // Pages grow fourfold: a small first page is enough when the best
-        // candidates fill the budget, and a pool of near-duplicates costs a
-        // few round trips at most.
-        const FIRST_PAGE: usize = 64;
-        let mut page_size = FIRST_PAGE;
-        let mut ranked = ranked.into_iter();
-        while !self.full() {
-            let page: Vec<Candidate> = ranked.by_ref().take(page_size).collect();
-            page_size = (page_size * 4).min(MAX_CANDIDATE_POOL as usize);
-            if page.is_empty() {
-                break;
-            }
-            let ledgered: Vec<&str> = page
-                .iter()
-                .filter(|c| c.kind == "decision" || c.kind == "summary")
-                .map(|c| c.event_id.as_str())
-                .collect();
-            let standings =
-                retrieve::standings(&reader.pool, &reader.keyring, tenant, &ledgered).await?;
-            for candidate in page {
-                if self.full() {
-                    break;
-                }
-                // Keyed by event: every part of a long decision or summary shares it.
-                let standing = standings
-                    .get(&candidate.event_id)
-                    .cloned()
-                    .unwrap_or_default();
-                self.take(
-                    candidate,
-                    standing,
-                    policy,
-                    history,
-                    recent_chunks,
-                    active_tasks,
-                    omissions,
-                );
-            }
-        }
-        Ok(())
-    }
-
-    fn full(&self) -> bool {
-        self.kept.len() >= self.limit || self.tokens >= self.token_limit
-    }
-
-    /// Decides what becomes of one candidate.
-    #[allow(clippy::too_many_arguments)]
-    fn take(
-        &mut self,
-        candidate: Candidate,
-        standing: retrieve::Standing,
-        policy: &Policy,
-        history: bool,
-        recent_chunks: &HashSet<String>,
-        active_tasks: &HashSet<String>,
-        omissions: &mut Omissions,
-    ) {
-        let section = Some(SectionName::RetrievedEvidence);
-        let rank = self.considered;
-        self.considered += 1;
-        if self.chosen.contains(&candidate.chunk_id) {
-            return;
-        }
-        if candidate.kind == "decision" {
-            match standing.decision_status.as_deref() {
-                Some("active") => {
-                    self.decision_rank.entry(candidate.event_id).or_insert(rank);
-                    return;
-                }
-                Some("superseded") if history => {
-                    if !self.decision_rank.contains_key(&candidate.event_id) {
-                        self.history.push(candidate.event_id.clone());
-                    }
-                    self.decision_rank.entry(candidate.event_id).or_insert(rank);
-                    return;
-                }
-                Some("superseded") => {
-                    omissions.add(
-                        "superseded",
-                        section,
-                        candidate.chunk_id,
-                        details(&[
-                            ("decision_id", json!(candidate.event_id)),
-                            ("superseded_by", json!(standing.superseded_by)),
-                        ]),
-                    );
-                    return;
-                }
-                Some(_) => {
-                    omissions.add(
-                        "rejected",
-                        section,
-                        candidate.chunk_id,
-                        details(&[("decision_id", json!(candidate.event_id))]),
-                    );
-                    return;
-                }
-                // Not in the ledger yet (projections lag): plain evidence.
-                None => {}
-            }
-        }
-        if let Some(conflicts) = standing.conflicts {
-            omissions.add(
-                "conflict",
-                section,
-                candidate.chunk_id,
-                details(&[
-                    ("summary_id", json!(candidate.event_id)),
-                    ("conflicts", conflicts),
-                ]),
-            );
-            return;
-        }
-        if recent_chunks.contains(&candidate.chunk_id) {
-            // Keys with a space never meet a kept chunk's id ([`Evidence::collapse`]).
-            omissions.add_keyed(
-                "duplicate",
-                section,
-                candidate.chunk_id,
-                "kept_in recent_window",
-                || details(&[("kept_in", json!("recent_window"))]),
-            );
-            return;
-        }
-        if candidate.kind == "task_update"
-            && let Some(task) = candidate
-                .source
-                .as_deref()
-                .and_then(|s| s.strip_prefix("task "))
-            && active_tasks.contains(task)
-        {
-            omissions.add_keyed(
-                "duplicate",
-                section,
-                candidate.chunk_id,
-                &format!("kept_in task_state {task}"),
-                || details(&[("kept_in", json!("task_state")), ("task_id", json!(task))]),
-            );
-            return;
-        }
-        let duplicate_of = self
-            .hashes
-            .get(&candidate.content_hash)
-            .map(String::as_str)
-            .or_else(|| {
-                self.words
-                    .iter()
-                    .find(|(_, kept)| {
-                        dedupe::jaccard(kept, &candidate.words) >= policy.duplicate_similarity
-                    })
-                    .map(|(kept, _)| kept.as_str())
-            });
-        if let Some(kept) = duplicate_of {
-            let kept = kept.to_owned();
-            self.collapse(omissions, candidate.chunk_id, &kept);
-            return;
-        }
-        self.hashes
-            .insert(candidate.content_hash, candidate.chunk_id.clone());
-        self.words
-            .push((candidate.chunk_id.clone(), candidate.words.clone()));
-        self.chosen.insert(candidate.chunk_id.clone());
-        self.tokens += candidate.token_est.max(0) as usize;
-        self.kept.push(candidate);
-    }
-
-    fn collapse(&mut self, omissions: &mut Omissions, chunk_id: String, kept: &str) {
-        self.collapsed += 1;
-        omissions.add_keyed(
-            "duplicate",
-            Some(SectionName::RetrievedEvidence),
-            chunk_id,
-            kept,
-            || details(&[("kept", json!(kept))]),
-        );
-    }
-
-    /// Reads what the kept chunks show (one round trip) and makes them
-    /// items, best first.
-    async fn finish(
-        &mut self,
-        reader: &Reader,
-        tenant: &str,
-        omissions: &mut Omissions,
-    ) -> Result<(), sqlx::Error> {
-        let ids: Vec<&str> = self.kept.iter().map(|c| c.chunk_id.as_str()).collect();
-        let mut shown = retrieve::shown(&reader.pool, &reader.keyring, tenant, &ids).await?;
-        for candidate in self.kept.drain(..) {
-            // Gone since it was ranked (a rebuild in between): nothing to show.
-            let Some(shown) = shown.remove(&candidate.chunk_id) else {
-                continue;
-            };
-            if let Some(artifact) = &shown.artifact_id {
-                omissions.add(
-                    "truncated_tool_output",
-                    Some(SectionName::RetrievedEvidence),
-                    candidate.event_id.clone(),
-                    details(&[("artifact_id", json!(artifact))]),
-                );
-            }
-            let meta = render::chunk_meta(
-                &shown.actor_id,
-                candidate.kind,
-                candidate.source.as_deref(),
-                shown.line_start.zip(shown.line_end),
-                candidate.ts,
-            );
-            self.items.push(Item {
-                kind: "evidence",
-                id: candidate.chunk_id.clone(),
-                meta,
-                text: render::body(&shown.text),
-                tokens: candidate.token_est.max(0) as usize,
-                refs: vec![candidate.chunk_id.clone(), candidate.event_id.clone()],
-                fields: details(&[
-                    ("chunk_id", json!(candidate.chunk_id)),
-                    ("event_id", json!(candidate.event_id)),
-                    ("kind", json!(candidate.kind)),
-                    ("session_id", json!(shown.session_id)),
-                    ("ts", json!(candidate.ts)),
-                    ("score", json!(round(candidate.score))),
-                    ("relevance", json!(round(candidate.relevance))),
-                    ("lexical", json!(round(candidate.lexical))),
-                    ("semantic", json!(candidate.semantic.map(round))),
-                    ("recency", json!(round(candidate.recency))),
-                    ("importance", json!(round(f64::from(candidate.importance)))),
-                    ("artifact_id", json!(shown.artifact_id)),
-                ]),
-            });
-        }
-        Ok(())
-    }
-}
-
-fn round(x: f64) -> f64 {
-    (x * 1e4).round() / 1e4
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@
 pub mod acb;
 pub mod bundle;
 pub mod cache;
+mod choose;
 pub mod filters;
 pub mod handoff;
 pub mod hybrid;

@@ -1,0 +1,319 @@
+//! The choose stage of a bundle: down the ranked candidates, best first,
+//! what may be shown as evidence, until the bundle's evidence limit or
+//! token budget. Decisions go to the ledger instead, superseded, rejected
+//! and conflicting memory is left out (and said so), and what another
+//! section already shows or a kept item says again collapses into it.
+
+use std::collections::{HashMap, HashSet};
+
+use memd_projectors::{dedupe, render};
+use serde_json::json;
+
+use super::{
+    Reader,
+    acb::{Omissions, details},
+    bundle::Item,
+    policy::{MAX_CANDIDATE_POOL, Policy, SectionName},
+    retrieve::{self, Candidate},
+};
+
+/// The evidence being chosen, and what it tells the decision ledger.
+pub(super) struct Evidence {
+    limit: usize,
+    /// No bundle can show more evidence tokens than its budget: choosing
+    /// stops there, so a small bundle does little work.
+    token_limit: usize,
+    /// Word-set similarity from which a candidate repeats a kept one.
+    duplicate_similarity: f64,
+    /// Whether superseded decisions go to the ledger (the query asks how
+    /// decisions changed) rather than being left out.
+    with_history: bool,
+    /// What other sections already show: the recent window's chunks and
+    /// the active tasks.
+    in_recent_window: HashSet<String>,
+    active_tasks: HashSet<String>,
+    tokens: usize,
+    /// What was chosen, best first; shown as items by [`Evidence::finish`].
+    kept: Vec<Candidate>,
+    pub(super) items: Vec<Item>,
+    /// Content hashes and word sets of what was kept, for dedupe.
+    hashes: HashMap<[u8; 32], String>,
+    words: Vec<(String, Vec<u64>)>,
+    chosen: HashSet<String>,
+    pub(super) collapsed: usize,
+    /// Decisions the query retrieved, by best rank.
+    pub(super) decision_rank: HashMap<String, usize>,
+    /// Superseded decisions the query retrieved (shown with history).
+    pub(super) history: Vec<String>,
+    considered: usize,
+}
+
+impl Evidence {
+    /// Evidence of at most `limit` items and `token_limit` tokens, beside
+    /// the sections that show `in_recent_window` and `active_tasks`.
+    pub(super) fn new(
+        limit: usize,
+        token_limit: usize,
+        policy: &Policy,
+        with_history: bool,
+        in_recent_window: HashSet<String>,
+        active_tasks: HashSet<String>,
+    ) -> Self {
+        Self {
+            limit,
+            token_limit,
+            duplicate_similarity: policy.duplicate_similarity,
+            with_history,
+            in_recent_window,
+            active_tasks,
+            tokens: 0,
+            kept: Vec::new(),
+            items: Vec::new(),
+            hashes: HashMap::new(),
+            words: Vec::new(),
+            chosen: HashSet::new(),
+            collapsed: 0,
+            decision_rank: HashMap::new(),
+            history: Vec::new(),
+            considered: 0,
+        }
+    }
+
+    /// Goes down `ranked` (best first) keeping what may be shown, until the
+    /// limit. Decisions go to the ledger, not here. Only decisions' and
+    /// summaries' standing is read here (a page at a time); everything else
+    /// is decided from the candidates themselves, near-duplicates by the
+    /// word sets stored at projection, so a pool of hundreds of copies of
+    /// one fact costs no text reads.
+    pub(super) async fn consider(
+        &mut self,
+        reader: &Reader,
+        tenant: &str,
+        ranked: Vec<Candidate>,
+        omissions: &mut Omissions,
+    ) -> Result<(), sqlx::Error> {
+        // Pages grow fourfold: a small first page is enough when the best
+        // candidates fill the budget, and a pool of near-duplicates costs a
+        // few round trips at most.
+        const FIRST_PAGE: usize = 64;
+        let mut page_size = FIRST_PAGE;
+        let mut ranked = ranked.into_iter();
+        while !self.full() {
+            let page: Vec<Candidate> = ranked.by_ref().take(page_size).collect();
+            page_size = (page_size * 4).min(MAX_CANDIDATE_POOL as usize);
+            if page.is_empty() {
+                break;
+            }
+            let ledgered: Vec<&str> = page
+                .iter()
+                .filter(|c| c.kind == "decision" || c.kind == "summary")
+                .map(|c| c.event_id.as_str())
+                .collect();
+            let standings =
+                retrieve::standings(&reader.pool, &reader.keyring, tenant, &ledgered).await?;
+            for candidate in page {
+                if self.full() {
+                    break;
+                }
+                // Keyed by event: every part of a long decision or summary shares it.
+                let standing = standings
+                    .get(&candidate.event_id)
+                    .cloned()
+                    .unwrap_or_default();
+                self.take(candidate, standing, omissions);
+            }
+        }
+        Ok(())
+    }
+
+    fn full(&self) -> bool {
+        self.kept.len() >= self.limit || self.tokens >= self.token_limit
+    }
+
+    /// Decides what becomes of one candidate.
+    fn take(
+        &mut self,
+        candidate: Candidate,
+        standing: retrieve::Standing,
+        omissions: &mut Omissions,
+    ) {
+        let section = Some(SectionName::RetrievedEvidence);
+        let rank = self.considered;
+        self.considered += 1;
+        if self.chosen.contains(&candidate.chunk_id) {
+            return;
+        }
+        if candidate.kind == "decision" {
+            match standing.decision_status.as_deref() {
+                Some("active") => {
+                    self.decision_rank.entry(candidate.event_id).or_insert(rank);
+                    return;
+                }
+                Some("superseded") if self.with_history => {
+                    if !self.decision_rank.contains_key(&candidate.event_id) {
+                        self.history.push(candidate.event_id.clone());
+                    }
+                    self.decision_rank.entry(candidate.event_id).or_insert(rank);
+                    return;
+                }
+                Some("superseded") => {
+                    omissions.add(
+                        "superseded",
+                        section,
+                        candidate.chunk_id,
+                        details(&[
+                            ("decision_id", json!(candidate.event_id)),
+                            ("superseded_by", json!(standing.superseded_by)),
+                        ]),
+                    );
+                    return;
+                }
+                Some(_) => {
+                    omissions.add(
+                        "rejected",
+                        section,
+                        candidate.chunk_id,
+                        details(&[("decision_id", json!(candidate.event_id))]),
+                    );
+                    return;
+                }
+                // Not in the ledger yet (projections lag): plain evidence.
+                None => {}
+            }
+        }
+        if let Some(conflicts) = standing.conflicts {
+            omissions.add(
+                "conflict",
+                section,
+                candidate.chunk_id,
+                details(&[
+                    ("summary_id", json!(candidate.event_id)),
+                    ("conflicts", conflicts),
+                ]),
+            );
+            return;
+        }
+        if self.in_recent_window.contains(&candidate.chunk_id) {
+            // Keys with a space never meet a kept chunk's id ([`Evidence::collapse`]).
+            omissions.add_keyed(
+                "duplicate",
+                section,
+                candidate.chunk_id,
+                "kept_in recent_window",
+                || details(&[("kept_in", json!("recent_window"))]),
+            );
+            return;
+        }
+        if candidate.kind == "task_update"
+            && let Some(task) = candidate
+                .source
+                .as_deref()
+                .and_then(|s| s.strip_prefix("task "))
+            && self.active_tasks.contains(task)
+        {
+            omissions.add_keyed(
+                "duplicate",
+                section,
+                candidate.chunk_id,
+                &format!("kept_in task_state {task}"),
+                || details(&[("kept_in", json!("task_state")), ("task_id", json!(task))]),
+            );
+            return;
+        }
+        let duplicate_of = self
+            .hashes
+            .get(&candidate.content_hash)
+            .map(String::as_str)
+            .or_else(|| {
+                self.words
+                    .iter()
+                    .find(|(_, kept)| {
+                        dedupe::jaccard(kept, &candidate.words) >= self.duplicate_similarity
+                    })
+                    .map(|(kept, _)| kept.as_str())
+            });
+        if let Some(kept) = duplicate_of {
+            let kept = kept.to_owned();
+            self.collapse(omissions, candidate.chunk_id, &kept);
+            return;
+        }
+        self.hashes
+            .insert(candidate.content_hash, candidate.chunk_id.clone());
+        self.words
+            .push((candidate.chunk_id.clone(), candidate.words.clone()));
+        self.chosen.insert(candidate.chunk_id.clone());
+        self.tokens += candidate.token_est.max(0) as usize;
+        self.kept.push(candidate);
+    }
+
+    fn collapse(&mut self, omissions: &mut Omissions, chunk_id: String, kept: &str) {
+        self.collapsed += 1;
+        omissions.add_keyed(
+            "duplicate",
+            Some(SectionName::RetrievedEvidence),
+            chunk_id,
+            kept,
+            || details(&[("kept", json!(kept))]),
+        );
+    }
+
+    /// Reads what the kept chunks show (one round trip) and makes them
+    /// items, best first.
+    pub(super) async fn finish(
+        &mut self,
+        reader: &Reader,
+        tenant: &str,
+        omissions: &mut Omissions,
+    ) -> Result<(), sqlx::Error> {
+        let ids: Vec<&str> = self.kept.iter().map(|c| c.chunk_id.as_str()).collect();
+        let mut shown = retrieve::shown(&reader.pool, &reader.keyring, tenant, &ids).await?;
+        for candidate in self.kept.drain(..) {
+            // Gone since it was ranked (a rebuild in between): nothing to show.
+            let Some(shown) = shown.remove(&candidate.chunk_id) else {
+                continue;
+            };
+            if let Some(artifact) = &shown.artifact_id {
+                omissions.add(
+                    "truncated_tool_output",
+                    Some(SectionName::RetrievedEvidence),
+                    candidate.event_id.clone(),
+                    details(&[("artifact_id", json!(artifact))]),
+                );
+            }
+            let meta = render::chunk_meta(
+                &shown.actor_id,
+                candidate.kind,
+                candidate.source.as_deref(),
+                shown.line_start.zip(shown.line_end),
+                candidate.ts,
+            );
+            self.items.push(Item {
+                kind: "evidence",
+                id: candidate.chunk_id.clone(),
+                meta,
+                text: render::body(&shown.text),
+                tokens: candidate.token_est.max(0) as usize,
+                refs: vec![candidate.chunk_id.clone(), candidate.event_id.clone()],
+                fields: details(&[
+                    ("chunk_id", json!(candidate.chunk_id)),
+                    ("event_id", json!(candidate.event_id)),
+                    ("kind", json!(candidate.kind)),
+                    ("session_id", json!(shown.session_id)),
+                    ("ts", json!(candidate.ts)),
+                    ("score", json!(round(candidate.score))),
+                    ("relevance", json!(round(candidate.relevance))),
+                    ("lexical", json!(round(candidate.lexical))),
+                    ("semantic", json!(candidate.semantic.map(round))),
+                    ("recency", json!(round(candidate.recency))),
+                    ("importance", json!(round(f64::from(candidate.importance)))),
+                    ("artifact_id", json!(shown.artifact_id)),
+                ]),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn round(x: f64) -> f64 {
+    (x * 1e4).round() / 1e4
+}
