@@ -434,6 +434,63 @@ async fn head(reader: &Reader, tenant: &str, query: &str) -> Result<Head, sqlx::
     })
 }
 
+/// [`head`], once projections have applied the log up to the head as the
+/// request found it, or `timeout` has passed; and how long that took.
+async fn head_caught_up(
+    reader: &Reader,
+    tenant: &str,
+    query: &str,
+    timeout: Duration,
+) -> Result<(Head, Duration), sqlx::Error> {
+    let mut head = head(reader, tenant, query).await?;
+    let target = head.head_seq;
+    if head.projected_seq >= target {
+        return Ok((head, Duration::ZERO));
+    }
+    let started = Instant::now();
+    let deadline = started + timeout;
+    while head.projected_seq < target && Instant::now() < deadline {
+        let slice = (deadline - Instant::now()).min(Duration::from_millis(25));
+        reader.cache.wait_projected(tenant, target, slice).await;
+        head = self::head(reader, tenant, query).await?;
+        // Report against the head the request saw, not later appends.
+        head.head_seq = target;
+    }
+    Ok((head, started.elapsed()))
+}
+
+/// The handoff packet waiting for the requesting agent in its session (the
+/// one `handoff_id` names, if any), when the channel may see it; otherwise
+/// a privacy omission.
+async fn received_handoff(
+    reader: &Reader,
+    tenant: &str,
+    request: &AcbRequest,
+    visibility: Visibility<'_>,
+    omissions: &mut Omissions,
+) -> Result<Option<handoff::Handoff>, sqlx::Error> {
+    let (Some(agent), Some(session)) = (&request.agent_id, &request.session_id) else {
+        return Ok(None);
+    };
+    let packet = handoff::for_receiver(
+        &reader.pool,
+        &reader.keyring,
+        tenant,
+        agent,
+        session,
+        request.handoff_id.as_deref(),
+    )
+    .await?;
+    Ok(match packet {
+        Some(packet) if visibility.allows(&packet.channel, &packet.sensitivity) => Some(packet),
+        Some(packet) => {
+            omissions.privacy(SectionName::HandoffPacket, packet.handoff_id);
+            None
+        }
+        None => None,
+    })
+}
+
 /// Builds the bundle `request` asks for from `reader`'s database.
 pub async fn build_acb(
     reader: &Reader,
@@ -464,47 +521,14 @@ async fn assemble(reader: &Reader, tenant: &str, request: AcbRequest) -> Result<
     // Strong consistency waits first: everything read below (the handoff
     // packet, views, tasks, decisions, chunks) reflects the log as of the
     // request.
-    let mut head = head(reader, tenant, query).await?;
-    let mut waited = Duration::ZERO;
-    if request.consistency == Consistency::Strong && head.projected_seq < head.head_seq {
-        let wait_started = Instant::now();
-        let deadline = wait_started + Duration::from_millis(policy.strong_consistency_timeout_ms);
-        while head.projected_seq < head.head_seq && Instant::now() < deadline {
-            let slice = (deadline - Instant::now()).min(Duration::from_millis(25));
-            reader
-                .cache
-                .wait_projected(tenant, head.head_seq, slice)
-                .await;
-            let target = head.head_seq;
-            head = self::head(reader, tenant, query).await?;
-            // Report against the head the request saw, not later appends.
-            head.head_seq = target;
+    let (mut head, waited) = match request.consistency {
+        Consistency::Strong => {
+            let timeout = Duration::from_millis(policy.strong_consistency_timeout_ms);
+            head_caught_up(reader, tenant, query, timeout).await?
         }
-        waited = wait_started.elapsed();
-    }
-
-    let handoff = match (&request.agent_id, &request.session_id) {
-        (Some(agent), Some(session)) => {
-            handoff::for_receiver(
-                &reader.pool,
-                &reader.keyring,
-                tenant,
-                agent,
-                session,
-                request.handoff_id.as_deref(),
-            )
-            .await?
-        }
-        _ => None,
+        Consistency::Eventual => (self::head(reader, tenant, query).await?, Duration::ZERO),
     };
-    let handoff = match handoff {
-        Some(packet) if visibility.allows(&packet.channel, &packet.sensitivity) => Some(packet),
-        Some(packet) => {
-            omissions.privacy(SectionName::HandoffPacket, packet.handoff_id);
-            None
-        }
-        None => None,
-    };
+    let handoff = received_handoff(reader, tenant, &request, visibility, &mut omissions).await?;
     // A receiving agent's evidence is about its packet's task.
     let retrieval_query = match (&handoff, query.is_empty()) {
         (Some(packet), true) => packet.task.as_str(),
