@@ -71,7 +71,29 @@ pub struct Pool {
 /// their own task while PostgreSQL answers the bundle's statements and the
 /// lexical candidate statement, instead of after them.
 pub struct Question {
-    nearest: tokio::task::JoinHandle<Result<Nearest, Failure>>,
+    nearest: Aborting<Result<Nearest, Failure>>,
+}
+
+/// A spawned task that stops when what waits for it is dropped (the bundle
+/// failed first, or its request went away), so that no core or connection
+/// goes on working for a bundle nobody will build.
+struct Aborting<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for Aborting<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<T> std::future::Future for Aborting<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
 }
 
 /// What the semantic side found before the two sides meet.
@@ -153,7 +175,7 @@ pub fn start_question(
         semantic_wanted(policy),
     );
     Ok(Question {
-        nearest: tokio::spawn(async move {
+        nearest: Aborting(tokio::spawn(async move {
             let vector = semantic
                 .query_vector(embedder, &query)
                 .await
@@ -192,7 +214,7 @@ pub fn start_question(
                 Current::Loading { behind } => Found::Loading { behind },
             };
             Ok(Nearest { vector, found })
-        }),
+        })),
     })
 }
 
