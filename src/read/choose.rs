@@ -18,6 +18,7 @@ use super::{
 };
 
 /// The evidence being chosen, and what it tells the decision ledger.
+#[derive(Default)]
 pub(super) struct Evidence {
     limit: usize,
     /// No bundle can show more evidence tokens than its budget: choosing
@@ -66,16 +67,7 @@ impl Evidence {
             with_history,
             in_recent_window,
             active_tasks,
-            tokens: 0,
-            kept: Vec::new(),
-            items: Vec::new(),
-            hashes: HashMap::new(),
-            words: Vec::new(),
-            chosen: HashSet::new(),
-            collapsed: 0,
-            decision_rank: HashMap::new(),
-            history: Vec::new(),
-            considered: 0,
+            ..Self::default()
         }
     }
 

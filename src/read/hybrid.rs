@@ -328,11 +328,6 @@ pub async fn candidates(
         .collect();
     let known: std::collections::HashSet<(i64, i32)> =
         candidates.iter().map(|c| (c.seq, c.part)).collect();
-    let missing: Vec<(i64, i32)> = neighbours
-        .iter()
-        .map(|n| n.position)
-        .filter(|position| !known.contains(position))
-        .collect();
     drop(vectors);
     report.read_beside_lexical = rows.is_some();
     let mut added = match rows {
@@ -343,6 +338,11 @@ pub async fn candidates(
             .filter(|c| !known.contains(&(c.seq, c.part)))
             .collect(),
         None => {
+            let missing: Vec<(i64, i32)> = neighbours
+                .iter()
+                .map(|n| n.position)
+                .filter(|position| !known.contains(position))
+                .collect();
             retrieve::at_positions(
                 &reader.pool,
                 &reader.keyring,

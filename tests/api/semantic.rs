@@ -81,6 +81,22 @@ async fn eight_bit_vectors_find_memory_by_meaning_too(_: PgPoolOptions, connect:
     finds_memory_by_meaning(connect, "minilm_int8").await;
 }
 
+/// A candidate pool of 20, half of it for vector candidates: a word in a
+/// few dozen memories fills its share of the lexical side, so older
+/// memories holding it are found by meaning alone.
+async fn small_pool(app: &TestApp, token: &str) {
+    app.client
+        .put(format!("{}/api/v1/policy", app.base_url))
+        .bearer_auth(token)
+        .json(&json!({"candidate_pool_max": 20, "retrieved_max": 20,
+                      "scoring": {"semantic_candidates": 10}}))
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap();
+}
+
 /// A chunk the lexical side did not reach (its word is common, so only the
 /// newest of its matches are lexical candidates) but the vector side found
 /// still counts the question's words it holds: its lexical score is
@@ -92,16 +108,7 @@ async fn memory_found_by_meaning_alone_still_counts_the_words_it_holds(
 ) {
     let mut app = spawn_daemon_with(connect, semantic("hashed")).await;
     let token = app.tenant("acme").await;
-    app.client
-        .put(format!("{}/api/v1/policy", app.base_url))
-        .bearer_auth(&token)
-        .json(&json!({"candidate_pool_max": 20, "retrieved_max": 20,
-                      "scoring": {"semantic_candidates": 10}}))
-        .send()
-        .await
-        .unwrap()
-        .error_for_status()
-        .unwrap();
+    small_pool(&app, &token).await;
     const KEEPER: &str = "The lighthouse keeper painted the lighthouse door bright red.";
     let mut events = vec![said("s1", "private", "none", KEEPER)];
     events.extend((0..30).map(|i| {
@@ -155,16 +162,7 @@ async fn bundles_are_the_same_whether_semantic_rows_are_read_beside_or_after_the
     // A small pool, so that "Alice" fills its share of the lexical side and
     // the oldest memory, which holds it, is found by meaning alone: the
     // question's words it holds are then read on either path.
-    app.client
-        .put(format!("{}/api/v1/policy", app.base_url))
-        .bearer_auth(&token)
-        .json(&json!({"candidate_pool_max": 20, "retrieved_max": 20,
-                      "scoring": {"semantic_candidates": 10}}))
-        .send()
-        .await
-        .unwrap()
-        .error_for_status()
-        .unwrap();
+    small_pool(&app, &token).await;
     let mut events = vec![said(
         "s1",
         "private",
