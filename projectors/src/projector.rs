@@ -49,6 +49,59 @@ pub trait Projector: Send + Sync {
     ) -> BoxFuture<'a, Result<(), sqlx::Error>>;
 }
 
+/// A read model of some kinds of events: it names them, and only folds
+/// them into its rows. The loop around it is written once ([`Projector`]
+/// for every `Fold`): it hands the fold a batch's events of those kinds, in
+/// seq order, and does not call it for a batch that has none.
+pub trait Fold: Send + Sync {
+    /// Stable name, the key of its cursor ([`Projector::name`]).
+    const NAME: &'static str;
+    /// [`Projector::version`].
+    const VERSION: i32;
+    const TABLES: &'static [Table];
+    /// The event kinds it reads.
+    const KINDS: &'static [&'static str];
+
+    /// As [`Projector::apply`], with the batch's events of [`Self::KINDS`]
+    /// (at least one).
+    fn fold<'a>(
+        &'a self,
+        tx: &'a mut PgConnection,
+        tenant: &'a str,
+        events: Vec<&'a StoredEvent>,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'a;
+}
+
+impl<T: Fold> Projector for T {
+    fn name(&self) -> &'static str {
+        T::NAME
+    }
+
+    fn version(&self) -> i32 {
+        T::VERSION
+    }
+
+    fn tables(&self) -> &'static [Table] {
+        T::TABLES
+    }
+
+    fn apply<'a>(
+        &'a self,
+        tx: &'a mut PgConnection,
+        tenant: &'a str,
+        events: &'a [StoredEvent],
+    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        let read: Vec<&StoredEvent> = events
+            .iter()
+            .filter(|event| T::KINDS.contains(&event.kind.as_str()))
+            .collect();
+        if read.is_empty() {
+            return Box::pin(std::future::ready(Ok(())));
+        }
+        Box::pin(self.fold(tx, tenant, read))
+    }
+}
+
 /// Deletes a tenant's rows from every table of `projector`.
 pub async fn reset(
     tx: &mut PgConnection,

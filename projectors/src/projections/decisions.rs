@@ -11,7 +11,7 @@ use sqlx::{PgConnection, Row};
 
 use crate::{
     event::StoredEvent,
-    projector::{BoxFuture, Projector, Table},
+    projector::{Fold, Table},
     seal::SealError,
 };
 
@@ -28,49 +28,33 @@ const TABLES: &[Table] = &[
 
 pub struct DecisionProjector;
 
-impl Projector for DecisionProjector {
-    fn name(&self) -> &'static str {
-        "decisions"
-    }
+impl Fold for DecisionProjector {
+    const NAME: &'static str = "decisions";
+    const VERSION: i32 = 1;
+    const TABLES: &'static [Table] = TABLES;
+    const KINDS: &'static [&'static str] = &["decision", "summary"];
 
-    fn version(&self) -> i32 {
-        1
-    }
-
-    fn tables(&self) -> &'static [Table] {
-        TABLES
-    }
-
-    fn apply<'a>(
+    async fn fold<'a>(
         &'a self,
         tx: &'a mut PgConnection,
         tenant: &'a str,
-        events: &'a [StoredEvent],
-    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
-        Box::pin(async move {
-            let relevant: Vec<&StoredEvent> = events
-                .iter()
-                .filter(|e| e.kind == "decision" || e.kind == "summary")
-                .collect();
-            if relevant.is_empty() {
-                return Ok(());
+        events: Vec<&'a StoredEvent>,
+    ) -> Result<(), sqlx::Error> {
+        // The batch is folded in memory and each row written once: one
+        // transaction (a rebuild) may supersede the same key thousands
+        // of times, and updating a row that often leaves a chain of
+        // versions every later lookup would have to walk.
+        let mut ledger = Ledger::load(tx, tenant, &events).await?;
+        let mut summaries = Vec::new();
+        for event in events {
+            if event.kind == "decision" {
+                ledger.decide(event);
+            } else {
+                summaries.push(ledger.check_summary(event));
             }
-            // The batch is folded in memory and each row written once: one
-            // transaction (a rebuild) may supersede the same key thousands
-            // of times, and updating a row that often leaves a chain of
-            // versions every later lookup would have to walk.
-            let mut ledger = Ledger::load(tx, tenant, &relevant).await?;
-            let mut summaries = Vec::new();
-            for event in relevant {
-                if event.kind == "decision" {
-                    ledger.decide(event);
-                } else {
-                    summaries.push(ledger.check_summary(event));
-                }
-            }
-            ledger.write(tx, tenant).await?;
-            insert_summaries(tx, tenant, summaries).await
-        })
+        }
+        ledger.write(tx, tenant).await?;
+        insert_summaries(tx, tenant, summaries).await
     }
 }
 

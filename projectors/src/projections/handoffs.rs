@@ -6,7 +6,7 @@ use sqlx::PgConnection;
 
 use crate::{
     event::StoredEvent,
-    projector::{BoxFuture, Projector, Table},
+    projector::{Fold, Table},
 };
 
 const TABLES: &[Table] = &[Table {
@@ -16,58 +16,48 @@ const TABLES: &[Table] = &[Table {
 
 pub struct HandoffProjector;
 
-impl Projector for HandoffProjector {
-    fn name(&self) -> &'static str {
-        "handoffs"
-    }
+impl Fold for HandoffProjector {
+    const NAME: &'static str = "handoffs";
+    const VERSION: i32 = 1;
+    const TABLES: &'static [Table] = TABLES;
+    const KINDS: &'static [&'static str] = &["handoff"];
 
-    fn version(&self) -> i32 {
-        1
-    }
-
-    fn tables(&self) -> &'static [Table] {
-        TABLES
-    }
-
-    fn apply<'a>(
+    async fn fold<'a>(
         &'a self,
         tx: &'a mut PgConnection,
         tenant: &'a str,
-        events: &'a [StoredEvent],
-    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
-        Box::pin(async move {
-            for event in events.iter().filter(|e| e.kind == "handoff") {
-                let (Some(to_agent), Some(task)) = (event.text("to_agent"), event.text("task"))
-                else {
-                    continue;
-                };
-                sqlx::query(
-                    "INSERT INTO handoffs (tenant_id, handoff_id, seq, ts, session_id, channel,
-                                           sensitivity, from_agent, to_agent, task, task_id,
-                                           constraints, decision_ids, required_files,
-                                           open_questions, refs)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
-                )
-                .bind(tenant)
-                .bind(&event.event_id)
-                .bind(event.seq)
-                .bind(event.ts)
-                .bind(&event.session_id)
-                .bind(&event.channel)
-                .bind(&event.sensitivity)
-                .bind(&event.actor_id)
-                .bind(to_agent)
-                .bind(event.protect(task.to_owned()))
-                .bind(event.text("task_id"))
-                .bind(event.protect_all(event.strings("constraints")))
-                .bind(event.strings("decision_ids"))
-                .bind(event.protect_all(event.strings("required_files")))
-                .bind(event.protect_all(event.strings("open_questions")))
-                .bind(&event.refs)
-                .execute(&mut *tx)
-                .await?;
-            }
-            Ok(())
-        })
+        events: Vec<&'a StoredEvent>,
+    ) -> Result<(), sqlx::Error> {
+        for event in events {
+            let (Some(to_agent), Some(task)) = (event.text("to_agent"), event.text("task")) else {
+                continue;
+            };
+            sqlx::query(
+                "INSERT INTO handoffs (tenant_id, handoff_id, seq, ts, session_id, channel,
+                                       sensitivity, from_agent, to_agent, task, task_id,
+                                       constraints, decision_ids, required_files,
+                                       open_questions, refs)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+            )
+            .bind(tenant)
+            .bind(&event.event_id)
+            .bind(event.seq)
+            .bind(event.ts)
+            .bind(&event.session_id)
+            .bind(&event.channel)
+            .bind(&event.sensitivity)
+            .bind(&event.actor_id)
+            .bind(to_agent)
+            .bind(event.protect(task.to_owned()))
+            .bind(event.text("task_id"))
+            .bind(event.protect_all(event.strings("constraints")))
+            .bind(event.strings("decision_ids"))
+            .bind(event.protect_all(event.strings("required_files")))
+            .bind(event.protect_all(event.strings("open_questions")))
+            .bind(&event.refs)
+            .execute(&mut *tx)
+            .await?;
+        }
+        Ok(())
     }
 }

@@ -6,7 +6,7 @@ use sqlx::PgConnection;
 
 use crate::{
     event::StoredEvent,
-    projector::{BoxFuture, Projector, Table},
+    projector::{Fold, Table},
     seal::Keyring,
 };
 
@@ -25,69 +25,59 @@ const TABLES: &[Table] = &[
 
 pub struct TaskProjector;
 
-impl Projector for TaskProjector {
-    fn name(&self) -> &'static str {
-        "tasks"
-    }
+impl Fold for TaskProjector {
+    const NAME: &'static str = "tasks";
+    const VERSION: i32 = 1;
+    const TABLES: &'static [Table] = TABLES;
+    const KINDS: &'static [&'static str] = &["task_update"];
 
-    fn version(&self) -> i32 {
-        1
-    }
-
-    fn tables(&self) -> &'static [Table] {
-        TABLES
-    }
-
-    fn apply<'a>(
+    async fn fold<'a>(
         &'a self,
         tx: &'a mut PgConnection,
         tenant: &'a str,
-        events: &'a [StoredEvent],
-    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
-        Box::pin(async move {
-            let updates: Vec<(&str, &StoredEvent)> = events
-                .iter()
-                .filter(|e| e.kind == "task_update")
-                .filter_map(|e| Some((e.text("task_id")?, e)))
-                .collect();
-            if updates.is_empty() {
-                return Ok(());
-            }
-            // Folded in memory, each task written once per batch: a rebuild
-            // is one transaction, and a row updated thousands of times in
-            // one transaction leaves versions every later lookup walks.
-            let ids: Vec<&str> = updates.iter().map(|(id, _)| *id).collect();
-            let mut tasks: BTreeMap<String, Task> = sqlx::query_as::<_, Task>(
-                "SELECT task_id, status, title, details, refs, session_id, channel,
-                        sensitivity, first_seq, last_seq, updated_at
-                   FROM tasks WHERE tenant_id = $1 AND task_id = ANY ($2)",
-            )
-            .bind(tenant)
-            .bind(&ids)
-            .fetch_all(&mut *tx)
-            .await?
+        events: Vec<&'a StoredEvent>,
+    ) -> Result<(), sqlx::Error> {
+        let updates: Vec<(&str, &StoredEvent)> = events
             .into_iter()
-            .map(|task| (task.task_id.clone(), task))
+            .filter_map(|e| Some((e.text("task_id")?, e)))
             .collect();
-            // Folded as plaintext, sealed again as written.
-            let keyring = updates[0].1.keyring.clone();
-            for task in tasks.values_mut() {
-                keyring
-                    .open_in_place(tenant, &mut task.title)
-                    .and_then(|()| keyring.open_in_place(tenant, &mut task.details))
-                    .map_err(|error| sqlx::Error::Protocol(format!("task of {tenant}: {error}")))?;
-            }
-            for (task_id, event) in &updates {
-                match tasks.get_mut(*task_id) {
-                    Some(task) => task.update(event),
-                    None => {
-                        tasks.insert((*task_id).to_owned(), Task::new(task_id, event));
-                    }
+        if updates.is_empty() {
+            return Ok(());
+        }
+        // Folded in memory, each task written once per batch: a rebuild
+        // is one transaction, and a row updated thousands of times in
+        // one transaction leaves versions every later lookup walks.
+        let ids: Vec<&str> = updates.iter().map(|(id, _)| *id).collect();
+        let mut tasks: BTreeMap<String, Task> = sqlx::query_as::<_, Task>(
+            "SELECT task_id, status, title, details, refs, session_id, channel,
+                    sensitivity, first_seq, last_seq, updated_at
+               FROM tasks WHERE tenant_id = $1 AND task_id = ANY ($2)",
+        )
+        .bind(tenant)
+        .bind(&ids)
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .map(|task| (task.task_id.clone(), task))
+        .collect();
+        // Folded as plaintext, sealed again as written.
+        let keyring = updates[0].1.keyring.clone();
+        for task in tasks.values_mut() {
+            keyring
+                .open_in_place(tenant, &mut task.title)
+                .and_then(|()| keyring.open_in_place(tenant, &mut task.details))
+                .map_err(|error| sqlx::Error::Protocol(format!("task of {tenant}: {error}")))?;
+        }
+        for (task_id, event) in &updates {
+            match tasks.get_mut(*task_id) {
+                Some(task) => task.update(event),
+                None => {
+                    tasks.insert((*task_id).to_owned(), Task::new(task_id, event));
                 }
             }
-            upsert(tx, tenant, &keyring, tasks.into_values()).await?;
-            record_updates(tx, tenant, &updates).await
-        })
+        }
+        upsert(tx, tenant, &keyring, tasks.into_values()).await?;
+        record_updates(tx, tenant, &updates).await
     }
 }
 

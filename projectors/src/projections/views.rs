@@ -7,7 +7,7 @@ use sqlx::PgConnection;
 
 use crate::{
     event::StoredEvent,
-    projector::{BoxFuture, Projector, Table},
+    projector::{Fold, Table},
 };
 
 const TABLES: &[Table] = &[Table {
@@ -17,78 +17,69 @@ const TABLES: &[Table] = &[Table {
 
 pub struct ViewProjector;
 
-impl Projector for ViewProjector {
-    fn name(&self) -> &'static str {
-        "views"
-    }
+impl Fold for ViewProjector {
+    const NAME: &'static str = "views";
+    const VERSION: i32 = 1;
+    const TABLES: &'static [Table] = TABLES;
+    const KINDS: &'static [&'static str] = &["view_update"];
 
-    fn version(&self) -> i32 {
-        1
-    }
-
-    fn tables(&self) -> &'static [Table] {
-        TABLES
-    }
-
-    fn apply<'a>(
+    async fn fold<'a>(
         &'a self,
         tx: &'a mut PgConnection,
         tenant: &'a str,
-        events: &'a [StoredEvent],
-    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
-        Box::pin(async move {
-            // The latest update of each view in the batch is the only one
-            // that shows: write it once (see the tasks projector for why).
-            let mut latest: BTreeMap<&str, (&str, &StoredEvent)> = BTreeMap::new();
-            for event in events.iter().filter(|e| e.kind == "view_update") {
-                if let (Some(view), Some(text)) = (event.text("view"), event.text("text")) {
-                    latest.insert(view, (text, event));
-                }
+        events: Vec<&'a StoredEvent>,
+    ) -> Result<(), sqlx::Error> {
+        // The latest update of each view in the batch is the only one
+        // that shows: write it once (see the tasks projector for why).
+        let mut latest: BTreeMap<&str, (&str, &StoredEvent)> = BTreeMap::new();
+        for event in events {
+            if let (Some(view), Some(text)) = (event.text("view"), event.text("text")) {
+                latest.insert(view, (text, event));
             }
-            if latest.is_empty() {
-                return Ok(());
-            }
-            let mut view = Vec::new();
-            let mut text = Vec::new();
-            let mut event_id = Vec::new();
-            let mut seq = Vec::new();
-            let mut ts = Vec::new();
-            let mut actor_id = Vec::new();
-            let mut channel = Vec::new();
-            let mut sensitivity = Vec::new();
-            for (name, (body, event)) in latest {
-                view.push(name);
-                text.push(event.protect(body.to_owned()));
-                event_id.push(event.event_id.as_str());
-                seq.push(event.seq);
-                ts.push(event.ts);
-                actor_id.push(event.actor_id.as_str());
-                channel.push(event.channel.as_str());
-                sensitivity.push(event.sensitivity.as_str());
-            }
-            sqlx::query(
-                "INSERT INTO views (tenant_id, view, text, event_id, seq, ts, actor_id, channel,
-                                    sensitivity)
-                 SELECT $1, u.* FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[],
-                                            $6::timestamptz[], $7::text[], $8::text[], $9::text[])
-                        AS u (view, text, event_id, seq, ts, actor_id, channel, sensitivity)
-                 ON CONFLICT (tenant_id, view) DO UPDATE SET
-                     text = EXCLUDED.text, event_id = EXCLUDED.event_id,
-                     seq = EXCLUDED.seq, ts = EXCLUDED.ts, actor_id = EXCLUDED.actor_id,
-                     channel = EXCLUDED.channel, sensitivity = EXCLUDED.sensitivity",
-            )
-            .bind(tenant)
-            .bind(view)
-            .bind(text)
-            .bind(event_id)
-            .bind(seq)
-            .bind(ts)
-            .bind(actor_id)
-            .bind(channel)
-            .bind(sensitivity)
-            .execute(&mut *tx)
-            .await?;
-            Ok(())
-        })
+        }
+        if latest.is_empty() {
+            return Ok(());
+        }
+        let mut view = Vec::new();
+        let mut text = Vec::new();
+        let mut event_id = Vec::new();
+        let mut seq = Vec::new();
+        let mut ts = Vec::new();
+        let mut actor_id = Vec::new();
+        let mut channel = Vec::new();
+        let mut sensitivity = Vec::new();
+        for (name, (body, event)) in latest {
+            view.push(name);
+            text.push(event.protect(body.to_owned()));
+            event_id.push(event.event_id.as_str());
+            seq.push(event.seq);
+            ts.push(event.ts);
+            actor_id.push(event.actor_id.as_str());
+            channel.push(event.channel.as_str());
+            sensitivity.push(event.sensitivity.as_str());
+        }
+        sqlx::query(
+            "INSERT INTO views (tenant_id, view, text, event_id, seq, ts, actor_id, channel,
+                                sensitivity)
+             SELECT $1, u.* FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[],
+                                        $6::timestamptz[], $7::text[], $8::text[], $9::text[])
+                    AS u (view, text, event_id, seq, ts, actor_id, channel, sensitivity)
+             ON CONFLICT (tenant_id, view) DO UPDATE SET
+                 text = EXCLUDED.text, event_id = EXCLUDED.event_id,
+                 seq = EXCLUDED.seq, ts = EXCLUDED.ts, actor_id = EXCLUDED.actor_id,
+                 channel = EXCLUDED.channel, sensitivity = EXCLUDED.sensitivity",
+        )
+        .bind(tenant)
+        .bind(view)
+        .bind(text)
+        .bind(event_id)
+        .bind(seq)
+        .bind(ts)
+        .bind(actor_id)
+        .bind(channel)
+        .bind(sensitivity)
+        .execute(&mut *tx)
+        .await?;
+        Ok(())
     }
 }
