@@ -224,6 +224,37 @@ struct Sums<'a> {
     n: usize,
 }
 
+/// Input bytes of one block of rows: half of a 32 KiB L1 data cache.
+#[cfg(target_arch = "x86_64")]
+const BLOCK_BYTES: usize = 16 * 1024;
+
+/// Walks `m` rows × `n` outputs in tiles of at most `rows` × `outputs`
+/// (`tile(t, o, rows, outputs)`), for the paths that keep a tile's sums in
+/// registers. Rows are taken a block at a time (`row_bytes` each, as the
+/// kernel reads them), and every output computed for a block before the
+/// next: the block's inputs stay in the L1 cache while the weights stream
+/// past, instead of every row being read again for each tile of outputs (a
+/// batch of questions was slower per question than one alone).
+#[cfg(target_arch = "x86_64")]
+fn tiles(
+    m: usize,
+    n: usize,
+    row_bytes: usize,
+    rows: usize,
+    outputs: usize,
+    mut tile: impl FnMut(usize, usize, usize, usize),
+) {
+    let block = (BLOCK_BYTES / row_bytes / rows).max(1) * rows;
+    for start in (0..m).step_by(block) {
+        let end = (start + block).min(m);
+        for o in (0..n).step_by(outputs) {
+            for t in (start..end).step_by(rows) {
+                tile(t, o, (end - t).min(rows), (n - o).min(outputs));
+            }
+        }
+    }
+}
+
 mod plain {
     use super::Sums;
 
@@ -264,40 +295,28 @@ mod avx2 {
     const OUTPUTS: usize = 3;
     /// Input values one instruction takes.
     const LANES: usize = 16;
-    /// Widened input bytes of one block of rows: half of a 32 KiB L1 data
-    /// cache, as the VNNI path's.
-    const BLOCK_BYTES: usize = 16 * 1024;
 
     /// # Safety
     /// The CPU must have AVX2; `x` holds `m` rows of `padded` bytes and `w`
     /// `n` rows, `padded` a multiple of 16.
     #[target_feature(enable = "avx2")]
     pub unsafe fn dots(sums: &Sums<'_>, m: usize, wide: &mut Vec<i16>, out: &mut [i32]) {
-        let padded = sums.padded;
         wide.clear();
-        wide.extend(sums.x[..m * padded].iter().map(|byte| i16::from(*byte)));
-        let block = (BLOCK_BYTES / (2 * padded) / ROWS).max(1) * ROWS;
-        for start in (0..m).step_by(block) {
-            let end = (start + block).min(m);
-            // SAFETY: the caller's bounds; rows start..end are within m.
-            unsafe { block_dots(sums, wide, start, end, out) };
-        }
-    }
-
-    /// Every output of rows `start..end`.
-    ///
-    /// # Safety
-    /// As [`dots`], with `end ≤ m` and `wide` the widened `x`.
-    #[target_feature(enable = "avx2")]
-    unsafe fn block_dots(sums: &Sums<'_>, wide: &[i16], start: usize, end: usize, out: &mut [i32]) {
-        let n = sums.n;
-        let mut o = 0;
-        while o < n {
-            let outputs = (n - o).min(OUTPUTS);
-            let mut t = start;
-            while t < end {
-                let rows = (end - t).min(ROWS);
-                // SAFETY: t + rows ≤ m and o + outputs ≤ n.
+        wide.extend(
+            sums.x[..m * sums.padded]
+                .iter()
+                .map(|byte| i16::from(*byte)),
+        );
+        let wide = &wide[..];
+        super::tiles(
+            m,
+            sums.n,
+            2 * sums.padded,
+            ROWS,
+            OUTPUTS,
+            |t, o, rows, outputs| {
+                // SAFETY: the caller's bounds; `tiles` keeps t + rows ≤ m and
+                // o + outputs ≤ n.
                 unsafe {
                     match (rows, outputs) {
                         (4, OUTPUTS) => tile::<4, OUTPUTS>(sums, wide, out, t, o),
@@ -313,16 +332,15 @@ mod avx2 {
                         }
                     }
                 }
-                t += rows;
-            }
-            o += outputs;
-        }
+            },
+        );
     }
 
     /// Outputs `o..o + O` of rows `t..t + R`.
     ///
     /// # Safety
-    /// As [`block_dots`], with `t + R ≤ m` and `o + O ≤ n`.
+    /// As [`dots`], with `wide` the widened `x`, `t + R ≤ m` and
+    /// `o + O ≤ n`.
     #[target_feature(enable = "avx2")]
     unsafe fn tile<const R: usize, const O: usize>(
         sums: &Sums<'_>,
@@ -376,61 +394,38 @@ mod vnni {
     /// one input vector in AVX-512's 32 registers.
     const ROWS: usize = 4;
     const OUTPUTS: usize = 6;
-    /// Input bytes of one block of rows: half of a 32 KiB L1 data cache.
-    const BLOCK_BYTES: usize = 16 * 1024;
 
     /// # Safety
     /// The CPU must have AVX-512F and VNNI; `x` holds `m` rows of
     /// `padded` bytes and `w` `n` rows, `padded` a multiple of 64.
     #[target_feature(enable = "avx512f,avx512vnni")]
     pub unsafe fn dots(sums: &Sums<'_>, m: usize, out: &mut [i32]) {
-        // Rows are taken a block at a time, and every output computed for a
-        // block before the next: the block's input bytes stay in the L1
-        // cache while the weights stream past, instead of every row being
-        // read again for each six outputs (a batch of questions was slower
-        // per question than one alone).
-        let block = (BLOCK_BYTES / sums.padded / ROWS).max(1) * ROWS;
-        for start in (0..m).step_by(block) {
-            let end = (start + block).min(m);
-            // SAFETY: the caller's bounds; rows start..end are within m.
-            unsafe { block_dots(sums, start, end, out) };
-        }
-    }
-
-    /// Every output of rows `start..end`.
-    ///
-    /// # Safety
-    /// As [`dots`], with `end ≤ m`.
-    #[target_feature(enable = "avx512f,avx512vnni")]
-    unsafe fn block_dots(sums: &Sums<'_>, start: usize, end: usize, out: &mut [i32]) {
-        let n = sums.n;
-        let mut o = 0;
-        while o < n {
-            let outputs = (n - o).min(OUTPUTS);
-            let mut t = start;
-            while t < end {
-                let rows = (end - t).min(ROWS);
-                // SAFETY: t + rows ≤ m and o + outputs ≤ n.
+        super::tiles(
+            m,
+            sums.n,
+            sums.padded,
+            ROWS,
+            OUTPUTS,
+            |t, o, rows, outputs| {
+                // SAFETY: the caller's bounds; `tiles` keeps t + rows ≤ m and
+                // o + outputs ≤ n.
                 unsafe {
-                    if outputs == OUTPUTS {
-                        match rows {
-                            4 => tile::<4, OUTPUTS>(sums, out, t, o),
-                            3 => tile::<3, OUTPUTS>(sums, out, t, o),
-                            2 => tile::<2, OUTPUTS>(sums, out, t, o),
-                            _ => tile::<1, OUTPUTS>(sums, out, t, o),
-                        }
-                    } else {
-                        for r in 0..rows {
-                            for j in 0..outputs {
-                                tile::<1, 1>(sums, out, t + r, o + j);
+                    match (rows, outputs) {
+                        (4, OUTPUTS) => tile::<4, OUTPUTS>(sums, out, t, o),
+                        (3, OUTPUTS) => tile::<3, OUTPUTS>(sums, out, t, o),
+                        (2, OUTPUTS) => tile::<2, OUTPUTS>(sums, out, t, o),
+                        (1, OUTPUTS) => tile::<1, OUTPUTS>(sums, out, t, o),
+                        _ => {
+                            for r in 0..rows {
+                                for j in 0..outputs {
+                                    tile::<1, 1>(sums, out, t + r, o + j);
+                                }
                             }
                         }
                     }
                 }
-                t += rows;
-            }
-            o += outputs;
-        }
+            },
+        );
     }
 
     /// Outputs `o..o + O` of rows `t..t + R`.
