@@ -29,7 +29,7 @@ pub async fn create_tenant(
     tenant: &TenantId,
     scope: Scope,
 ) -> Result<ApiToken, TenantError> {
-    let mut tx = pool.begin().await?;
+    let mut tx = memd_projectors::transaction::begin(pool).await?;
     let created = sqlx::query("INSERT INTO tenants (tenant_id) VALUES ($1) ON CONFLICT DO NOTHING")
         .bind(tenant.as_str())
         .execute(&mut *tx)

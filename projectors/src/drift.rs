@@ -69,7 +69,7 @@ pub async fn drift_check(
     tenant: Option<&str>,
     progress: &mut (dyn FnMut(Progress<'_>) + Send),
 ) -> Result<DriftReport, ProjectError> {
-    let mut tx = pool.begin().await?;
+    let mut tx = crate::transaction::begin(pool).await?;
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         .execute(&mut *tx)
         .await?;

@@ -13,6 +13,7 @@
 //!
 //! - [`dedupe`]: the word sets near-duplicates are found by, computed at
 //!   projection.
+//! - [`transaction`]: beginning a transaction, safe to cancel.
 //!
 //! Every projection table lives in a [`Schema`]: `projections` for the live
 //! read models, a throw-away shadow schema during a drift check.
@@ -30,6 +31,7 @@ pub mod render;
 pub mod runtime;
 pub mod schema;
 pub mod seal;
+pub mod transaction;
 
 pub use engine::Engine;
 pub use event::StoredEvent;

@@ -132,7 +132,9 @@ impl Runtime {
         Self { stop, task }
     }
 
-    /// Stops the workers after the batch each is applying, and waits.
+    /// Stops the workers after the batch each is applying (an embeddings
+    /// batch is abandoned instead, see [`crate::embed::worker`]), and
+    /// waits.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;

@@ -39,10 +39,13 @@ impl Schema {
         &self,
         pool: &PgPool,
     ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        pool.begin_with(sqlx::AssertSqlSafe(format!(
-            "BEGIN; SET LOCAL search_path TO {}, public; SET LOCAL synchronous_commit = off",
-            self.0
-        )))
+        crate::transaction::begin_with(
+            pool,
+            format!(
+                "BEGIN; SET LOCAL search_path TO {}, public; SET LOCAL synchronous_commit = off",
+                self.0
+            ),
+        )
         .await
     }
 

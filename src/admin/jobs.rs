@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 use memd_projectors::{Engine, drift, rebuild};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sqlx::{PgPool, Row};
+use sqlx::{PgPool, Row, postgres::PgPoolOptions};
 use tokio::{sync::watch, task::JoinHandle};
 
 /// The apalis queue (its `job_type`) every memd admin job goes through.
@@ -268,21 +268,52 @@ async fn run_job(job: AdminJob, ctx: Data<JobContext>) -> Result<Value, BoxDynEr
     Ok(result)
 }
 
+/// The pool apalis polls and records jobs on, apart from memd's: apalis
+/// begins its transactions with sqlx's `Pool::begin`, which a stopping or
+/// restarting worker can cancel halfway, leaving the session inside a
+/// transaction sqlx does not know of (see [`memd_projectors::transaction`]).
+/// A connection released in that state is closed here, never reused. The
+/// check is a round trip per release, which apalis' one poll a second can
+/// afford and memd's own pool need not pay: its transactions begin safely.
+pub fn queue_pool(pool: &PgPool) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(10))
+        .after_release(|conn, _| {
+            Box::pin(async move {
+                // Equal only in the first statement of a transaction, so
+                // false (or an error: an aborted one) means a block is open.
+                // One simple-protocol message: the extended protocol's
+                // parse, bind and execute each restart the statement's clock.
+                let outside = sqlx::raw_sql("SELECT now() = statement_timestamp()")
+                    .fetch_one(conn)
+                    .await
+                    .and_then(|row| row.try_get::<bool, _>(0));
+                Ok(outside.unwrap_or(false))
+            })
+        })
+        .connect_lazy_with((*pool.connect_options()).clone())
+}
+
 /// A running worker that takes jobs from [`QUEUE`].
 pub struct JobWorker {
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
+    queue_pool: PgPool,
 }
 
 impl JobWorker {
     pub fn spawn(pool: PgPool, engine: Arc<Engine>) -> Self {
         let (stop, stopped) = watch::channel(false);
+        let queue_pool = queue_pool(&pool);
         let context = JobContext {
             pool,
             engine,
             one_at_a_time: Arc::new(tokio::sync::Semaphore::new(1)),
         };
+        let polled = queue_pool.clone();
         let task = tokio::spawn(async move {
+            let queue_pool = polled;
             // A worker that stops on an error (its backend's poll could not
             // get a connection, say) is started again: jobs must not wait
             // forever behind one bad moment of the database.
@@ -296,9 +327,9 @@ impl JobWorker {
                 // second so a job queued while the listener was not yet (or
                 // no longer) connected is not left waiting.
                 let wake = Strategy::new()
-                    .stream(Pubsub::new(context.pool.clone(), QUEUE.to_owned()))
+                    .stream(Pubsub::new(queue_pool.clone(), QUEUE.to_owned()))
                     .interval(Duration::from_secs(1));
-                let storage = PostgresStorage::<AdminJob>::new(&context.pool)
+                let storage = PostgresStorage::<AdminJob>::new(&queue_pool)
                     .with_config(Config::default().queue(QUEUE).batch_size(1))
                     .poll_with_strategy(wake);
                 let worker = WorkerBuilder::new(crate::domain::new_id("memd-admin"))
@@ -317,12 +348,17 @@ impl JobWorker {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         });
-        Self { stop, task }
+        Self {
+            stop,
+            task,
+            queue_pool,
+        }
     }
 
     /// Stops taking jobs; a job being run finishes first.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
+        self.queue_pool.close().await;
     }
 }

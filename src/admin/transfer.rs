@@ -686,7 +686,7 @@ async fn store(pool: &PgPool, tenant: &TenantId, batch: &[Checked]) -> anyhow::R
             })
         })
         .collect();
-    let mut tx = pool.begin().await?;
+    let mut tx = memd_projectors::transaction::begin(pool).await?;
     let moved = sqlx::query(
         "UPDATE public.tenant_heads SET seq = $2, hash = $3, created_at = $4
           WHERE tenant_id = $1 AND seq = $5 AND hash = $6",

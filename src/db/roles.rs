@@ -60,7 +60,7 @@ pub async fn grant(pool: &PgPool) -> Result<(), sqlx::Error> {
         "GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public, projections, apalis TO memd_app"
             .to_owned(),
     ];
-    let mut tx = pool.begin().await?;
+    let mut tx = memd_projectors::transaction::begin(pool).await?;
     for statement in statements {
         sqlx::query(sqlx::AssertSqlSafe(statement))
             .execute(&mut *tx)

@@ -438,7 +438,7 @@ pub const POLICY_CHANNEL: &str = "memd_policy";
 /// Stores `policy` as the tenant's and announces it; returns its version.
 pub async fn store(pool: &PgPool, tenant: &str, policy: &Policy) -> Result<i64, sqlx::Error> {
     let document = serde_json::to_value(policy).expect("a policy serializes");
-    let mut tx = pool.begin().await?;
+    let mut tx = memd_projectors::transaction::begin(pool).await?;
     let version: i64 = sqlx::query_scalar(
         "INSERT INTO policies (tenant_id, policy) VALUES ($1, $2)
          ON CONFLICT (tenant_id) DO UPDATE

@@ -374,7 +374,7 @@ async fn append_locked(
         .iter()
         .filter_map(|e| e.idempotency_key.as_deref())
         .collect();
-    let mut tx = pool.begin().await?;
+    let mut tx = memd_projectors::transaction::begin(pool).await?;
     let row = sqlx::query(LOCK_HEAD)
         .bind(tenant.as_str())
         .bind(&contents)

@@ -31,7 +31,9 @@ async fn seeded(connect: PgConnectOptions) -> (TestApp, String) {
 /// Runs `sql` with the append-only triggers disabled, as an attacker with
 /// superuser rights could.
 async fn tamper(app: &TestApp, table: &str, sql: &'static str) {
-    let mut tx = app.pool.begin().await.unwrap();
+    let mut tx = memd_projectors::transaction::begin(&app.pool)
+        .await
+        .unwrap();
     for statement in [
         format!("ALTER TABLE {table} DISABLE TRIGGER USER"),
         sql.to_string(),

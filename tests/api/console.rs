@@ -403,7 +403,9 @@ async fn the_verify_page_proves_the_chain_and_names_the_first_rewritten_event(
     browser.screenshot(&screenshot("verify")).await;
 
     // A superuser rewrites the third event behind the daemon's back.
-    let mut tx = app.pool.begin().await.unwrap();
+    let mut tx = memd_projectors::transaction::begin(&app.pool)
+        .await
+        .unwrap();
     for statement in [
         "ALTER TABLE events DISABLE TRIGGER USER",
         "UPDATE events SET content = '{\"text\": \"rewritten\"}' WHERE seq = 3",

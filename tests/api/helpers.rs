@@ -24,6 +24,51 @@ pub struct TestApp {
     pub pool: PgPool,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
+    /// Dropped with the app, which ends its [`watchdog`].
+    _watchdog: std::sync::mpsc::Sender<()>,
+}
+
+/// How long a test may keep its daemon before [`watchdog`] reports what
+/// its database is doing: well under nextest's kill (5 × 60 s), so a
+/// stuck test says where it is stuck.
+const WATCHDOG_AFTER: Duration = Duration::from_secs(100);
+
+/// Starts a thread that, if the test still holds its daemon after
+/// [`WATCHDOG_AFTER`], prints every session of the test's database and the
+/// locks they wait for. A thread of its own, and `psql` rather than the
+/// test's pool: a stuck test may have its runtime or its pool stuck too.
+fn watchdog(connect: &PgConnectOptions) -> std::sync::mpsc::Sender<()> {
+    let (alive, dropped) = std::sync::mpsc::channel::<()>();
+    let database = connect.get_database().unwrap_or("postgres").to_owned();
+    let server = std::env::var("DATABASE_URL").unwrap_or_default();
+    std::thread::spawn(move || {
+        if dropped.recv_timeout(WATCHDOG_AFTER) != Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+            return;
+        }
+        let report = std::process::Command::new("psql")
+            .arg(db::with_database(&server, &database))
+            .args(["-X", "-c"])
+            .arg(
+                "SELECT a.pid, a.state, a.wait_event_type, a.wait_event,
+                        now() - a.xact_start AS in_transaction, regexp_replace(left(a.query, 200), '\\s+', ' ', 'g') AS query,
+                        (SELECT string_agg(l.locktype || ' ' || l.mode || ' on ' ||
+                                coalesce(l.relation::regclass::text, '-'), '; ')
+                           FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted) AS waiting_for,
+                        pg_blocking_pids(a.pid) AS blocked_by
+                   FROM pg_stat_activity a
+                  WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+                  ORDER BY a.pid",
+            )
+            .output();
+        let report = match report {
+            Ok(out) => String::from_utf8_lossy(&out.stdout).into_owned(),
+            Err(err) => format!("psql did not run: {err}"),
+        };
+        eprintln!(
+            "watchdog: the test has held its daemon for {WATCHDOG_AFTER:?}; sessions of {database}:\n{report}"
+        );
+    });
+    alive
 }
 
 /// Starts the daemon on a free port over the test's (already migrated) database.
@@ -71,6 +116,7 @@ pub fn opened(tenant: &str, mut content: Value) -> Value {
 pub async fn spawn_daemon_with(connect: PgConnectOptions, config: ServeConfig) -> TestApp {
     // A pool of our own: the one #[sqlx::test] hands out is small, and 32
     // concurrent appenders should queue on the tenant lock, not on the pool.
+    let watchdog = watchdog(&connect);
     let pool = db::connect(connect, 20)
         .await
         .expect("connect to the test database");
@@ -97,6 +143,7 @@ pub async fn spawn_daemon_with(connect: PgConnectOptions, config: ServeConfig) -
         pool,
         stop: Some(stop),
         task: Some(task),
+        _watchdog: watchdog,
     }
 }
 
@@ -196,7 +243,11 @@ impl TestApp {
             let _ = stop.send(());
         }
         if let Some(task) = self.task.take() {
-            task.await.expect("daemon task").expect("daemon ran");
+            tokio::time::timeout(STOP_TIMEOUT, task)
+                .await
+                .unwrap_or_else(|_| panic!("the daemon did not stop within {STOP_TIMEOUT:?}"))
+                .expect("daemon task")
+                .expect("daemon ran");
         }
     }
 }
@@ -246,6 +297,10 @@ pub async fn memd_cli(database_url: &str, args: &[&str]) -> (i32, String, String
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
 }
+
+/// How long a test's daemon may take to stop: requests in flight and the
+/// workers' current batches take seconds.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long a `memd` command of a test may run.
 pub const CLI_TIMEOUT: Duration = Duration::from_secs(120);
@@ -320,10 +375,31 @@ pub fn event(kind: &str, content: Value, refs: &[&str]) -> Value {
 /// `seq`'s text, recompute the hash of it and of every event after it, and
 /// move the head. `memd verify` cannot tell.
 pub async fn rewrite_and_rehash(pool: &PgPool, tenant: &str, seq: i64, text: &str) {
-    sqlx::query("ALTER TABLE events DISABLE TRIGGER events_append_only")
-        .execute(pool)
+    // Bounded, and naming who holds the table if it fails: a session left
+    // writing `events` would otherwise stall the test without a word.
+    let mut conn = pool.acquire().await.expect("a connection");
+    sqlx::query("SET lock_timeout = '30s'")
+        .execute(&mut *conn)
         .await
         .unwrap();
+    if let Err(err) = sqlx::query("ALTER TABLE events DISABLE TRIGGER events_append_only")
+        .execute(&mut *conn)
+        .await
+    {
+        let sessions: Vec<String> = sqlx::query_scalar(
+            "SELECT concat_ws(' ', pid, state, wait_event, left(query, 200)) FROM pg_stat_activity
+              WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
+        .fetch_all(pool)
+        .await
+        .unwrap_or_default();
+        panic!("disabling the append-only trigger failed: {err}; sessions: {sessions:?}");
+    }
+    sqlx::query("RESET lock_timeout")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
     sqlx::query(
         "UPDATE events SET content = jsonb_build_object('text', $3::text)
           WHERE tenant_id = $1 AND seq = $2",

@@ -39,5 +39,6 @@ mod semantic;
 mod shutdown;
 mod tenants;
 mod tool_results;
+mod transactions;
 mod transfer;
 mod workers;

@@ -249,9 +249,9 @@ async fn a_later_seq_committing_first_is_not_applied_before_the_earlier_one(
 ) {
     let pool = setup(connect, &["acme"]).await;
     let engine = counting_engine();
-    let mut early = pool.begin().await.unwrap();
+    let mut early = memd_projectors::transaction::begin(&pool).await.unwrap();
     insert_raw(&mut early, "acme", 1).await;
-    let mut late = pool.begin().await.unwrap();
+    let mut late = memd_projectors::transaction::begin(&pool).await.unwrap();
     insert_raw(&mut late, "acme", 2).await;
     late.commit().await.unwrap();
 

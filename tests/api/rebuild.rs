@@ -165,7 +165,9 @@ async fn an_operator_command_gives_up_on_a_held_lock_with_a_clear_message(
             "LOCK TABLE projections.chunks IN ACCESS EXCLUSIVE MODE",
         ),
     ] {
-        let mut holder = app.pool.begin().await.unwrap();
+        let mut holder = memd_projectors::transaction::begin(&app.pool)
+            .await
+            .unwrap();
         sqlx::query(lock).execute(&mut *holder).await.unwrap();
         let (code, stdout, stderr) = memd_cli(
             &url,

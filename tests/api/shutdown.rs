@@ -1,12 +1,21 @@
 //! Graceful shutdown: appends in flight when the stop comes are finished,
-//! answered and stored; none is acknowledged and lost.
+//! answered and stored; none is acknowledged and lost. A batch being
+//! embedded is not waited for: it is rolled back and embedded again later.
 
-use std::time::Duration;
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
+use memd::startup::ServeConfig;
+use memd_projectors::{
+    embed::{EmbedError, Embedder, HashedEmbedder, worker::EmbeddingWork},
+    runtime::{Runtime, RuntimeConfig},
+};
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::helpers::{message, spawn_daemon};
+use crate::helpers::{message, spawn_daemon, spawn_daemon_with, test_keyring, wait_embedded};
 
 #[sqlx::test]
 async fn appends_in_flight_finish_when_the_daemon_stops(
@@ -66,4 +75,90 @@ async fn appends_in_flight_finish_when_the_daemon_stops(
         app.count("SELECT count(*) FROM events").await as usize,
         acknowledged.len()
     );
+}
+
+/// `hashed`, except that a batch does not finish until the test lets it:
+/// a batch of the real model starved of CPU (it runs at the lowest
+/// priority, and other work can hold both cores for minutes).
+struct Starved {
+    started: tokio::sync::mpsc::UnboundedSender<()>,
+    release: Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Embedder for Starved {
+    fn name(&self) -> &'static str {
+        HashedEmbedder::NAME
+    }
+
+    fn dimensions(&self) -> usize {
+        HashedEmbedder::DIMENSIONS
+    }
+
+    fn version(&self) -> i32 {
+        HashedEmbedder::VERSION
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let _ = self.started.send(());
+        let _ = self.release.lock().expect("release lock").recv();
+        HashedEmbedder.embed(texts)
+    }
+}
+
+#[sqlx::test]
+async fn stopping_does_not_wait_for_a_batch_being_embedded(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    // No projection workers of the daemon's own: this test runs them.
+    let app = spawn_daemon_with(
+        connect,
+        ServeConfig {
+            projection: None,
+            keyring: test_keyring(),
+            ..ServeConfig::default()
+        },
+    )
+    .await;
+    let token = app.tenant("acme").await;
+    for i in 0..3 {
+        app.append(&token, &message("s1", &format!("note {i}")))
+            .await;
+    }
+    let (started, mut embedding) = tokio::sync::mpsc::unbounded_channel();
+    let (release, released) = std::sync::mpsc::channel();
+    let starved: Arc<dyn Embedder> = Arc::new(Starved {
+        started,
+        release: Mutex::new(released),
+    });
+    let embeddings = |embedder: Arc<dyn Embedder>| {
+        let work = EmbeddingWork::new(Some(HashedEmbedder::NAME), &[embedder], &test_keyring());
+        Runtime::spawn(app.pool.clone(), Arc::new(work), RuntimeConfig::default())
+    };
+    let workers = embeddings(starved);
+    tokio::time::timeout(Duration::from_secs(60), embedding.recv())
+        .await
+        .expect("a batch starts embedding");
+    tokio::time::timeout(Duration::from_secs(60), workers.shutdown())
+        .await
+        .expect("the workers stop while their batch is still being embedded");
+    let stored: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM projections.embeddings_hashed)
+              + (SELECT coalesce(max(seq), 0) FROM projections.cursors
+                  WHERE projector = 'embeddings_hashed')",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        stored, 0,
+        "the abandoned batch left no vector and no cursor"
+    );
+
+    // The batch finishes computing in the background and is thrown away;
+    // the next start embeds those events again.
+    drop(release);
+    let workers = embeddings(Arc::new(HashedEmbedder));
+    wait_embedded(&app, "acme", HashedEmbedder::NAME).await;
+    workers.shutdown().await;
 }

@@ -14,6 +14,11 @@
 //! Bundles meanwhile find the newest chunks by their words (the lag is in
 //! `provenance.semantic`).
 //!
+//! **Stopping.** A batch being embedded is abandoned, not waited for: at
+//! the lowest CPU priority, on a machine whose cores other work holds, it
+//! can take minutes. Its transaction rolls back (vectors and cursor
+//! together), so the next start embeds it again.
+//!
 //! **Swap.** `memd embedder use NAME` (or the admin route) sets `building`.
 //! Its projection is built beside the active one while bundles keep using
 //! the active one; once it has caught up with the log, one transaction
@@ -214,14 +219,21 @@ impl Work for EmbeddingWork {
                         engine.batch_size()
                     };
                     let started = Instant::now();
-                    let step = engine.step_at_most(pool, tenant, batch).await?;
+                    let mut stopping = stopped.clone();
+                    // Stopping does not wait for the batch: its model runs
+                    // at the lowest CPU priority, and on a busy machine it
+                    // can take minutes. Its transaction rolls back (cursor
+                    // and vectors together), and the next start embeds it.
+                    let step = tokio::select! {
+                        step = engine.step_at_most(pool, tenant, batch) => step?,
+                        _ = stopping.wait_for(|stop| *stop) => return Ok(()),
+                    };
                     if !matches!(step, Step::Advanced { .. }) || *stopped.borrow() {
                         break;
                     }
                     if busy {
-                        let mut stopped = stopped.clone();
                         tokio::select! {
-                            _ = stopped.changed() => return Ok(()),
+                            _ = stopping.wait_for(|stop| *stop) => return Ok(()),
                             () = tokio::time::sleep(WriteActivity::rest_after(started.elapsed())) => {}
                         }
                     }
@@ -280,7 +292,7 @@ pub async fn switch_if_built(
     let Some(projector) = embeddings::projector_name(building) else {
         return Ok(false);
     };
-    let mut tx = pool.begin().await?;
+    let mut tx = crate::transaction::begin(pool).await?;
     // Locks the choice: a concurrent `choose` waits, then sees the switch.
     let old: Option<String> = sqlx::query_scalar(
         "SELECT ch.active FROM public.embedder_choice ch

@@ -146,14 +146,9 @@ impl Projector for EmbeddingProjector {
             }
             let rows_count = inputs.len();
             inputs.extend(in_context.iter().map(|(_, input)| input.clone()));
-            let embedder = self.embedder.clone();
-            let mut vectors = tokio::task::spawn_blocking(move || {
-                let texts: Vec<&str> = inputs.iter().map(String::as_str).collect();
-                embedder.embed_background(&texts)
-            })
-            .await
-            .map_err(|e| sqlx::Error::Protocol(format!("embedding task: {e}")))?
-            .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+            let mut vectors = embed_detached(self.embedder.clone(), inputs)
+                .await
+                .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
             // A message's vector: the mean of it alone and in context.
             let contextual = vectors.split_off(rows_count);
             for ((row, _), context) in in_context.iter().zip(contextual) {
@@ -194,6 +189,28 @@ impl Projector for EmbeddingProjector {
             Ok(())
         })
     }
+}
+
+/// [`Embedder::embed_background`] on a thread of its own. Not
+/// `spawn_blocking`: a batch abandoned at shutdown (see
+/// [`crate::embed::worker`]) may still be computing, at the lowest CPU
+/// priority on a busy machine for minutes, and a runtime waits for its
+/// blocking tasks before it ends; a detached thread ends with the process.
+async fn embed_detached(
+    embedder: Arc<dyn Embedder>,
+    inputs: Vec<String>,
+) -> Result<Vec<Vec<f32>>, embed::EmbedError> {
+    let (sent, computed) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("memd-embed-batch".to_owned())
+        .spawn(move || {
+            let texts: Vec<&str> = inputs.iter().map(String::as_str).collect();
+            let _ = sent.send(embedder.embed_background(&texts));
+        })
+        .map_err(|e| embed::EmbedError::Run(format!("starting the embedding thread: {e}")))?;
+    computed
+        .await
+        .map_err(|_| embed::EmbedError::Run("the embedding thread panicked".to_owned()))?
 }
 
 /// Deletes the vectors of `tenant`'s events about data subject `subject`

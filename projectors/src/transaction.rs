@@ -1,0 +1,40 @@
+//! Beginning a transaction in a way a cancelled caller cannot spoil.
+//!
+//! sqlx 0.9.0 counts a transaction as begun only once `BEGIN`'s answer has
+//! been read. A future dropped before that (a client that hangs up, a
+//! timeout, a worker told to stop) leaves the session inside a transaction
+//! that nothing rolls back, and the pool hands that connection to its next
+//! caller: whose statements then run inside it, are never committed, and
+//! hold their locks (sqlx issues 4385 and 4393, fixed upstream after
+//! 0.9.0). memd's tests met it as a test that hung on a lock held by the
+//! pool's own idle connection.
+//!
+//! Here `BEGIN` runs in a task of its own. A caller that goes away drops
+//! the task's answer, a transaction sqlx knows it began, and rolls it back.
+//! `Pool::begin` and `Pool::begin_with` are refused by clippy
+//! (`clippy.toml`) everywhere else.
+
+use sqlx::{PgPool, Postgres, Transaction};
+
+/// `pool.begin()`, safe to cancel.
+pub async fn begin(pool: &PgPool) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+    let pool = pool.clone();
+    #[allow(clippy::disallowed_methods)]
+    let begun = tokio::spawn(async move { pool.begin().await });
+    begun.await.map_err(task_failed)?
+}
+
+/// `pool.begin_with(statement)` (a `BEGIN` with settings), safe to cancel.
+pub async fn begin_with(
+    pool: &PgPool,
+    statement: String,
+) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+    let pool = pool.clone();
+    #[allow(clippy::disallowed_methods)]
+    let begun = tokio::spawn(async move { pool.begin_with(sqlx::AssertSqlSafe(statement)).await });
+    begun.await.map_err(task_failed)?
+}
+
+fn task_failed(err: tokio::task::JoinError) -> sqlx::Error {
+    sqlx::Error::Protocol(format!("beginning a transaction: {err}"))
+}
