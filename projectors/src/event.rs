@@ -6,6 +6,57 @@ use sqlx::PgConnection;
 
 use crate::seal::{Keyring, Opened, SealError, Sealer};
 
+/// What an event is: the `kind` column, as projectors branch on it. The
+/// API's `Kind` (memd's `domain::event`, with the wire's derives) names the
+/// same kinds in the same order; a test there checks that they agree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Message,
+    ToolCall,
+    ToolResult,
+    Decision,
+    TaskUpdate,
+    Summary,
+    ViewUpdate,
+    Handoff,
+    Artifact,
+    Erasure,
+}
+
+impl Kind {
+    pub const ALL: &'static [Kind] = &[
+        Kind::Message,
+        Kind::ToolCall,
+        Kind::ToolResult,
+        Kind::Decision,
+        Kind::TaskUpdate,
+        Kind::Summary,
+        Kind::ViewUpdate,
+        Kind::Handoff,
+        Kind::Artifact,
+        Kind::Erasure,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Message => "message",
+            Kind::ToolCall => "tool_call",
+            Kind::ToolResult => "tool_result",
+            Kind::Decision => "decision",
+            Kind::TaskUpdate => "task_update",
+            Kind::Summary => "summary",
+            Kind::ViewUpdate => "view_update",
+            Kind::Handoff => "handoff",
+            Kind::Artifact => "artifact",
+            Kind::Erasure => "erasure",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|kind| kind.as_str() == raw)
+    }
+}
+
 /// One row of `events`, minus the hash chain.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct StoredEvent {
@@ -48,6 +99,11 @@ pub struct StoredEvent {
 }
 
 impl StoredEvent {
+    /// [`Self::kind`], typed; `None` for a kind this build does not know.
+    pub fn kind(&self) -> Option<Kind> {
+        Kind::parse(&self.kind)
+    }
+
     /// A text a projection row keeps: sealed when the event is.
     pub fn protect(&self, text: String) -> String {
         match &self.sealer {

@@ -4,7 +4,7 @@ use std::{future::Future, pin::Pin};
 
 use sqlx::PgConnection;
 
-use crate::event::StoredEvent;
+use crate::event::{Kind, StoredEvent};
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -60,7 +60,7 @@ pub trait Fold: Send + Sync {
     const VERSION: i32;
     const TABLES: &'static [Table];
     /// The event kinds it reads.
-    const KINDS: &'static [&'static str];
+    const KINDS: &'static [Kind];
 
     /// As [`Projector::apply`], with the batch's events of [`Self::KINDS`]
     /// (at least one).
@@ -93,7 +93,7 @@ impl<T: Fold> Projector for T {
     ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
         let read: Vec<&StoredEvent> = events
             .iter()
-            .filter(|event| T::KINDS.contains(&event.kind.as_str()))
+            .filter(|event| event.kind().is_some_and(|kind| T::KINDS.contains(&kind)))
             .collect();
         if read.is_empty() {
             return Box::pin(std::future::ready(Ok(())));

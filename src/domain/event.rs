@@ -62,7 +62,9 @@ wire_enum!(
     ActorType { Human => "human", Agent => "agent", Tool => "tool", System => "system" }
 );
 wire_enum!(
-    /// What an event is; decides the shape of `content`.
+    /// What an event is; decides the shape of `content`. Projectors branch
+    /// on `memd_projectors::event::Kind`, the same kinds without the wire's
+    /// derives (a test checks that the two agree).
     Kind {
         Message => "message",
         ToolCall => "tool_call",
@@ -865,6 +867,16 @@ mod tests {
             .map(|k| k.as_str())
             .collect();
         assert_eq!(appendable, kinds);
+    }
+
+    #[test]
+    fn the_wires_kinds_are_the_projectors_kinds() {
+        let wire: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
+        let projected: Vec<&str> = memd_projectors::event::Kind::ALL
+            .iter()
+            .map(|k| k.as_str())
+            .collect();
+        assert_eq!(wire, projected);
     }
 
     #[test]

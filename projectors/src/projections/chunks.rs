@@ -8,7 +8,7 @@ use sqlx::PgConnection;
 use super::tokens::TokenCounter;
 use crate::{
     dedupe,
-    event::StoredEvent,
+    event::{Kind, StoredEvent},
     projector::{BoxFuture, Projector, Table},
     render,
 };
@@ -138,10 +138,9 @@ fn excerpt(event: &StoredEvent) -> Option<(String, i32)> {
 /// and a short label of where it came from. `None` for kinds that are not
 /// retrieval units (tool calls, view updates, handoffs).
 fn retrievable(event: &StoredEvent) -> Option<(String, Option<i32>, Option<String>)> {
-    match event.kind.as_str() {
-        "message" => Some((event.text("text")?.to_owned(), None, None)),
-        "summary" => Some((event.text("text")?.to_owned(), None, None)),
-        "tool_result" => {
+    match event.kind()? {
+        Kind::Message | Kind::Summary => Some((event.text("text")?.to_owned(), None, None)),
+        Kind::ToolResult => {
             let (text, first_line) = excerpt(event)?;
             let tool = event.text("tool").unwrap_or("tool");
             let source = match event.text("path") {
@@ -150,12 +149,12 @@ fn retrievable(event: &StoredEvent) -> Option<(String, Option<i32>, Option<Strin
             };
             Some((text, Some(first_line), Some(source)))
         }
-        "artifact" => {
+        Kind::Artifact => {
             let (text, first_line) = excerpt(event)?;
             let source = event.text("name").map(|name| format!("artifact {name}"));
             Some((text, Some(first_line), source))
         }
-        "decision" => {
+        Kind::Decision => {
             let mut text = event.text("decision")?.to_owned();
             for (label, field) in [
                 ("Rationale", "rationale"),
@@ -171,7 +170,7 @@ fn retrievable(event: &StoredEvent) -> Option<(String, Option<i32>, Option<Strin
             let source = event.text("key").map(|key| format!("decision {key}"));
             Some((text, None, source))
         }
-        "task_update" => {
+        Kind::TaskUpdate => {
             let task = event.text("task_id")?;
             let status = event.text("status").unwrap_or("open");
             let mut text = format!("Task {task} ({status})");
@@ -185,7 +184,7 @@ fn retrievable(event: &StoredEvent) -> Option<(String, Option<i32>, Option<Strin
             }
             Some((text, None, Some(format!("task {task}"))))
         }
-        _ => None,
+        Kind::ToolCall | Kind::ViewUpdate | Kind::Handoff | Kind::Erasure => None,
     }
 }
 
@@ -193,16 +192,16 @@ fn retrievable(event: &StoredEvent) -> Option<(String, Option<i32>, Option<Strin
 /// summaries > messages > tool output, key project files above other tool
 /// output, and a bonus for pinned tags. In [0, 1].
 pub fn importance(event: &StoredEvent) -> f32 {
-    let base: f32 = match event.kind.as_str() {
-        "decision" => 0.9,
-        "task_update" => 0.7,
-        "summary" => 0.6,
-        "message" if event.actor_type == "human" => 0.5,
-        "message" => 0.4,
-        "tool_result" if event.text("path").is_some_and(is_key_file) => 0.6,
-        "tool_result" => 0.3,
-        "artifact" => 0.5,
-        _ => 0.2,
+    let base: f32 = match event.kind() {
+        Some(Kind::Decision) => 0.9,
+        Some(Kind::TaskUpdate) => 0.7,
+        Some(Kind::Summary) => 0.6,
+        Some(Kind::Message) if event.actor_type == "human" => 0.5,
+        Some(Kind::Message) => 0.4,
+        Some(Kind::ToolResult) if event.text("path").is_some_and(is_key_file) => 0.6,
+        Some(Kind::ToolResult) => 0.3,
+        Some(Kind::Artifact) => 0.5,
+        Some(Kind::ToolCall | Kind::ViewUpdate | Kind::Handoff | Kind::Erasure) | None => 0.2,
     };
     let pinned = event
         .tags

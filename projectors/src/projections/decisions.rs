@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use sqlx::{PgConnection, Row};
 
 use crate::{
-    event::StoredEvent,
+    event::{Kind, StoredEvent},
     projector::{Fold, Table},
     seal::SealError,
 };
@@ -32,7 +32,7 @@ impl Fold for DecisionProjector {
     const NAME: &'static str = "decisions";
     const VERSION: i32 = 1;
     const TABLES: &'static [Table] = TABLES;
-    const KINDS: &'static [&'static str] = &["decision", "summary"];
+    const KINDS: &'static [Kind] = &[Kind::Decision, Kind::Summary];
 
     async fn fold<'a>(
         &'a self,
@@ -47,7 +47,7 @@ impl Fold for DecisionProjector {
         let mut ledger = Ledger::load(tx, tenant, &events).await?;
         let mut summaries = Vec::new();
         for event in events {
-            if event.kind == "decision" {
+            if event.kind() == Some(Kind::Decision) {
                 ledger.decide(event);
             } else {
                 summaries.push(ledger.check_summary(event));

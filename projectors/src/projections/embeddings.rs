@@ -21,7 +21,7 @@ use sqlx::PgConnection;
 use super::chunks;
 use crate::{
     embed::{self, Embedder, HashedEmbedder, MiniLm},
-    event::StoredEvent,
+    event::{Kind, StoredEvent},
     projector::{BoxFuture, Projector, Table},
 };
 
@@ -122,7 +122,7 @@ impl Projector for EmbeddingProjector {
                     let own = text.embedding_input();
                     // A message also read after the one it answers.
                     if let Some(before) = previous.get(&event.seq)
-                        && event.kind == "message"
+                        && event.kind() == Some(Kind::Message)
                         && text.part == 0
                     {
                         in_context.push((rows.chunk_id.len(), format!("{before}\n{own}")));
@@ -252,7 +252,7 @@ async fn previous_messages(
 ) -> Result<HashMap<i64, String>, sqlx::Error> {
     let (sessions, seqs): (Vec<&str>, Vec<i64>) = events
         .iter()
-        .filter(|e| e.kind == "message")
+        .filter(|e| e.kind() == Some(Kind::Message))
         .map(|e| (e.session_id.as_str(), e.seq))
         .unzip();
     if seqs.is_empty() {

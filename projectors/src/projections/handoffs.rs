@@ -5,7 +5,7 @@
 use sqlx::PgConnection;
 
 use crate::{
-    event::StoredEvent,
+    event::{Kind, StoredEvent},
     projector::{Fold, Table},
 };
 
@@ -20,7 +20,7 @@ impl Fold for HandoffProjector {
     const NAME: &'static str = "handoffs";
     const VERSION: i32 = 1;
     const TABLES: &'static [Table] = TABLES;
-    const KINDS: &'static [&'static str] = &["handoff"];
+    const KINDS: &'static [Kind] = &[Kind::Handoff];
 
     async fn fold<'a>(
         &'a self,

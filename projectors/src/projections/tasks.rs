@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use sqlx::PgConnection;
 
 use crate::{
-    event::StoredEvent,
+    event::{Kind, StoredEvent},
     projector::{Fold, Table},
     seal::Keyring,
 };
@@ -29,7 +29,7 @@ impl Fold for TaskProjector {
     const NAME: &'static str = "tasks";
     const VERSION: i32 = 1;
     const TABLES: &'static [Table] = TABLES;
-    const KINDS: &'static [&'static str] = &["task_update"];
+    const KINDS: &'static [Kind] = &[Kind::TaskUpdate];
 
     async fn fold<'a>(
         &'a self,

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use sqlx::PgConnection;
 
 use crate::{
-    event::StoredEvent,
+    event::{Kind, StoredEvent},
     projector::{Fold, Table},
 };
 
@@ -21,7 +21,7 @@ impl Fold for ViewProjector {
     const NAME: &'static str = "views";
     const VERSION: i32 = 1;
     const TABLES: &'static [Table] = TABLES;
-    const KINDS: &'static [&'static str] = &["view_update"];
+    const KINDS: &'static [Kind] = &[Kind::ViewUpdate];
 
     async fn fold<'a>(
         &'a self,
