@@ -41,10 +41,10 @@ impl Schema {
     ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
         crate::transaction::begin_with(
             pool,
-            format!(
+            sqlx::AssertSqlSafe(format!(
                 "BEGIN; SET LOCAL search_path TO {}, public; SET LOCAL synchronous_commit = off",
                 self.0
-            ),
+            )),
         )
         .await
     }

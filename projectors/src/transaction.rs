@@ -11,8 +11,15 @@
 //!
 //! Here `BEGIN` runs in a task of its own. A caller that goes away drops
 //! the task's answer, a transaction sqlx knows it began, and rolls it back.
-//! `Pool::begin` and `Pool::begin_with` are refused by clippy
-//! (`clippy.toml`) everywhere else.
+//! The other ways to begin (`Pool::begin`, `Connection::begin`, savepoints
+//! through `Acquire::begin`, ...) are refused by clippy (`clippy.toml`).
+//!
+//! The task also waits for the connection: a caller cancelled while the
+//! pool is exhausted still takes one when it frees up (or gives up at the
+//! pool's acquire timeout), and hands it straight back. Splitting the
+//! acquire from the `BEGIN` would need sqlx's hidden `Transaction::begin`;
+//! memd's begins are rarely cancelled (appends run in their tenant's
+//! writer task, projection steps only at shutdown), so this stays simple.
 
 use sqlx::{PgPool, Postgres, Transaction};
 
@@ -27,11 +34,11 @@ pub async fn begin(pool: &PgPool) -> Result<Transaction<'static, Postgres>, sqlx
 /// `pool.begin_with(statement)` (a `BEGIN` with settings), safe to cancel.
 pub async fn begin_with(
     pool: &PgPool,
-    statement: String,
+    statement: impl sqlx::SqlSafeStr + Send + 'static,
 ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
     let pool = pool.clone();
     #[allow(clippy::disallowed_methods)]
-    let begun = tokio::spawn(async move { pool.begin_with(sqlx::AssertSqlSafe(statement)).await });
+    let begun = tokio::spawn(async move { pool.begin_with(statement).await });
     begun.await.map_err(task_failed)?
 }
 

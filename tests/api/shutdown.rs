@@ -131,17 +131,30 @@ async fn stopping_does_not_wait_for_a_batch_being_embedded(
         started,
         release: Mutex::new(released),
     });
-    let embeddings = |embedder: Arc<dyn Embedder>| {
+    let embeddings = |pool: sqlx::PgPool, embedder: Arc<dyn Embedder>| {
         let work = EmbeddingWork::new(Some(HashedEmbedder::NAME), &[embedder], &test_keyring());
-        Runtime::spawn(app.pool.clone(), Arc::new(work), RuntimeConfig::default())
+        Runtime::spawn(pool, Arc::new(work), RuntimeConfig::default())
     };
-    let workers = embeddings(starved);
-    tokio::time::timeout(Duration::from_secs(60), embedding.recv())
-        .await
-        .expect("a batch starts embedding");
-    tokio::time::timeout(Duration::from_secs(60), workers.shutdown())
-        .await
-        .expect("the workers stop while their batch is still being embedded");
+    // The workers run in a runtime of their own, as a daemon's do, which
+    // then ends: neither the workers' stop nor the runtime's end may wait
+    // for the batch.
+    let (ended, runtime_ended) = std::sync::mpsc::channel();
+    let options = app.pool.connect_options().as_ref().clone();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+        runtime.block_on(async {
+            let pool = memd::db::connect(options, 4).await.expect("a pool");
+            let workers = embeddings(pool.clone(), starved);
+            embedding.recv().await.expect("a batch starts embedding");
+            workers.shutdown().await;
+            pool.close().await;
+        });
+        drop(runtime);
+        let _ = ended.send(());
+    });
+    runtime_ended.recv_timeout(Duration::from_secs(60)).expect(
+        "the workers stop, and their runtime ends, while the batch is still being embedded",
+    );
     let stored: i64 = sqlx::query_scalar(
         "SELECT (SELECT count(*) FROM projections.embeddings_hashed)
               + (SELECT coalesce(max(seq), 0) FROM projections.cursors
@@ -158,7 +171,7 @@ async fn stopping_does_not_wait_for_a_batch_being_embedded(
     // The batch finishes computing in the background and is thrown away;
     // the next start embeds those events again.
     drop(release);
-    let workers = embeddings(Arc::new(HashedEmbedder));
+    let workers = embeddings(app.pool.clone(), Arc::new(HashedEmbedder));
     wait_embedded(&app, "acme", HashedEmbedder::NAME).await;
     workers.shutdown().await;
 }

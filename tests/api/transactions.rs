@@ -33,7 +33,7 @@ async fn a_begin_cancelled_midway_leaves_the_connection_outside_any_transaction(
     for polls in 1..=4 {
         let mut begin = Box::pin(memd_projectors::transaction::begin_with(
             &pool,
-            "BEGIN; SELECT pg_sleep(0.05)".to_owned(),
+            "BEGIN; SELECT pg_sleep(0.05)",
         ));
         for _ in 0..polls {
             let begun = tokio::select! {
