@@ -21,14 +21,11 @@
 //! memd's begins are rarely cancelled (appends run in their tenant's
 //! writer task, projection steps only at shutdown), so this stays simple.
 
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, PgPool, Postgres, Row, Transaction};
 
 /// `pool.begin()`, safe to cancel.
 pub async fn begin(pool: &PgPool) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-    let pool = pool.clone();
-    #[allow(clippy::disallowed_methods)]
-    let begun = tokio::spawn(async move { pool.begin().await });
-    begun.await.map_err(task_failed)?
+    begin_with(pool, "BEGIN").await
 }
 
 /// `pool.begin_with(statement)` (a `BEGIN` with settings), safe to cancel.
@@ -44,4 +41,18 @@ pub async fn begin_with(
 
 fn task_failed(err: tokio::task::JoinError) -> sqlx::Error {
     sqlx::Error::Protocol(format!("beginning a transaction: {err}"))
+}
+
+/// Whether the session is inside a transaction block, whatever sqlx
+/// believes: `now()` (the transaction's start) equals
+/// `statement_timestamp()` only in a transaction's first statement. Sent
+/// as one simple-protocol message, since the extended protocol's parse,
+/// bind and execute each restart the statement's clock. An error (a block
+/// already aborted) counts as inside.
+pub async fn in_block(conn: &mut PgConnection) -> bool {
+    !sqlx::raw_sql("SELECT now() = statement_timestamp()")
+        .fetch_one(conn)
+        .await
+        .and_then(|row| row.try_get::<bool, _>(0))
+        .unwrap_or(false)
 }

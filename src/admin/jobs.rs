@@ -280,17 +280,7 @@ pub fn queue_pool(pool: &PgPool) -> PgPool {
         .max_connections(4)
         .acquire_timeout(Duration::from_secs(10))
         .after_release(|conn, _| {
-            Box::pin(async move {
-                // Equal only in the first statement of a transaction, so
-                // false (or an error: an aborted one) means a block is open.
-                // One simple-protocol message: the extended protocol's
-                // parse, bind and execute each restart the statement's clock.
-                let outside = sqlx::raw_sql("SELECT now() = statement_timestamp()")
-                    .fetch_one(conn)
-                    .await
-                    .and_then(|row| row.try_get::<bool, _>(0));
-                Ok(outside.unwrap_or(false))
-            })
+            Box::pin(async move { Ok(!memd_projectors::transaction::in_block(conn).await) })
         })
         .connect_lazy_with((*pool.connect_options()).clone())
 }
@@ -313,7 +303,6 @@ impl JobWorker {
         };
         let polled = queue_pool.clone();
         let task = tokio::spawn(async move {
-            let queue_pool = polled;
             // A worker that stops on an error (its backend's poll could not
             // get a connection, say) is started again: jobs must not wait
             // forever behind one bad moment of the database.
@@ -327,9 +316,9 @@ impl JobWorker {
                 // second so a job queued while the listener was not yet (or
                 // no longer) connected is not left waiting.
                 let wake = Strategy::new()
-                    .stream(Pubsub::new(queue_pool.clone(), QUEUE.to_owned()))
+                    .stream(Pubsub::new(polled.clone(), QUEUE.to_owned()))
                     .interval(Duration::from_secs(1));
-                let storage = PostgresStorage::<AdminJob>::new(&queue_pool)
+                let storage = PostgresStorage::<AdminJob>::new(&polled)
                     .with_config(Config::default().queue(QUEUE).batch_size(1))
                     .poll_with_strategy(wake);
                 let worker = WorkerBuilder::new(crate::domain::new_id("memd-admin"))

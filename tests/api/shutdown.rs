@@ -138,7 +138,7 @@ async fn stopping_does_not_wait_for_a_batch_being_embedded(
     // The workers run in a runtime of their own, as a daemon's do, which
     // then ends: neither the workers' stop nor the runtime's end may wait
     // for the batch.
-    let (ended, runtime_ended) = std::sync::mpsc::channel();
+    let (ended, runtime_ended) = tokio::sync::oneshot::channel();
     let options = app.pool.connect_options().as_ref().clone();
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Runtime::new().expect("a runtime");
@@ -152,9 +152,11 @@ async fn stopping_does_not_wait_for_a_batch_being_embedded(
         drop(runtime);
         let _ = ended.send(());
     });
-    runtime_ended.recv_timeout(Duration::from_secs(60)).expect(
-        "the workers stop, and their runtime ends, while the batch is still being embedded",
-    );
+    // Awaited, not received blocking: this test's own runtime keeps going.
+    tokio::time::timeout(Duration::from_secs(60), runtime_ended)
+        .await
+        .expect("the workers stop, and their runtime ends, while the batch is still being embedded")
+        .expect("the runtime's thread reports");
     let stored: i64 = sqlx::query_scalar(
         "SELECT (SELECT count(*) FROM projections.embeddings_hashed)
               + (SELECT coalesce(max(seq), 0) FROM projections.cursors

@@ -4,10 +4,7 @@
 
 use std::time::Duration;
 
-use sqlx::{
-    Row,
-    postgres::{PgConnectOptions, PgPoolOptions},
-};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 #[sqlx::test]
 async fn a_begin_cancelled_midway_leaves_the_connection_outside_any_transaction(
@@ -17,14 +14,8 @@ async fn a_begin_cancelled_midway_leaves_the_connection_outside_any_transaction(
     // One connection, so every round reuses the one the cancelled begin had.
     let pool = memd::db::connect(connect, 1).await.unwrap();
     let outside = async || -> bool {
-        // Equal only in the first statement of a transaction.
-        // One simple-protocol message: the extended protocol's parse,
-        // bind and execute each restart the statement's clock.
-        sqlx::raw_sql("SELECT now() = statement_timestamp()")
-            .fetch_one(&pool)
-            .await
-            .unwrap()
-            .get(0)
+        let mut conn = pool.acquire().await.unwrap();
+        !memd_projectors::transaction::in_block(&mut conn).await
     };
     assert!(outside().await);
     // Dropped after 1 to 4 polls: one lands while BEGIN is on the wire
