@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use memd_projectors::{dedupe, render};
+use memd_projectors::{dedupe, event::Kind, render};
 use serde_json::json;
 
 use super::{
@@ -98,7 +98,7 @@ impl Evidence {
             }
             let ledgered: Vec<&str> = page
                 .iter()
-                .filter(|c| c.kind == "decision" || c.kind == "summary")
+                .filter(|c| matches!(c.kind, Some(Kind::Decision | Kind::Summary)))
                 .map(|c| c.event_id.as_str())
                 .collect();
             let standings =
@@ -135,7 +135,7 @@ impl Evidence {
         if self.chosen.contains(&candidate.chunk_id) {
             return;
         }
-        if candidate.kind == "decision" {
+        if candidate.kind == Some(Kind::Decision) {
             match standing.decision_status.as_deref() {
                 Some("active") => {
                     self.decision_rank.entry(candidate.event_id).or_insert(rank);
@@ -196,7 +196,7 @@ impl Evidence {
             );
             return;
         }
-        if candidate.kind == "task_update"
+        if candidate.kind == Some(Kind::TaskUpdate)
             && let Some(task) = candidate
                 .source
                 .as_deref()
@@ -274,7 +274,7 @@ impl Evidence {
             }
             let meta = render::chunk_meta(
                 &shown.actor_id,
-                candidate.kind,
+                candidate.kind_name(),
                 candidate.source.as_deref(),
                 shown.line_start.zip(shown.line_end),
                 candidate.ts,
@@ -289,7 +289,7 @@ impl Evidence {
                 fields: details(&[
                     ("chunk_id", json!(candidate.chunk_id)),
                     ("event_id", json!(candidate.event_id)),
-                    ("kind", json!(candidate.kind)),
+                    ("kind", json!(candidate.kind_name())),
                     ("session_id", json!(shown.session_id)),
                     ("ts", json!(candidate.ts)),
                     ("score", json!(round(candidate.score))),

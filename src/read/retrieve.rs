@@ -28,7 +28,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{PgPool, Row};
 
-use memd_projectors::{dedupe, seal::Keyring};
+use memd_projectors::{dedupe, event::Kind, seal::Keyring};
 
 use super::{
     filters::{self, RetrievalFilters},
@@ -54,7 +54,8 @@ pub struct Candidate {
     pub seq: i64,
     pub part: i32,
     pub ts: DateTime<Utc>,
-    pub kind: &'static str,
+    /// `None` for a kind this build does not know (a newer one's).
+    pub kind: Option<Kind>,
     pub source: Option<String>,
     pub token_est: i32,
     pub importance: f32,
@@ -81,13 +82,18 @@ impl Candidate {
     /// chunk's lexeme count. By position, without sqlx's per-value type
     /// check (the statements here fix the types): a bundle decodes up to
     /// 2,000 rows, and the checks were a third of their decoding.
+    /// The kind's name, as bundles show it.
+    pub fn kind_name(&self) -> &'static str {
+        self.kind.map_or("other", Kind::as_str)
+    }
+
     fn from_row(row: &sqlx::postgres::PgRow, matched: u32) -> Result<Self, sqlx::Error> {
         Ok(Self {
             chunk_id: row.try_get_unchecked(0)?,
             event_id: row.try_get_unchecked(1)?,
             seq: row.try_get_unchecked(2)?,
             ts: row.try_get_unchecked(3)?,
-            kind: known_kind(row.try_get_unchecked(4)?),
+            kind: Kind::parse(row.try_get_unchecked(4)?),
             source: row.try_get_unchecked(5)?,
             token_est: row.try_get_unchecked(6)?,
             importance: row.try_get_unchecked(7)?,
@@ -125,19 +131,6 @@ fn matched_mask(lexemes: usize, first_param: usize) -> String {
         })
         .collect::<Vec<_>>()
         .join(" | ")
-}
-
-/// A chunk's kind as a static string (no allocation per candidate).
-fn known_kind(kind: &str) -> &'static str {
-    match kind {
-        "message" => "message",
-        "tool_result" => "tool_result",
-        "decision" => "decision",
-        "summary" => "summary",
-        "task_update" => "task_update",
-        "artifact" => "artifact",
-        _ => "other",
-    }
 }
 
 /// The columns of a candidate, for the statements that read them.
@@ -694,11 +687,11 @@ pub fn rank(
     // every other candidate under the floor with it.
     let best_evidence = candidates
         .iter()
-        .filter(|c| c.kind != "decision")
+        .filter(|c| c.kind != Some(Kind::Decision))
         .map(|c| c.relevance)
         .fold(0.0, f64::max);
     candidates.retain(|c| {
-        let floor = if c.kind == "decision" {
+        let floor = if c.kind == Some(Kind::Decision) {
             scoring.min_relevance
         } else {
             scoring.min_relevance * best_evidence
@@ -1000,7 +993,7 @@ mod tests {
             seq: 1_000 - hours_old,
             part: 0,
             ts: newest - chrono::Duration::hours(hours_old),
-            kind: "message",
+            kind: Some(Kind::Message),
             source: None,
             token_est: 10,
             importance,
@@ -1049,7 +1042,7 @@ mod tests {
         // Lexeme 1 is rare and held by the decision alone; the messages hold
         // the common lexeme 0, some more of it than others.
         let mut decision = candidate("decision", &[0, 1], 5, 1, 0.9);
-        decision.kind = "decision";
+        decision.kind = Some(Kind::Decision);
         let mut pool: Vec<Candidate> = (0..40)
             .map(|i| candidate(&format!("m{i:02}"), &[0], 5 + i % 20, 1, 0.5))
             .collect();
@@ -1061,11 +1054,18 @@ mod tests {
         let ranked = rank(pool.clone(), 2, 100, newest, &scoring);
         assert_eq!(ranked[0].chunk_id, "decision");
         assert!(
-            ranked.iter().filter(|c| c.kind == "message").count() > 0,
+            ranked
+                .iter()
+                .filter(|c| c.kind == Some(Kind::Message))
+                .count()
+                > 0,
             "the messages stay candidates"
         );
         // Without the decision, the same messages keep the same standing.
-        let alone: Vec<Candidate> = pool.into_iter().filter(|c| c.kind != "decision").collect();
+        let alone: Vec<Candidate> = pool
+            .into_iter()
+            .filter(|c| c.kind != Some(Kind::Decision))
+            .collect();
         assert_eq!(
             rank(alone, 2, 100, newest, &scoring).len(),
             ranked.len() - 1
