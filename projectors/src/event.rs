@@ -4,7 +4,10 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgConnection;
 
-use crate::seal::{Keyring, Opened, SealError, Sealer};
+use crate::{
+    content::Content,
+    seal::{Keyring, Opened, SealError, Sealer},
+};
 
 /// What an event is: the `kind` column, as projectors branch on it. The
 /// API's `Kind` (memd's `domain::event`, with the wire's derives) names the
@@ -113,10 +116,10 @@ impl StoredEvent {
     }
 
     /// [`Self::protect`] for each text of an array column.
-    pub fn protect_all(&self, texts: Vec<String>) -> Vec<String> {
+    pub fn protect_all(&self, texts: &[&str]) -> Vec<String> {
         match &self.sealer {
-            Some(sealer) => sealer.seal_all(&texts),
-            None => texts,
+            Some(sealer) => texts.iter().map(|text| sealer.seal(text)).collect(),
+            None => texts.iter().map(|text| (*text).to_owned()).collect(),
         }
     }
 
@@ -128,23 +131,9 @@ impl StoredEvent {
         }
     }
 
-    /// A string field of `content`, when present and a string.
-    pub fn text(&self, field: &str) -> Option<&str> {
-        self.content.get(field).and_then(Value::as_str)
-    }
-
-    /// A list-of-strings field of `content`; anything else reads as empty.
-    pub fn strings(&self, field: &str) -> Vec<String> {
-        self.content
-            .get(field)
-            .and_then(Value::as_array)
-            .map(|items| {
-                items
-                    .iter()
-                    .filter_map(|item| item.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
+    /// Its content, read as the shape of its kind.
+    pub fn shape(&self) -> Content<'_> {
+        Content::read(self.kind(), &self.content)
     }
 }
 

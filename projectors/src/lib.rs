@@ -1,7 +1,8 @@
 //! The derived side of memd: projectors that turn the append-only event log
 //! into disposable read models, and the runtime that keeps them current.
 //!
-//! - [`event`]: events as projectors read them.
+//! - [`event`]: events as projectors read them; [`content`]: each kind's
+//!   content, typed.
 //! - [`projector`]: the [`Projector`] abstraction and the transaction that
 //!   applies a batch and advances the cursors together ([`engine`]).
 //! - [`projections`]: chunks, decision ledger (with summary conflicts), tasks
@@ -18,6 +19,7 @@
 //! Every projection table lives in a [`Schema`]: `projections` for the live
 //! read models, a throw-away shadow schema during a drift check.
 
+pub mod content;
 pub mod dedupe;
 pub mod drift;
 pub mod embed;

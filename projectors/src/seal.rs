@@ -530,10 +530,6 @@ impl Sealer {
         )
     }
 
-    pub fn seal_all(&self, texts: &[String]) -> Vec<String> {
-        texts.iter().map(|text| self.seal(text)).collect()
-    }
-
     /// A JSON value as a sealed JSON string.
     pub fn seal_json(&self, value: &Value) -> Value {
         Value::String(self.seal(&value.to_string()))

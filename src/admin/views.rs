@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use memd_projectors::seal::Keyring;
+use memd_projectors::{content::Content, event::Kind, seal::Keyring};
 use serde_json::json;
 use sqlx::PgPool;
 
@@ -114,9 +114,13 @@ pub async fn import(
             .map_err(|err| anyhow::anyhow!("{}: {} {}", path.display(), err.field, err.message))?;
         // Compared after redaction: a file holding a secret would otherwise
         // differ from its stored, redacted text forever.
+        let stored = match Content::read(Some(Kind::ViewUpdate), &event.content) {
+            Content::ViewUpdate(update) => update.text,
+            _ => None,
+        };
         let unchanged = latest
             .as_ref()
-            .is_some_and(|(current, _, _)| event.content["text"].as_str() == Some(current));
+            .is_some_and(|(current, _, _)| stored == Some(current.as_str()));
         if unchanged {
             results.push(Imported::Unchanged { view });
             continue;
@@ -165,8 +169,10 @@ async fn latest_update(
         if opened == memd_projectors::seal::Opened::Erased {
             continue;
         }
-        if content["view"].as_str() == Some(view) {
-            let text = content["text"].as_str().unwrap_or_default().to_owned();
+        if let Content::ViewUpdate(update) = Content::read(Some(Kind::ViewUpdate), &content)
+            && update.view == Some(view)
+        {
+            let text = update.text.unwrap_or_default().to_owned();
             return Ok(Some((text, channel, sensitivity)));
         }
     }

@@ -869,6 +869,63 @@ mod tests {
         assert_eq!(appendable, kinds);
     }
 
+    /// Every field the projectors read of a kind's content is one the
+    /// append edge stores: an event of each kind with every field the edge
+    /// accepts, stored as the edge stores it, read back.
+    #[test]
+    fn what_the_edge_stores_is_what_the_projectors_read() {
+        use memd_projectors::content::Content;
+        let every_field = [
+            ("message", json!({"text": "hello"})),
+            (
+                "summary",
+                json!({"text": "so far", "claims": [{"key": "page-size", "value": 200}]}),
+            ),
+            (
+                "tool_result",
+                json!({"tool": "fs.read", "path": "src/main.rs", "output": "fn main() {}", "line_start": 3}),
+            ),
+            (
+                "artifact",
+                json!({"name": "notes.md", "text": "# Notes", "media_type": "text/markdown"}),
+            ),
+            (
+                "decision",
+                json!({"decision": "Pages of 200", "key": "page-size", "scope": "project",
+                "rationale": ["timeouts"], "constraints": ["memory"], "alternatives": ["100"],
+                "consequences": ["more requests"], "confidence": 0.8, "supersedes": "evt_1",
+                "value": 200}),
+            ),
+            (
+                "task_update",
+                json!({"task_id": "T-1", "status": "doing", "title": "Fix", "details": "soon"}),
+            ),
+            ("view_update", json!({"view": "rules", "text": "Be brief."})),
+            (
+                "handoff",
+                json!({"to_agent": "reviewer", "task": "review", "task_id": "T-1",
+                "constraints": ["tests"], "decision_ids": ["evt_2"], "required_files": ["a.rs"],
+                "open_questions": ["why?"]}),
+            ),
+        ];
+        for (kind, content) in every_field {
+            let event = &parse(message(json!({"kind": kind, "content": content})))
+                .unwrap_or_else(|e| panic!("{kind}: {e:?}"))[0];
+            let kind = memd_projectors::event::Kind::parse(kind).unwrap();
+            let stored = event.content.as_object().unwrap();
+            for field in Content::fields(kind) {
+                assert!(
+                    stored.contains_key(*field),
+                    "{kind:?}: the projectors read `{field}`, which the edge does not store: {stored:?}"
+                );
+            }
+            assert!(
+                !matches!(Content::read(Some(kind), &event.content), Content::Other),
+                "{kind:?} reads as its kind"
+            );
+        }
+    }
+
     #[test]
     fn the_wires_kinds_are_the_projectors_kinds() {
         let wire: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();

@@ -7,6 +7,7 @@ use sqlx::PgConnection;
 
 use super::tokens::TokenCounter;
 use crate::{
+    content::{Content, Message, Summary, ToolOutput},
     dedupe,
     event::{Kind, StoredEvent},
     projector::{BoxFuture, Projector, Table},
@@ -124,67 +125,63 @@ pub struct Chunk {
 
 /// The excerpt of a normalized long text (a tool output, a document) and
 /// the line it starts at.
-fn excerpt(event: &StoredEvent) -> Option<(String, i32)> {
-    let text = event.text("excerpt_text")?.to_owned();
-    let first_line = event
-        .content
-        .pointer("/line_range/0")
-        .and_then(|v| v.as_i64())
-        .unwrap_or(1);
-    Some((text, first_line as i32))
+fn excerpt(text: Option<&str>, line_range: Option<(i64, i64)>) -> Option<(String, i32)> {
+    let first_line = line_range.map_or(1, |(first, _)| first);
+    Some((text?.to_owned(), first_line as i32))
 }
 
 /// The text an event contributes to retrieval, where its first line is,
 /// and a short label of where it came from. `None` for kinds that are not
 /// retrieval units (tool calls, view updates, handoffs).
 fn retrievable(event: &StoredEvent) -> Option<(String, Option<i32>, Option<String>)> {
-    match event.kind()? {
-        Kind::Message | Kind::Summary => Some((event.text("text")?.to_owned(), None, None)),
-        Kind::ToolResult => {
-            let (text, first_line) = excerpt(event)?;
-            let tool = event.text("tool").unwrap_or("tool");
-            let source = match event.text("path") {
+    match event.shape() {
+        Content::Message(Message { text }) | Content::Summary(Summary { text, .. }) => {
+            Some((text?.to_owned(), None, None))
+        }
+        Content::ToolResult(content) => {
+            let (text, first_line) = excerpt(content.excerpt_text, content.line_range)?;
+            let tool = content.tool.unwrap_or("tool");
+            let source = match content.path {
                 Some(path) => format!("{tool} {path}"),
                 None => tool.to_owned(),
             };
             Some((text, Some(first_line), Some(source)))
         }
-        Kind::Artifact => {
-            let (text, first_line) = excerpt(event)?;
-            let source = event.text("name").map(|name| format!("artifact {name}"));
+        Content::Artifact(content) => {
+            let (text, first_line) = excerpt(content.excerpt_text, content.line_range)?;
+            let source = content.name.map(|name| format!("artifact {name}"));
             Some((text, Some(first_line), source))
         }
-        Kind::Decision => {
-            let mut text = event.text("decision")?.to_owned();
-            for (label, field) in [
-                ("Rationale", "rationale"),
-                ("Constraints", "constraints"),
-                ("Alternatives", "alternatives"),
-                ("Consequences", "consequences"),
+        Content::Decision(decision) => {
+            let mut text = decision.decision?.to_owned();
+            for (label, items) in [
+                ("Rationale", &decision.rationale),
+                ("Constraints", &decision.constraints),
+                ("Alternatives", &decision.alternatives),
+                ("Consequences", &decision.consequences),
             ] {
-                let items = event.strings(field);
                 if !items.is_empty() {
                     text.push_str(&format!("\n{label}: {}", items.join("; ")));
                 }
             }
-            let source = event.text("key").map(|key| format!("decision {key}"));
+            let source = decision.key.map(|key| format!("decision {key}"));
             Some((text, None, source))
         }
-        Kind::TaskUpdate => {
-            let task = event.text("task_id")?;
-            let status = event.text("status").unwrap_or("open");
+        Content::TaskUpdate(update) => {
+            let task = update.task_id?;
+            let status = update.status.unwrap_or("open");
             let mut text = format!("Task {task} ({status})");
-            if let Some(title) = event.text("title") {
+            if let Some(title) = update.title {
                 text.push_str(": ");
                 text.push_str(title);
             }
-            if let Some(details) = event.text("details") {
+            if let Some(details) = update.details {
                 text.push('\n');
                 text.push_str(details);
             }
             Some((text, None, Some(format!("task {task}"))))
         }
-        Kind::ToolCall | Kind::ViewUpdate | Kind::Handoff | Kind::Erasure => None,
+        Content::ViewUpdate(_) | Content::Handoff(_) | Content::Other => None,
     }
 }
 
@@ -198,7 +195,12 @@ pub fn importance(event: &StoredEvent) -> f32 {
         Some(Kind::Summary) => 0.6,
         Some(Kind::Message) if event.actor_type == "human" => 0.5,
         Some(Kind::Message) => 0.4,
-        Some(Kind::ToolResult) if event.text("path").is_some_and(is_key_file) => 0.6,
+        Some(Kind::ToolResult)
+            if matches!(event.shape(), Content::ToolResult(ToolOutput { path: Some(path), .. })
+                if is_key_file(path)) =>
+        {
+            0.6
+        }
         Some(Kind::ToolResult) => 0.3,
         Some(Kind::Artifact) => 0.5,
         Some(Kind::ToolCall | Kind::ViewUpdate | Kind::Handoff | Kind::Erasure) | None => 0.2,

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use sqlx::{PgConnection, Row};
 
 use crate::{
+    content::{self, Content},
     event::{Kind, StoredEvent},
     projector::{Fold, Table},
     seal::SealError,
@@ -44,17 +45,40 @@ impl Fold for DecisionProjector {
         // transaction (a rebuild) may supersede the same key thousands
         // of times, and updating a row that often leaves a chain of
         // versions every later lookup would have to walk.
-        let mut ledger = Ledger::load(tx, tenant, &events).await?;
+        let read: Vec<Read<'a>> = events
+            .into_iter()
+            .filter_map(|event| match event.shape() {
+                Content::Decision(decision) => Some(Read::Decision(event, decision)),
+                Content::Summary(summary) => Some(Read::Summary(event, summary)),
+                _ => None,
+            })
+            .collect();
+        let mut ledger = Ledger::load(tx, tenant, &read).await?;
         let mut summaries = Vec::new();
-        for event in events {
-            if event.kind() == Some(Kind::Decision) {
-                ledger.decide(event);
-            } else {
-                summaries.push(ledger.check_summary(event));
+        for read in read {
+            match read {
+                Read::Decision(event, decision) => ledger.decide(event, decision),
+                Read::Summary(event, summary) => {
+                    summaries.push(ledger.check_summary(event, &summary));
+                }
             }
         }
         ledger.write(tx, tenant).await?;
         insert_summaries(tx, tenant, summaries).await
+    }
+}
+
+/// An event of the batch, with its content read.
+enum Read<'a> {
+    Decision(&'a StoredEvent, content::Decision<'a>),
+    Summary(&'a StoredEvent, content::Summary<'a>),
+}
+
+impl<'a> Read<'a> {
+    fn event(&self) -> &'a StoredEvent {
+        match self {
+            Read::Decision(event, _) | Read::Summary(event, _) => event,
+        }
     }
 }
 
@@ -68,9 +92,19 @@ struct Active {
     refs: Vec<String>,
 }
 
+/// A summary as checked against the ledger, ready to be written.
+struct CheckedSummary<'a> {
+    event: &'a StoredEvent,
+    text: Option<&'a str>,
+    /// As sent.
+    claims: Value,
+    conflicts: Vec<Value>,
+}
+
 /// A decision this batch creates.
 struct NewDecision<'a> {
     event: &'a StoredEvent,
+    content: content::Decision<'a>,
     status: &'static str,
     superseded_by: Option<String>,
     rejected_reason: Option<String>,
@@ -96,12 +130,12 @@ impl<'a> Ledger<'a> {
     async fn load(
         tx: &mut PgConnection,
         tenant: &str,
-        events: &[&'a StoredEvent],
+        read: &[Read<'a>],
     ) -> Result<Self, sqlx::Error> {
         let mut ledger = Ledger::default();
-        let refs: BTreeSet<&str> = events
+        let refs: BTreeSet<&str> = read
             .iter()
-            .flat_map(|e| e.refs.iter().map(String::as_str))
+            .flat_map(|r| r.event().refs.iter().map(String::as_str))
             .collect();
         let refs: Vec<&str> = refs.into_iter().collect();
         // A ref is an event id, or a chunk id (`chk_<ulid>_<part>`, from `evt_<ulid>`).
@@ -119,7 +153,13 @@ impl<'a> Ledger<'a> {
         .await?;
         ledger.ref_seqs = rows.into_iter().collect();
 
-        let named: Vec<&str> = events.iter().filter_map(|e| e.text("supersedes")).collect();
+        let named: Vec<&str> = read
+            .iter()
+            .filter_map(|r| match r {
+                Read::Decision(_, decision) => decision.supersedes,
+                Read::Summary(..) => None,
+            })
+            .collect();
         let rows: Vec<(String, Option<String>, String)> = sqlx::query_as(
             "SELECT decision_id, key, status FROM decisions
               WHERE tenant_id = $1 AND decision_id = ANY ($2)",
@@ -132,17 +172,13 @@ impl<'a> Ledger<'a> {
             ledger.known.insert(id, (key, status == "active"));
         }
 
-        let keys: BTreeSet<&str> = events
+        let keys: BTreeSet<&str> = read
             .iter()
-            .flat_map(|e| {
-                let claimed = e
-                    .content
-                    .get("claims")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|claim| claim.get("key").and_then(Value::as_str));
-                e.text("key").into_iter().chain(claimed)
+            .flat_map(|r| -> Box<dyn Iterator<Item = &str> + '_> {
+                match r {
+                    Read::Decision(_, decision) => Box::new(decision.key.into_iter()),
+                    Read::Summary(_, summary) => Box::new(summary.claims().map(|(key, _)| key)),
+                }
             })
             .collect();
         let keys: Vec<&str> = keys.into_iter().collect();
@@ -155,9 +191,9 @@ impl<'a> Ledger<'a> {
         .fetch_all(&mut *tx)
         .await?;
         // Sealed decisions are compared with summaries as plaintext.
-        let keyring = events
+        let keyring = read
             .first()
-            .map(|e| e.keyring.clone())
+            .map(|r| r.event().keyring.clone())
             .unwrap_or_default();
         let unseal =
             |error: SealError| sqlx::Error::Protocol(format!("decision of {tenant}: {error}"));
@@ -198,7 +234,7 @@ impl<'a> Ledger<'a> {
 
     /// Why a decision cannot enter the ledger, if it cannot (P4: every
     /// decision cites the evidence it rests on).
-    fn rejection(&self, event: &StoredEvent) -> Option<String> {
+    fn rejection(&self, event: &StoredEvent, decision: &content::Decision<'_>) -> Option<String> {
         if event.refs.is_empty() {
             return Some(
                 "no refs: a decision must cite the events or chunks it rests on".to_owned(),
@@ -211,7 +247,7 @@ impl<'a> Ledger<'a> {
                 missing.join(", ")
             ));
         }
-        if let Some(old) = event.text("supersedes")
+        if let Some(old) = decision.supersedes
             && !self.known.contains_key(old)
         {
             return Some(format!(
@@ -221,14 +257,14 @@ impl<'a> Ledger<'a> {
         None
     }
 
-    fn decide(&mut self, event: &'a StoredEvent) {
-        let rejected_reason = self.rejection(event);
-        let key = event.text("key");
+    fn decide(&mut self, event: &'a StoredEvent, decision: content::Decision<'a>) {
+        let rejected_reason = self.rejection(event, &decision);
+        let key = decision.key;
         if rejected_reason.is_none() {
             // The decision named by `supersedes`, and the active one of the
             // same key, give way to this one.
             let mut replaced: Vec<String> = Vec::new();
-            if let Some(old) = event.text("supersedes")
+            if let Some(old) = decision.supersedes
                 && self.known.get(old).is_some_and(|(_, active)| *active)
             {
                 replaced.push(old.to_owned());
@@ -254,8 +290,8 @@ impl<'a> Ledger<'a> {
                 key.to_owned(),
                 Active {
                     decision_id: event.event_id.clone(),
-                    decision: event.text("decision").unwrap_or_default().to_owned(),
-                    value: event.content.get("value").cloned(),
+                    decision: decision.decision.unwrap_or_default().to_owned(),
+                    value: decision.value.clone(),
                     refs: event.refs.clone(),
                 },
             );
@@ -264,6 +300,7 @@ impl<'a> Ledger<'a> {
             .insert(event.event_id.clone(), self.created.len());
         self.created.push(NewDecision {
             event,
+            content: decision,
             status,
             superseded_by: None,
             rejected_reason,
@@ -299,7 +336,11 @@ impl<'a> Ledger<'a> {
     }
 
     /// A summary checked against the ledger as it stands at its seq (A4).
-    fn check_summary(&self, event: &'a StoredEvent) -> (&'a StoredEvent, Value, Vec<Value>) {
+    fn check_summary(
+        &self,
+        event: &'a StoredEvent,
+        summary: &content::Summary<'a>,
+    ) -> CheckedSummary<'a> {
         let mut conflicts = Vec::new();
         if event.refs.is_empty() {
             conflicts.push(json!({
@@ -316,13 +357,7 @@ impl<'a> Ledger<'a> {
                 }));
             }
         }
-        let claims = event.content.get("claims").cloned().unwrap_or(json!([]));
-        for claim in claims.as_array().into_iter().flatten() {
-            let (Some(key), Some(value)) =
-                (claim.get("key").and_then(Value::as_str), claim.get("value"))
-            else {
-                continue;
-            };
+        for (key, value) in summary.claims() {
             let Some(decided) = self.active_by_key.get(key) else {
                 continue;
             };
@@ -341,7 +376,13 @@ impl<'a> Ledger<'a> {
                 "decision_refs": decided.refs,
             }));
         }
-        (event, claims, conflicts)
+        let claims = summary.claims_as_sent.clone().unwrap_or(json!([]));
+        CheckedSummary {
+            event,
+            text: summary.text,
+            claims,
+            conflicts,
+        }
     }
 
     async fn write(self, tx: &mut PgConnection, tenant: &str) -> Result<(), sqlx::Error> {
@@ -403,7 +444,7 @@ fn json_list(items: &[String]) -> String {
 
 impl DecisionRows {
     fn push(&mut self, created: NewDecision<'_>) {
-        let event = created.event;
+        let (event, decision) = (created.event, &created.content);
         self.decision_id.push(event.event_id.clone());
         self.seq.push(event.seq);
         self.ts.push(event.ts);
@@ -413,30 +454,28 @@ impl DecisionRows {
         self.actor_id.push(event.actor_id.clone());
         self.tags.push(json_list(&event.tags));
         self.status.push(created.status);
-        self.key.push(event.text("key").map(str::to_owned));
+        self.key.push(decision.key.map(str::to_owned));
         self.scope
-            .push(event.text("scope").unwrap_or("project").to_owned());
+            .push(decision.scope.unwrap_or("project").to_owned());
         self.decision
-            .push(event.protect(event.text("decision").unwrap_or_default().to_owned()));
+            .push(event.protect(decision.decision.unwrap_or_default().to_owned()));
         self.value.push(
-            event
-                .content
-                .get("value")
+            decision
+                .value
+                .as_ref()
                 .map(|value| event.protect_json(value.clone()).to_string()),
         );
-        for (column, field) in [
-            (&mut self.rationale, "rationale"),
-            (&mut self.constraints, "constraints"),
-            (&mut self.alternatives, "alternatives"),
-            (&mut self.consequences, "consequences"),
+        for (column, items) in [
+            (&mut self.rationale, &decision.rationale),
+            (&mut self.constraints, &decision.constraints),
+            (&mut self.alternatives, &decision.alternatives),
+            (&mut self.consequences, &decision.consequences),
         ] {
-            column.push(json_list(&event.protect_all(event.strings(field))));
+            column.push(json_list(&event.protect_all(items)));
         }
-        self.confidence
-            .push(event.content.get("confidence").and_then(Value::as_f64));
+        self.confidence.push(decision.confidence);
         self.refs.push(json_list(&event.refs));
-        self.supersedes
-            .push(event.text("supersedes").map(str::to_owned));
+        self.supersedes.push(decision.supersedes.map(str::to_owned));
         self.superseded_by.push(created.superseded_by);
         self.rejected_reason.push(created.rejected_reason);
     }
@@ -498,7 +537,7 @@ impl DecisionRows {
 async fn insert_summaries(
     tx: &mut PgConnection,
     tenant: &str,
-    summaries: Vec<(&StoredEvent, Value, Vec<Value>)>,
+    summaries: Vec<CheckedSummary<'_>>,
 ) -> Result<(), sqlx::Error> {
     if summaries.is_empty() {
         return Ok(());
@@ -514,14 +553,20 @@ async fn insert_summaries(
     let mut claims = Vec::new();
     let mut conflicted = Vec::new();
     let mut conflicts = Vec::new();
-    for (event, event_claims, event_conflicts) in summaries {
+    for CheckedSummary {
+        event,
+        text: summary_text,
+        claims: event_claims,
+        conflicts: event_conflicts,
+    } in summaries
+    {
         event_id.push(event.event_id.clone());
         seq.push(event.seq);
         ts.push(event.ts);
         session_id.push(event.session_id.clone());
         channel.push(event.channel.clone());
         sensitivity.push(event.sensitivity.clone());
-        text.push(event.protect(event.text("text").unwrap_or_default().to_owned()));
+        text.push(event.protect(summary_text.unwrap_or_default().to_owned()));
         refs.push(json_list(&event.refs));
         claims.push(event.protect_json(event_claims).to_string());
         conflicted.push(!event_conflicts.is_empty());

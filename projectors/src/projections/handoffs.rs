@@ -5,6 +5,7 @@
 use sqlx::PgConnection;
 
 use crate::{
+    content::Content,
     event::{Kind, StoredEvent},
     projector::{Fold, Table},
 };
@@ -29,7 +30,10 @@ impl Fold for HandoffProjector {
         events: Vec<&'a StoredEvent>,
     ) -> Result<(), sqlx::Error> {
         for event in events {
-            let (Some(to_agent), Some(task)) = (event.text("to_agent"), event.text("task")) else {
+            let Content::Handoff(handoff) = event.shape() else {
+                continue;
+            };
+            let (Some(to_agent), Some(task)) = (handoff.to_agent, handoff.task) else {
                 continue;
             };
             sqlx::query(
@@ -49,11 +53,11 @@ impl Fold for HandoffProjector {
             .bind(&event.actor_id)
             .bind(to_agent)
             .bind(event.protect(task.to_owned()))
-            .bind(event.text("task_id"))
-            .bind(event.protect_all(event.strings("constraints")))
-            .bind(event.strings("decision_ids"))
-            .bind(event.protect_all(event.strings("required_files")))
-            .bind(event.protect_all(event.strings("open_questions")))
+            .bind(handoff.task_id)
+            .bind(event.protect_all(&handoff.constraints))
+            .bind(&handoff.decision_ids)
+            .bind(event.protect_all(&handoff.required_files))
+            .bind(event.protect_all(&handoff.open_questions))
             .bind(&event.refs)
             .execute(&mut *tx)
             .await?;

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use sqlx::PgConnection;
 
 use crate::{
+    content::{Content, TaskUpdate},
     event::{Kind, StoredEvent},
     projector::{Fold, Table},
     seal::Keyring,
@@ -37,17 +38,14 @@ impl Fold for TaskProjector {
         tenant: &'a str,
         events: Vec<&'a StoredEvent>,
     ) -> Result<(), sqlx::Error> {
-        let updates: Vec<(&str, &StoredEvent)> = events
-            .into_iter()
-            .filter_map(|e| Some((e.text("task_id")?, e)))
-            .collect();
+        let updates: Vec<Update<'_>> = events.into_iter().filter_map(Update::of).collect();
         if updates.is_empty() {
             return Ok(());
         }
         // Folded in memory, each task written once per batch: a rebuild
         // is one transaction, and a row updated thousands of times in
         // one transaction leaves versions every later lookup walks.
-        let ids: Vec<&str> = updates.iter().map(|(id, _)| *id).collect();
+        let ids: Vec<&str> = updates.iter().map(|u| u.task_id).collect();
         let mut tasks: BTreeMap<String, Task> = sqlx::query_as::<_, Task>(
             "SELECT task_id, status, title, details, refs, session_id, channel,
                     sensitivity, first_seq, last_seq, updated_at
@@ -61,23 +59,43 @@ impl Fold for TaskProjector {
         .map(|task| (task.task_id.clone(), task))
         .collect();
         // Folded as plaintext, sealed again as written.
-        let keyring = updates[0].1.keyring.clone();
+        let keyring = updates[0].event.keyring.clone();
         for task in tasks.values_mut() {
             keyring
                 .open_in_place(tenant, &mut task.title)
                 .and_then(|()| keyring.open_in_place(tenant, &mut task.details))
                 .map_err(|error| sqlx::Error::Protocol(format!("task of {tenant}: {error}")))?;
         }
-        for (task_id, event) in &updates {
-            match tasks.get_mut(*task_id) {
-                Some(task) => task.update(event),
+        for update in &updates {
+            match tasks.get_mut(update.task_id) {
+                Some(task) => task.update(update),
                 None => {
-                    tasks.insert((*task_id).to_owned(), Task::new(task_id, event));
+                    tasks.insert(update.task_id.to_owned(), Task::new(update));
                 }
             }
         }
         upsert(tx, tenant, &keyring, tasks.into_values()).await?;
         record_updates(tx, tenant, &updates).await
+    }
+}
+
+/// A `task_update` event that names its task.
+struct Update<'a> {
+    task_id: &'a str,
+    content: TaskUpdate<'a>,
+    event: &'a StoredEvent,
+}
+
+impl<'a> Update<'a> {
+    fn of(event: &'a StoredEvent) -> Option<Self> {
+        let Content::TaskUpdate(content) = event.shape() else {
+            return None;
+        };
+        Some(Update {
+            task_id: content.task_id?,
+            content,
+            event,
+        })
     }
 }
 
@@ -100,11 +118,12 @@ struct Task {
 const SENSITIVITIES: [&str; 4] = ["none", "low", "high", "secret"];
 
 impl Task {
-    fn new(task_id: &str, event: &StoredEvent) -> Self {
+    fn new(update: &Update<'_>) -> Self {
+        let event = update.event;
         let mut task = Task {
-            task_id: task_id.to_owned(),
+            task_id: update.task_id.to_owned(),
             status: String::new(),
-            title: event.text("title").unwrap_or(task_id).to_owned(),
+            title: update.content.title.unwrap_or(update.task_id).to_owned(),
             details: String::new(),
             refs: Vec::new(),
             session_id: String::new(),
@@ -114,7 +133,7 @@ impl Task {
             last_seq: event.seq,
             updated_at: event.ts,
         };
-        task.update(event);
+        task.update(update);
         task
     }
 
@@ -122,12 +141,13 @@ impl Task {
     /// details left out of an update keep their earlier value; sensitivity
     /// is the highest any update carried, so a task never becomes more
     /// visible than what was said about it.
-    fn update(&mut self, event: &StoredEvent) {
-        self.status = event.text("status").unwrap_or("open").to_owned();
-        if let Some(title) = event.text("title") {
+    fn update(&mut self, update: &Update<'_>) {
+        let (content, event) = (&update.content, update.event);
+        self.status = content.status.unwrap_or("open").to_owned();
+        if let Some(title) = content.title {
             self.title = title.to_owned();
         }
-        if let Some(details) = event.text("details") {
+        if let Some(details) = content.details {
             self.details = details.to_owned();
         }
         self.refs = event.refs.clone();
@@ -219,14 +239,11 @@ async fn upsert(
 async fn record_updates(
     tx: &mut PgConnection,
     tenant: &str,
-    updates: &[(&str, &StoredEvent)],
+    updates: &[Update<'_>],
 ) -> Result<(), sqlx::Error> {
-    let task_ids: Vec<&str> = updates.iter().map(|(task_id, _)| *task_id).collect();
-    let seqs: Vec<i64> = updates.iter().map(|(_, event)| event.seq).collect();
-    let event_ids: Vec<&str> = updates
-        .iter()
-        .map(|(_, event)| event.event_id.as_str())
-        .collect();
+    let task_ids: Vec<&str> = updates.iter().map(|u| u.task_id).collect();
+    let seqs: Vec<i64> = updates.iter().map(|u| u.event.seq).collect();
+    let event_ids: Vec<&str> = updates.iter().map(|u| u.event.event_id.as_str()).collect();
     sqlx::query(
         "INSERT INTO task_events (tenant_id, task_id, seq, event_id)
          SELECT $1, u.task_id, u.seq, u.event_id

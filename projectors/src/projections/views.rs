@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use sqlx::PgConnection;
 
 use crate::{
+    content::{Content, ViewUpdate},
     event::{Kind, StoredEvent},
     projector::{Fold, Table},
 };
@@ -33,7 +34,11 @@ impl Fold for ViewProjector {
         // that shows: write it once (see the tasks projector for why).
         let mut latest: BTreeMap<&str, (&str, &StoredEvent)> = BTreeMap::new();
         for event in events {
-            if let (Some(view), Some(text)) = (event.text("view"), event.text("text")) {
+            if let Content::ViewUpdate(ViewUpdate {
+                view: Some(view),
+                text: Some(text),
+            }) = event.shape()
+            {
                 latest.insert(view, (text, event));
             }
         }
