@@ -77,8 +77,9 @@ impl Summary<'_> {
 pub struct ToolOutput<'a> {
     #[serde(borrow)]
     pub excerpt_text: Option<&'a str>,
-    /// The excerpt's first and last line.
-    pub line_range: Option<(i64, i64)>,
+    /// The excerpt's first line (of `line_range`, its first and last).
+    #[serde(rename = "line_range", deserialize_with = "first_line")]
+    pub first_line: Option<i64>,
     #[serde(borrow)]
     pub tool: Option<&'a str>,
     /// The file or resource.
@@ -93,8 +94,9 @@ pub struct ToolOutput<'a> {
 pub struct Document<'a> {
     #[serde(borrow)]
     pub excerpt_text: Option<&'a str>,
-    /// The excerpt's first and last line.
-    pub line_range: Option<(i64, i64)>,
+    /// The excerpt's first line (of `line_range`, its first and last).
+    #[serde(rename = "line_range", deserialize_with = "first_line")]
+    pub first_line: Option<i64>,
     #[serde(borrow)]
     pub name: Option<&'a str>,
 }
@@ -173,6 +175,12 @@ pub struct Handoff<'a> {
 /// may decide that a value is null; a missing value is no value at all).
 fn present<'de, D: serde::Deserializer<'de>>(field: D) -> Result<Option<Value>, D::Error> {
     Value::deserialize(field).map(Some)
+}
+
+/// The first line of a `line_range`, or none when it is not a list that
+/// starts with a line number (no excerpt is lost over its line).
+fn first_line<'de, D: serde::Deserializer<'de>>(field: D) -> Result<Option<i64>, D::Error> {
+    Value::deserialize(field).map(|range| range.get(0).and_then(Value::as_i64))
 }
 
 impl<'a> Content<'a> {
@@ -303,6 +311,19 @@ mod tests {
         };
         assert_eq!(no_value.value, None);
         assert!(read.constraints.is_empty());
+        // A line range gives the excerpt's first line; one that is not a
+        // list of lines gives none, and the excerpt is still read.
+        for (range, first) in [(json!([5, 9]), Some(5)), (json!("5-9"), None)] {
+            let output =
+                json!({"tool": "fs.read", "excerpt_text": "fn main() {}", "line_range": range});
+            let Content::ToolResult(read) = Content::read(Some(Kind::ToolResult), &output) else {
+                panic!("a tool output reads as one");
+            };
+            assert_eq!(
+                (read.excerpt_text, read.first_line),
+                (Some("fn main() {}"), first)
+            );
+        }
         // The same content read as a task update holds nothing it reads.
         let Content::TaskUpdate(task) = Content::read(Some(Kind::TaskUpdate), &decision) else {
             panic!("extra fields are kept, not refused");

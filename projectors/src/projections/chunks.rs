@@ -125,9 +125,8 @@ pub struct Chunk {
 
 /// The excerpt of a normalized long text (a tool output, a document) and
 /// the line it starts at.
-fn excerpt(text: Option<&str>, line_range: Option<(i64, i64)>) -> Option<(String, i32)> {
-    let first_line = line_range.map_or(1, |(first, _)| first);
-    Some((text?.to_owned(), first_line as i32))
+fn excerpt(text: Option<&str>, first_line: Option<i64>) -> Option<(String, i32)> {
+    Some((text?.to_owned(), first_line.unwrap_or(1) as i32))
 }
 
 /// The text an event contributes to retrieval, where its first line is,
@@ -139,7 +138,7 @@ fn retrievable(event: &StoredEvent) -> Option<(String, Option<i32>, Option<Strin
             Some((text?.to_owned(), None, None))
         }
         Content::ToolResult(content) => {
-            let (text, first_line) = excerpt(content.excerpt_text, content.line_range)?;
+            let (text, first_line) = excerpt(content.excerpt_text, content.first_line)?;
             let tool = content.tool.unwrap_or("tool");
             let source = match content.path {
                 Some(path) => format!("{tool} {path}"),
@@ -148,7 +147,7 @@ fn retrievable(event: &StoredEvent) -> Option<(String, Option<i32>, Option<Strin
             Some((text, Some(first_line), Some(source)))
         }
         Content::Artifact(content) => {
-            let (text, first_line) = excerpt(content.excerpt_text, content.line_range)?;
+            let (text, first_line) = excerpt(content.excerpt_text, content.first_line)?;
             let source = content.name.map(|name| format!("artifact {name}"));
             Some((text, Some(first_line), source))
         }
