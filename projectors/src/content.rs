@@ -208,9 +208,7 @@ impl<'a> Content<'a> {
     /// The fields read of `kind`'s content (for the test that the append
     /// edge stores every one of them).
     pub fn fields(kind: Kind) -> &'static [&'static str] {
-        fn of<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
-            fields::of::<T>()
-        }
+        use fields::of;
         match kind {
             Kind::Message => of::<Message>(),
             Kind::Summary => of::<Summary>(),

@@ -132,10 +132,10 @@ fn excerpt(text: Option<&str>, first_line: Option<i64>) -> Option<(String, i32)>
 /// The text an event contributes to retrieval, where its first line is,
 /// and a short label of where it came from. `None` for kinds that are not
 /// retrieval units (tool calls, view updates, handoffs).
-fn retrievable(event: &StoredEvent) -> Option<(String, Option<i32>, Option<String>)> {
-    match event.shape() {
+fn retrievable(content: &Content<'_>) -> Option<(String, Option<i32>, Option<String>)> {
+    match content {
         Content::Message(Message { text }) | Content::Summary(Summary { text, .. }) => {
-            Some((text?.to_owned(), None, None))
+            Some(((*text)?.to_owned(), None, None))
         }
         Content::ToolResult(content) => {
             let (text, first_line) = excerpt(content.excerpt_text, content.first_line)?;
@@ -186,8 +186,9 @@ fn retrievable(event: &StoredEvent) -> Option<(String, Option<i32>, Option<Strin
 
 /// How much a chunk matters regardless of the query: decisions > tasks >
 /// summaries > messages > tool output, key project files above other tool
-/// output, and a bonus for pinned tags. In [0, 1].
-pub fn importance(event: &StoredEvent) -> f32 {
+/// output, and a bonus for pinned tags. In [0, 1]. `content` is the
+/// event's, as [`StoredEvent::shape`] reads it.
+pub fn importance(event: &StoredEvent, content: &Content<'_>) -> f32 {
     let base: f32 = match event.kind() {
         Some(Kind::Decision) => 0.9,
         Some(Kind::TaskUpdate) => 0.7,
@@ -195,7 +196,7 @@ pub fn importance(event: &StoredEvent) -> f32 {
         Some(Kind::Message) if event.actor_type == "human" => 0.5,
         Some(Kind::Message) => 0.4,
         Some(Kind::ToolResult)
-            if matches!(event.shape(), Content::ToolResult(ToolOutput { path: Some(path), .. })
+            if matches!(content, Content::ToolResult(ToolOutput { path: Some(path), .. })
                 if is_key_file(path)) =>
         {
             0.6
@@ -336,7 +337,12 @@ impl ChunkText {
 /// The retrieval units of one event, in part order (none for kinds that
 /// are not retrieved).
 pub fn texts_of(event: &StoredEvent) -> Vec<ChunkText> {
-    let Some((text, first_line, source)) = retrievable(event) else {
+    texts_read(event, &event.shape())
+}
+
+/// [`texts_of`], its content already read.
+fn texts_read(event: &StoredEvent, content: &Content<'_>) -> Vec<ChunkText> {
+    let Some((text, first_line, source)) = retrievable(content) else {
         return Vec::new();
     };
     let ulid = event
@@ -402,8 +408,9 @@ impl ChunkProjector {
 }
 
 fn chunk_event(tokens: TokenCounter, event: &StoredEvent) -> Vec<Chunk> {
-    let importance = importance(event);
-    texts_of(event)
+    let content = event.shape();
+    let importance = importance(event, &content);
+    texts_read(event, &content)
         .into_iter()
         .map(|part| {
             let rendered = render::chunk_meta(

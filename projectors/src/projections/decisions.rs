@@ -59,7 +59,7 @@ impl Fold for DecisionProjector {
             match read {
                 Read::Decision(event, decision) => ledger.decide(event, decision),
                 Read::Summary(event, summary) => {
-                    summaries.push(ledger.check_summary(event, &summary));
+                    summaries.push(ledger.check_summary(event, summary));
                 }
             }
         }
@@ -172,15 +172,13 @@ impl<'a> Ledger<'a> {
             ledger.known.insert(id, (key, status == "active"));
         }
 
-        let keys: BTreeSet<&str> = read
-            .iter()
-            .flat_map(|r| -> Box<dyn Iterator<Item = &str> + '_> {
-                match r {
-                    Read::Decision(_, decision) => Box::new(decision.key.into_iter()),
-                    Read::Summary(_, summary) => Box::new(summary.claims().map(|(key, _)| key)),
-                }
-            })
-            .collect();
+        let mut keys: BTreeSet<&str> = BTreeSet::new();
+        for r in read {
+            match r {
+                Read::Decision(_, decision) => keys.extend(decision.key),
+                Read::Summary(_, summary) => keys.extend(summary.claims().map(|(key, _)| key)),
+            }
+        }
         let keys: Vec<&str> = keys.into_iter().collect();
         let rows = sqlx::query(
             "SELECT decision_id, key, decision, value, refs FROM decisions
@@ -339,7 +337,7 @@ impl<'a> Ledger<'a> {
     fn check_summary(
         &self,
         event: &'a StoredEvent,
-        summary: &content::Summary<'a>,
+        summary: content::Summary<'a>,
     ) -> CheckedSummary<'a> {
         let mut conflicts = Vec::new();
         if event.refs.is_empty() {
@@ -376,7 +374,7 @@ impl<'a> Ledger<'a> {
                 "decision_refs": decided.refs,
             }));
         }
-        let claims = summary.claims_as_sent.clone().unwrap_or(json!([]));
+        let claims = summary.claims_as_sent.unwrap_or(json!([]));
         CheckedSummary {
             event,
             text: summary.text,
