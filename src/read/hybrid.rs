@@ -40,6 +40,10 @@ pub struct SemanticReport {
     pub lag_events: i64,
     /// Vectors searched (the tenant's chunks embedded so far).
     pub vectors: usize,
+    /// Of those, how many the question was compared with: all of them, or
+    /// the lists read (a large tenant), or only those added since the same
+    /// search last ran (a question asked again).
+    pub vectors_compared: usize,
     /// Nearest chunks found by meaning, and how many of them the lexical
     /// side had not found.
     pub semantic_candidates: usize,
@@ -108,6 +112,7 @@ enum Found {
     Searched {
         index: SharedVectors,
         vectors: usize,
+        compared: usize,
         neighbours: Vec<Neighbour>,
         /// The neighbours' rows, when read beside the lexical statement.
         rows: Option<Vec<Candidate>>,
@@ -189,7 +194,8 @@ pub fn start_question(
                 Current::Ready(index) => {
                     let vectors = index.read().await;
                     let visibility = Visibility::new(channel).for_agent(agent.as_deref());
-                    let neighbours = vectors.search(&vector, wanted, visibility, &scope);
+                    let searched = vectors.searched(&vector, wanted, visibility, &scope);
+                    let (neighbours, compared) = (searched.neighbours, searched.rows_read);
                     let count = vectors.len();
                     drop(vectors);
                     let rows = if beside {
@@ -207,6 +213,7 @@ pub fn start_question(
                     Found::Searched {
                         index,
                         vectors: count,
+                        compared,
                         neighbours,
                         rows,
                     }
@@ -285,17 +292,18 @@ pub async fn candidates(
             semantic: report,
         })
     };
-    let (query_vector, index, vectors, neighbours, rows) = match nearest {
+    let (query_vector, index, vectors, compared, neighbours, rows) = match nearest {
         Ok(Nearest {
             vector,
             found:
                 Found::Searched {
                     index,
                     vectors,
+                    compared,
                     neighbours,
                     rows,
                 },
-        }) => (vector, index, vectors, neighbours, rows),
+        }) => (vector, index, vectors, compared, neighbours, rows),
         Ok(Nearest {
             found: Found::Loading { behind },
             ..
@@ -315,6 +323,7 @@ pub async fn candidates(
     report.used = true;
     report.fusion = Some(policy.scoring.fusion);
     report.vectors = vectors;
+    report.vectors_compared = compared;
     let vectors = index.read().await;
     report.semantic_candidates = neighbours.len();
     for candidate in &mut candidates {

@@ -104,7 +104,7 @@ impl Retention {
 
 /// What retention forgets for one bundle: the rules made concrete against
 /// the tenant's memory as it stands ([`Forgetting::of`]).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Forgetting {
     /// Per kind of [`MaxAgeDays::KINDS`]: memory before this is forgotten.
     pub cutoffs: [Option<DateTime<Utc>>; 4],

@@ -185,7 +185,7 @@ pub async fn every_word_query(
 }
 
 /// What the pool may contain, beyond privacy.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Scope {
     /// Chunks of these kinds are not candidates (a receiving agent's bundle
     /// takes no chat messages as evidence).

@@ -218,6 +218,15 @@ async fn bundles_are_the_same_whether_semantic_rows_are_read_beside_or_after_the
         cores > 1,
         "one bundle at a time leaves a core idle on {cores} cores"
     );
+    assert_eq!(
+        semantic["vectors_compared"], semantic["vectors"],
+        "{semantic}"
+    );
+    // Asked again with nothing added: the same bundle, from the search
+    // remembered, comparing the question with no vector.
+    let again = app.acb(&token, body.clone()).await;
+    assert_eq!(held(&again), held(&alone));
+    assert_eq!(again["provenance"]["semantic"]["vectors_compared"], 0);
     // Four bundles a core at once: more than the cores are built together.
     let at_once = 4 * cores.max(4);
     let together: Vec<_> = (0..at_once)

@@ -49,8 +49,10 @@ use crate::domain::event::Channel;
 
 mod cpu;
 mod lists;
+mod searches;
 use lists::Lists;
 pub use lists::Tuning;
+use searches::{SearchKey, Searches, Selection};
 
 /// Candidates rescored per result wanted, after the sign-bit scan.
 const RESCORE_FACTOR: usize = 4;
@@ -165,6 +167,8 @@ pub struct TenantVectors {
     /// Lists of rows by nearest centroid, once the tenant is large enough.
     lists: Option<Lists>,
     tuning: Tuning,
+    /// Bundles' recent searches ([`searches`]).
+    searches: Mutex<Searches>,
 }
 
 impl TenantVectors {
@@ -190,6 +194,7 @@ impl TenantVectors {
             + self.quantised.capacity()
             + self.scales.capacity() * 4
             + self.lists.as_ref().map_or(0, Lists::heap_bytes)
+            + self.searches.lock().expect("searches lock").heap_bytes()
     }
 
     /// Adds one chunk's vector; rows come in position order.
@@ -271,6 +276,8 @@ impl TenantVectors {
         }
         // Lists are a function of the rows: trained again from those left.
         self.lists = None;
+        // Rows remembered by number name other chunks now.
+        self.searches.get_mut().expect("searches lock").clear();
         self.settle();
         dropped
     }
@@ -314,7 +321,9 @@ impl TenantVectors {
 
     /// The `k` visible chunks closest to `query` (a unit vector), best
     /// first: from the lists closest to it once the tenant has them
-    /// ([`lists`]), else from every row.
+    /// ([`lists`]), else from every row. What bundles call: a search made
+    /// before with the same question and visibility goes on from where it
+    /// stopped ([`searches`]), with the same answer a new one would give.
     pub fn search(
         &self,
         query: &[f32],
@@ -322,11 +331,35 @@ impl TenantVectors {
         visibility: Visibility<'_>,
         scope: &Scope,
     ) -> Vec<Neighbour> {
-        self.search_by(Method::Lists, query, k, visibility, scope)
-            .neighbours
+        self.searched(query, k, visibility, scope).neighbours
     }
 
-    /// [`Self::search`] by `method`, with what it read.
+    /// [`Self::search`], with how many rows it compared with the question.
+    pub fn searched(
+        &self,
+        query: &[f32],
+        k: usize,
+        visibility: Visibility<'_>,
+        scope: &Scope,
+    ) -> Searched {
+        let Some(plan) = self.plan(Method::Lists, query, k, visibility, scope) else {
+            return Searched::default();
+        };
+        let key = SearchKey::new(query, k, visibility, scope);
+        let earlier = self.searches.lock().expect("searches lock").get(&key);
+        let (selection, rows_read) = self.select(&plan, earlier);
+        let neighbours = self.rescored(&selection.rows, query, k);
+        self.searches
+            .lock()
+            .expect("searches lock")
+            .put(key, selection);
+        Searched {
+            neighbours,
+            rows_read,
+        }
+    }
+
+    /// [`Self::search`] by `method`, with what it read, afresh.
     pub fn search_by(
         &self,
         method: Method,
@@ -335,8 +368,28 @@ impl TenantVectors {
         visibility: Visibility<'_>,
         scope: &Scope,
     ) -> Searched {
-        if k == 0 || self.is_empty() || query.len() != self.dimensions {
+        let Some(plan) = self.plan(method, query, k, visibility, scope) else {
             return Searched::default();
+        };
+        let (selection, rows_read) = self.select(&plan, None);
+        Searched {
+            neighbours: self.rescored(&selection.rows, query, k),
+            rows_read,
+        }
+    }
+
+    /// How a search will read the rows, or `None` when it has nothing to
+    /// read.
+    fn plan<'a>(
+        &'a self,
+        method: Method,
+        query: &[f32],
+        k: usize,
+        visibility: Visibility<'_>,
+        scope: &'a Scope,
+    ) -> Option<Plan<'a>> {
+        if k == 0 || self.is_empty() || query.len() != self.dimensions {
+            return None;
         }
         let allowed = self.classes.each(|(channel, sensitivity, kind, owner)| {
             visibility.allows(channel, sensitivity)
@@ -344,113 +397,121 @@ impl TenantVectors {
                 && !scope.excluded_kinds.contains(&kind.as_str())
                 && scope.filters.allows_kind(kind)
         });
-        let passes = RowTest::new(self, scope);
-        let query_signs: Vec<u64> = sign_words(query).collect();
         let wanted = k.saturating_mul(RESCORE_FACTOR);
         let lists = self
             .lists
             .as_ref()
             .filter(|_| method != Method::Exact && self.lists_pay(&allowed, wanted));
-        let probe_share = match method {
-            Method::Probing(share) => share.max(1),
-            _ => lists::PROBE_SHARE,
-        };
-        let (mut scored, rows_read) = match lists {
-            Some(lists) => {
-                let (found, rows_read) =
-                    self.probe(lists, &query_signs, probe_share, &allowed, &passes, wanted);
-                (
-                    self.closest(found.iter().copied(), wanted, query),
-                    rows_read,
-                )
-            }
-            None => {
-                // Hamming distance of every row; u16::MAX hides a row.
-                let mut distances = hamming(
-                    &self.signs,
-                    self.words(),
-                    &self.class,
-                    &allowed,
-                    &query_signs,
+        Some(Plan {
+            passes: RowTest::new(self, scope),
+            allowed,
+            query_signs: sign_words(query).collect(),
+            wanted,
+            lists,
+            probe_share: match method {
+                Method::Probing(share) => share.max(1),
+                _ => lists::PROBE_SHARE,
+            },
+        })
+    }
+
+    /// The rows `plan` selects by their sign bits, and how many it
+    /// compared with the question: going on from `earlier` (the same
+    /// search, made on fewer rows) where that gives the same rows.
+    fn select(&self, plan: &Plan, earlier: Option<Selection>) -> (Selection, usize) {
+        let level = plan.lists.map(|lists| lists.level);
+        let earlier = earlier.filter(|earlier| {
+            earlier.lists_level == level
+                && match level {
+                    // Appended rows are placed in lists, and the lists
+                    // read depend on how many rows each holds: only the
+                    // same rows give the same lists.
+                    Some(_) => earlier.of_rows == self.len(),
+                    None => earlier.of_rows <= self.len(),
+                }
+        });
+        let from = earlier.as_ref().map_or(0, |earlier| earlier.of_rows);
+        let rows = match (plan.lists, earlier) {
+            (Some(_), Some(earlier)) => return (earlier, 0),
+            (Some(lists), None) => {
+                let (found, rows_read) = self.probe(
+                    lists,
+                    &plan.query_signs,
+                    plan.probe_share,
+                    &plan.allowed,
+                    &plan.passes,
+                    plan.wanted,
                 );
-                if !passes.passes_all() {
-                    for (row, distance) in distances.iter_mut().enumerate() {
-                        if *distance != u16::MAX && !passes.row(row) {
+                let rows = nearest_signs(found.iter().copied(), plan.wanted, self.dimensions);
+                let selection = Selection {
+                    rows,
+                    of_rows: self.len(),
+                    lists_level: level,
+                };
+                return (selection, rows_read);
+            }
+            (None, earlier) => {
+                // Hamming distance of every row from `from`; u16::MAX
+                // hides a row.
+                let words = self.words();
+                let mut distances = hamming(
+                    &self.signs[from * words..],
+                    words,
+                    &self.class[from..],
+                    &plan.allowed,
+                    &plan.query_signs,
+                );
+                if !plan.passes.passes_all() {
+                    for (row, distance) in (from..).zip(distances.iter_mut()) {
+                        if *distance != u16::MAX && !plan.passes.row(row) {
                             *distance = u16::MAX;
                         }
                     }
                 }
-                let visible = distances
+                let added = distances
                     .iter()
-                    .zip(0_u32..)
+                    .zip(from as u32..)
                     .filter(|(distance, _)| **distance != u16::MAX)
                     .map(|(distance, row)| (row, *distance));
-                (self.closest(visible, wanted, query), self.len())
+                let earlier = earlier.map(|earlier| earlier.rows).unwrap_or_default();
+                nearest_signs(
+                    earlier.iter().copied().chain(added),
+                    plan.wanted,
+                    self.dimensions,
+                )
             }
         };
+        let selection = Selection {
+            rows,
+            of_rows: self.len(),
+            lists_level: None,
+        };
+        (selection, self.len() - from)
+    }
+
+    /// The best `k` of `rows`, rescored by their int8 vectors, best first
+    /// (the newer of equals).
+    fn rescored(&self, rows: &[(u32, u16)], query: &[f32], k: usize) -> Vec<Neighbour> {
+        let mut scored = cpu::with_avx2(
+            #[inline(always)]
+            || {
+                let mut found = Vec::with_capacity(rows.len());
+                for (row, _) in rows {
+                    found.push(Neighbour {
+                        position: self.positions[*row as usize],
+                        similarity: self.rescore(*row as usize, query),
+                    });
+                }
+                found
+            },
+        );
         scored.sort_by(|a, b| {
             b.similarity
                 .total_cmp(&a.similarity)
                 .then_with(|| b.position.cmp(&a.position))
         });
         scored.truncate(k);
-        Searched {
-            neighbours: scored,
-            rows_read,
-        }
-    }
-
-    /// The `wanted` rows of `read` (row, Hamming distance) closest by their
-    /// sign bits (the newer of equals), rescored by their int8 vectors. The
-    /// distance under which `wanted` rows fall comes from a histogram: no
-    /// sort of a million rows.
-    fn closest(
-        &self,
-        read: impl Iterator<Item = (u32, u16)> + Clone,
-        wanted: usize,
-        query: &[f32],
-    ) -> Vec<Neighbour> {
-        let mut histogram = vec![0_usize; self.dimensions + 2];
-        for (_, distance) in read.clone() {
-            histogram[distance as usize] += 1;
-        }
-        let mut threshold = 0;
-        let mut below = 0;
-        for (distance, count) in histogram.iter().enumerate() {
-            threshold = distance as u16;
-            if below + count >= wanted {
-                break;
-            }
-            below += count;
-        }
-        // Of the rows at the threshold distance, the newest that fill
-        // `wanted`: many chunks can share one distance (templated
-        // messages, near-duplicates), and rescoring them all would cost
-        // more than the scan.
-        let mut closer = Vec::with_capacity(below);
-        let mut tied = Vec::new();
-        for (row, distance) in read {
-            if distance < threshold {
-                closer.push(row);
-            } else if distance == threshold {
-                tied.push(row);
-            }
-        }
-        tied.sort_unstable_by(|a, b| b.cmp(a));
-        tied.truncate(wanted.saturating_sub(below));
-        cpu::with_avx2(
-            #[inline(always)]
-            || {
-                let mut found = Vec::with_capacity(closer.len() + tied.len());
-                for row in closer.into_iter().chain(tied) {
-                    found.push(Neighbour {
-                        position: self.positions[row as usize],
-                        similarity: self.rescore(row as usize, query),
-                    });
-                }
-                found
-            },
-        )
+        scored
     }
 
     /// Whether reading lists beats scanning every row: not when so few rows
@@ -546,6 +607,60 @@ impl TenantVectors {
             ..Self::default()
         }
     }
+}
+
+/// How one search reads the rows ([`TenantVectors::plan`]).
+struct Plan<'a> {
+    /// Per class: whether the channel may see it and the scope wants it.
+    allowed: Vec<bool>,
+    passes: RowTest<'a>,
+    query_signs: Vec<u64>,
+    /// Rows selected by their sign bits, to rescore.
+    wanted: usize,
+    /// The lists to read, or `None`: every row.
+    lists: Option<&'a Lists>,
+    probe_share: usize,
+}
+
+/// The `wanted` rows of `read` (row, Hamming distance) closest by their
+/// sign bits, the newer (higher row) of equals: the first `wanted` in the
+/// order (distance, newest), a total order, so that the closest of the
+/// closest of some rows and the rest are the closest of all. The distance
+/// under which `wanted` rows fall comes from a histogram: no sort of a
+/// million rows. Of the rows at that distance, the newest fill what is
+/// left: many chunks can share one distance (templated messages,
+/// near-duplicates), and rescoring them all would cost more than the scan.
+fn nearest_signs(
+    read: impl Iterator<Item = (u32, u16)> + Clone,
+    wanted: usize,
+    dimensions: usize,
+) -> Vec<(u32, u16)> {
+    let mut histogram = vec![0_usize; dimensions + 2];
+    for (_, distance) in read.clone() {
+        histogram[distance as usize] += 1;
+    }
+    let mut threshold = 0;
+    let mut below = 0;
+    for (distance, count) in histogram.iter().enumerate() {
+        threshold = distance as u16;
+        if below + count >= wanted {
+            break;
+        }
+        below += count;
+    }
+    let mut closest = Vec::with_capacity(wanted);
+    let mut tied = Vec::new();
+    for (row, distance) in read {
+        if distance < threshold {
+            closest.push((row, distance));
+        } else if distance == threshold {
+            tied.push((row, distance));
+        }
+    }
+    tied.sort_unstable_by(|a, b| b.cmp(a));
+    tied.truncate(wanted.saturating_sub(below));
+    closest.extend(tied);
+    closest
 }
 
 /// What the request's filters and retention leave of each row, beyond its
@@ -1509,5 +1624,130 @@ mod list_tests {
             assert_eq!(search(&after), search(&fresh));
             assert!(search(&after).iter().all(|seq| !erased.contains(seq)));
         }
+    }
+
+    /// Searches as bundles make them, and afresh, for every channel and
+    /// agent below, the question's own search made first.
+    fn assert_searches_answer_as_new_ones(vectors: &TenantVectors, queries: &[Vec<f32>]) {
+        let visibilities = [
+            Visibility::new(Channel::Public),
+            Visibility::new(Channel::Private).for_agent(Some("alpha")),
+            Visibility::new(Channel::Private).for_agent(Some("beta")),
+            Visibility::new(Channel::Private),
+        ];
+        for query in queries {
+            for visibility in visibilities {
+                let remembered = vectors.search(query, 25, visibility, &Scope::default());
+                let fresh = vectors
+                    .search_by(Method::Lists, query, 25, visibility, &Scope::default())
+                    .neighbours;
+                assert_eq!(remembered, fresh, "{visibility:?}");
+            }
+        }
+    }
+
+    /// `rows` as [`clustered`] makes them, a third of them recorded in the
+    /// private channel by agent alpha or beta.
+    fn with_private(rows: i64) -> (Vec<Vec<f32>>, Vec<Row>) {
+        let (topics, mut rows) = clustered(rows);
+        for (i, row) in rows.iter_mut().enumerate() {
+            match i % 6 {
+                1 => {
+                    row.1 = (
+                        "private".into(),
+                        "none".into(),
+                        "message".into(),
+                        Some("alpha".into()),
+                    )
+                }
+                4 => {
+                    row.1 = (
+                        "private".into(),
+                        "none".into(),
+                        "message".into(),
+                        Some("beta".into()),
+                    )
+                }
+                _ => {}
+            }
+        }
+        (topics, rows)
+    }
+
+    #[test]
+    fn a_question_asked_again_reads_only_what_was_added_and_finds_what_a_new_search_finds() {
+        let (topics, rows) = with_private(3_000);
+        let mut vectors = TenantVectors::default();
+        for (position, class, filtered, vector) in &rows[..2_000] {
+            vectors.push(*position, class.clone(), filtered.clone(), vector);
+        }
+        vectors.settle();
+        assert!(vectors.lists.is_none(), "every row is scanned");
+        let mut noise = Noise(17);
+        let queries: Vec<Vec<f32>> = topics.iter().take(8).map(|t| noise.near(t, 0.6)).collect();
+        let alpha = Visibility::new(Channel::Private).for_agent(Some("alpha"));
+        let first = vectors.searched(&queries[0], 25, alpha, &Scope::default());
+        assert_eq!(first.rows_read, 2_000);
+        let again = vectors.searched(&queries[0], 25, alpha, &Scope::default());
+        assert_eq!(again.rows_read, 0, "nothing was added");
+        assert_eq!(again.neighbours, first.neighbours);
+        // Another agent asking the same question scans for itself, and
+        // never finds alpha's private memory.
+        let beta = Visibility::new(Channel::Private).for_agent(Some("beta"));
+        let theirs = vectors.searched(&queries[0], 25, beta, &Scope::default());
+        assert_eq!(theirs.rows_read, 2_000);
+        assert!(
+            theirs
+                .neighbours
+                .iter()
+                .all(|n| (n.position.0 - 1) % 6 != 1),
+            "alpha's private rows"
+        );
+        assert_searches_answer_as_new_ones(&vectors, &queries);
+
+        // Rows arrive, some of them closer to the questions than any before.
+        for (position, class, filtered, vector) in &rows[2_000..] {
+            vectors.push(*position, class.clone(), filtered.clone(), vector);
+        }
+        vectors.settle();
+        let added = vectors.searched(&queries[0], 25, alpha, &Scope::default());
+        assert_eq!(added.rows_read, 1_000, "only the rows added");
+        assert!(added.neighbours.iter().any(|n| n.position.0 > 2_000));
+        assert_searches_answer_as_new_ones(&vectors, &queries);
+
+        // An erasure forgets every search: rows are numbered anew.
+        let erased: HashSet<i64> = added.neighbours.iter().map(|n| n.position.0).collect();
+        vectors.remove_events(&erased);
+        let after = vectors.searched(&queries[0], 25, alpha, &Scope::default());
+        assert_eq!(after.rows_read, vectors.len());
+        assert!(
+            after
+                .neighbours
+                .iter()
+                .all(|n| !erased.contains(&n.position.0))
+        );
+        assert_searches_answer_as_new_ones(&vectors, &queries);
+    }
+
+    #[test]
+    fn with_lists_a_question_asked_again_is_answered_as_before_until_rows_arrive() {
+        let (topics, rows) = with_private(5_000);
+        let mut vectors = load(&rows[..4_500]);
+        assert!(vectors.lists.is_some());
+        let mut noise = Noise(23);
+        let queries: Vec<Vec<f32>> = topics.iter().take(8).map(|t| noise.near(t, 0.6)).collect();
+        let public = Visibility::new(Channel::Public);
+        let first = vectors.searched(&queries[0], 25, public, &Scope::default());
+        assert!(first.rows_read > 0 && first.rows_read < 4_500);
+        let again = vectors.searched(&queries[0], 25, public, &Scope::default());
+        assert_eq!((again.rows_read, &again.neighbours), (0, &first.neighbours));
+        assert_searches_answer_as_new_ones(&vectors, &queries);
+        for (position, class, filtered, vector) in &rows[4_500..] {
+            vectors.push(*position, class.clone(), filtered.clone(), vector);
+        }
+        vectors.settle();
+        let added = vectors.searched(&queries[0], 25, public, &Scope::default());
+        assert!(added.rows_read > 0, "the lists changed: read again");
+        assert_searches_answer_as_new_ones(&vectors, &queries);
     }
 }
