@@ -186,6 +186,11 @@ impl TenantVectors {
 
     /// Bytes held, roughly (what `bench` reports at 1M chunks).
     pub fn heap_bytes(&self) -> usize {
+        self.vector_bytes() + self.searches.lock().expect("searches lock").heap_bytes()
+    }
+
+    /// Bytes of the rows and lists, without the searches remembered.
+    fn vector_bytes(&self) -> usize {
         self.positions.capacity() * std::mem::size_of::<Position>()
             + self.class.capacity() * 4
             + self.ts_us.capacity() * 8
@@ -194,7 +199,6 @@ impl TenantVectors {
             + self.quantised.capacity()
             + self.scales.capacity() * 4
             + self.lists.as_ref().map_or(0, Lists::heap_bytes)
-            + self.searches.lock().expect("searches lock").heap_bytes()
     }
 
     /// Adds one chunk's vector; rows come in position order.
@@ -349,10 +353,11 @@ impl TenantVectors {
         let earlier = self.searches.lock().expect("searches lock").get(&key);
         let (selection, rows_read) = self.select(&plan, earlier);
         let neighbours = self.rescored(&selection.rows, query, k);
+        let index_bytes = self.vector_bytes();
         self.searches
             .lock()
             .expect("searches lock")
-            .put(key, selection);
+            .put(key, selection, index_bytes);
         Searched {
             neighbours,
             rows_read,
@@ -1704,6 +1709,8 @@ mod list_tests {
             "alpha's private rows"
         );
         assert_searches_answer_as_new_ones(&vectors, &queries);
+        // Asked once more: the most recently used of a small index's few.
+        vectors.searched(&queries[0], 25, alpha, &Scope::default());
 
         // Rows arrive, some of them closer to the questions than any before.
         for (position, class, filtered, vector) in &rows[2_000..] {

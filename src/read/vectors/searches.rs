@@ -23,8 +23,12 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use super::super::{privacy::Visibility, retrieve::Scope};
 use crate::domain::event::Channel;
 
-/// Searches kept per tenant and embedder: the most recently used.
+/// Searches kept per tenant and embedder at most: the most recently used.
 pub const KEPT: usize = 64;
+/// The share of its index's memory a tenant's searches may take (the last
+/// search is kept whatever its size): a small tenant, whose scan is
+/// cheap, does not hold 64 searches larger than its vectors.
+pub const SHARE_OF_INDEX: usize = 16;
 
 /// What decides a search's answer, besides the index's rows.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,9 +101,9 @@ impl Searches {
         Some(kept.selection.clone())
     }
 
-    /// Keeps `selection` for `key`, in place of the least recently used
-    /// search once [`KEPT`] are kept.
-    pub fn put(&mut self, key: SearchKey, selection: Selection) {
+    /// Keeps `selection` for `key`, dropping the least recently used
+    /// searches beyond [`KEPT`] or `index_bytes / SHARE_OF_INDEX`.
+    pub fn put(&mut self, key: SearchKey, selection: Selection, index_bytes: usize) {
         self.clock += 1;
         let used = self.clock;
         if let Some(kept) = self
@@ -114,15 +118,18 @@ impl Searches {
             kept.used = used;
             return;
         }
-        let kept = Kept {
+        self.kept.push(Kept {
             key,
             selection,
             used,
-        };
-        if self.kept.len() < KEPT {
-            self.kept.push(kept);
-        } else if let Some(oldest) = self.kept.iter_mut().min_by_key(|kept| kept.used) {
-            *oldest = kept;
+        });
+        while self.kept.len() > 1
+            && (self.kept.len() > KEPT || self.heap_bytes() > index_bytes / SHARE_OF_INDEX)
+        {
+            let oldest = (0..self.kept.len())
+                .min_by_key(|at| self.kept[*at].used)
+                .expect("searches kept");
+            self.kept.swap_remove(oldest);
         }
     }
 
@@ -170,7 +177,11 @@ mod tests {
             )
         };
         let mut searches = Searches::default();
-        searches.put(key(0.5, Some("alpha"), Channel::Private), selection(7));
+        searches.put(
+            key(0.5, Some("alpha"), Channel::Private),
+            selection(7),
+            usize::MAX,
+        );
         assert_eq!(
             searches.get(&key(0.5, Some("alpha"), Channel::Private)),
             Some(selection(7))
@@ -213,16 +224,44 @@ mod tests {
         };
         let mut searches = Searches::default();
         for i in 0..KEPT {
-            searches.put(key(i), selection(i));
+            searches.put(key(i), selection(i), usize::MAX);
         }
         assert!(searches.get(&key(0)).is_some());
-        searches.put(key(KEPT), selection(KEPT));
+        searches.put(key(KEPT), selection(KEPT), usize::MAX);
         assert_eq!(searches.kept.len(), KEPT);
         assert!(searches.get(&key(0)).is_some(), "used last, kept");
         assert!(searches.get(&key(1)).is_none(), "used least, dropped");
         // A selection of fewer rows than the one kept does not replace it.
-        searches.put(key(0), selection(900));
-        searches.put(key(0), selection(800));
+        searches.put(key(0), selection(900), usize::MAX);
+        searches.put(key(0), selection(800), usize::MAX);
         assert_eq!(searches.get(&key(0)), Some(selection(900)));
+    }
+
+    #[test]
+    fn a_small_index_keeps_few_searches_and_always_the_last() {
+        let key = |i: usize| {
+            SearchKey::new(
+                &[i as f32; 384],
+                10,
+                Visibility::new(Channel::Team),
+                &Scope::default(),
+            )
+        };
+        let mut searches = Searches::default();
+        // An index of 100 kB: its searches may take 6.25 kB, about three
+        // of these.
+        for i in 0..10 {
+            searches.put(key(i), selection(i), 100_000);
+        }
+        assert!(
+            (1..=4).contains(&searches.kept.len()),
+            "{}",
+            searches.kept.len()
+        );
+        assert!(searches.heap_bytes() <= 100_000 / SHARE_OF_INDEX);
+        assert!(searches.get(&key(9)).is_some(), "the last search");
+        searches.put(key(10), selection(10), 0);
+        assert_eq!(searches.kept.len(), 1);
+        assert!(searches.get(&key(10)).is_some(), "the last search");
     }
 }
