@@ -16,7 +16,7 @@ use crate::{
         privacy::Visibility,
         retrieve::Scope,
         semantic::SemanticConfig,
-        vectors::{self, Filtered, Method, TenantVectors},
+        vectors::{self, Filtered, Method, Position, TenantVectors},
     },
 };
 
@@ -45,6 +45,26 @@ struct Run {
 
 /// The nearest that weigh most in a bundle's fusion.
 const TOP: usize = 20;
+
+impl Run {
+    /// Counts one search that `took`, against the full scan's nearest.
+    fn count(
+        &mut self,
+        took: std::time::Duration,
+        searched: &vectors::Searched,
+        exact: &[Position],
+    ) {
+        self.times.push(took);
+        self.read += searched.rows_read;
+        let found = |n: &&vectors::Neighbour| exact.contains(&n.position);
+        self.same += searched.neighbours.iter().filter(found).count();
+        self.top_same += searched
+            .neighbours
+            .iter()
+            .filter(|n| exact.iter().take(TOP).any(|e| *e == n.position))
+            .count();
+    }
+}
 
 pub struct Options {
     pub count: usize,
@@ -179,33 +199,18 @@ pub async fn run(
         for run in &mut runs {
             let at = Instant::now();
             let searched = vectors.search_by(run.method, query, K, visibility, &Scope::default());
-            run.times.push(at.elapsed());
-            run.read += searched.rows_read;
+            let took = at.elapsed();
             if run.method == Method::Exact {
                 exact = searched.neighbours.iter().map(|n| n.position).collect();
                 wanted += exact.len();
                 top_wanted += exact.len().min(TOP);
             }
-            let found = |n: &&vectors::Neighbour| exact.contains(&n.position);
-            run.same += searched.neighbours.iter().filter(found).count();
-            run.top_same += searched
-                .neighbours
-                .iter()
-                .filter(|n| exact.iter().take(TOP).any(|e| *e == n.position))
-                .count();
+            run.count(took, &searched, &exact);
         }
         vectors.searched(query, K, visibility, &Scope::default());
         let at = Instant::now();
         let searched = vectors.searched(query, K, visibility, &Scope::default());
-        asked_again.times.push(at.elapsed());
-        asked_again.read += searched.rows_read;
-        let found = |n: &&vectors::Neighbour| exact.contains(&n.position);
-        asked_again.same += searched.neighbours.iter().filter(found).count();
-        asked_again.top_same += searched
-            .neighbours
-            .iter()
-            .filter(|n| exact.iter().take(TOP).any(|e| *e == n.position))
-            .count();
+        asked_again.count(at.elapsed(), &searched, &exact);
     }
     runs.push(asked_again);
     let ms = |latencies: &[std::time::Duration], p| percentile(latencies, p).as_secs_f64() * 1e3;
