@@ -436,7 +436,7 @@ impl TenantVectors {
                 }
         });
         let from = earlier.as_ref().map_or(0, |earlier| earlier.of_rows);
-        let rows = match (plan.lists, earlier) {
+        let (rows, rows_read) = match (plan.lists, earlier) {
             (Some(_), Some(earlier)) => return (earlier, 0),
             (Some(lists), None) => {
                 let (found, rows_read) = self.probe(
@@ -448,12 +448,7 @@ impl TenantVectors {
                     plan.wanted,
                 );
                 let rows = nearest_signs(found.iter().copied(), plan.wanted, self.dimensions);
-                let selection = Selection {
-                    rows,
-                    of_rows: self.len(),
-                    lists_level: level,
-                };
-                return (selection, rows_read);
+                (rows, rows_read)
             }
             (None, earlier) => {
                 // Hamming distance of every row from `from`; u16::MAX
@@ -479,19 +474,20 @@ impl TenantVectors {
                     .filter(|(distance, _)| **distance != u16::MAX)
                     .map(|(distance, row)| (row, *distance));
                 let earlier = earlier.map(|earlier| earlier.rows).unwrap_or_default();
-                nearest_signs(
+                let rows = nearest_signs(
                     earlier.iter().copied().chain(added),
                     plan.wanted,
                     self.dimensions,
-                )
+                );
+                (rows, self.len() - from)
             }
         };
         let selection = Selection {
             rows,
             of_rows: self.len(),
-            lists_level: None,
+            lists_level: level,
         };
-        (selection, self.len() - from)
+        (selection, rows_read)
     }
 
     /// The best `k` of `rows`, rescored by their int8 vectors, best first
@@ -1656,25 +1652,17 @@ mod list_tests {
     fn with_private(rows: i64) -> (Vec<Vec<f32>>, Vec<Row>) {
         let (topics, mut rows) = clustered(rows);
         for (i, row) in rows.iter_mut().enumerate() {
-            match i % 6 {
-                1 => {
-                    row.1 = (
-                        "private".into(),
-                        "none".into(),
-                        "message".into(),
-                        Some("alpha".into()),
-                    )
-                }
-                4 => {
-                    row.1 = (
-                        "private".into(),
-                        "none".into(),
-                        "message".into(),
-                        Some("beta".into()),
-                    )
-                }
-                _ => {}
-            }
+            let owner = match i % 6 {
+                1 => "alpha",
+                4 => "beta",
+                _ => continue,
+            };
+            row.1 = (
+                "private".into(),
+                "none".into(),
+                "message".into(),
+                Some(owner.into()),
+            );
         }
         (topics, rows)
     }
