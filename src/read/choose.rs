@@ -14,7 +14,7 @@ use super::{
     acb::{Omissions, details},
     bundle::Item,
     policy::{MAX_CANDIDATE_POOL, Policy, SectionName},
-    retrieve::{self, Candidate, Details},
+    retrieve::{self, Candidate},
 };
 
 /// The evidence being chosen, and what it tells the decision ledger.
@@ -34,9 +34,8 @@ pub(super) struct Evidence {
     in_recent_window: HashSet<String>,
     active_tasks: HashSet<String>,
     tokens: usize,
-    /// What was chosen, best first, with its ids; shown as items by
-    /// [`Evidence::finish`].
-    kept: Vec<(Candidate, Kept)>,
+    /// What was chosen, best first; shown as items by [`Evidence::finish`].
+    kept: Vec<Candidate>,
     pub(super) items: Vec<Item>,
     /// Content hashes and word sets of what was kept, for dedupe.
     hashes: HashMap<[u8; 32], String>,
@@ -73,12 +72,11 @@ impl Evidence {
     }
 
     /// Goes down `ranked` (best first) keeping what may be shown, until the
-    /// limit. Decisions go to the ledger, not here. The candidates' details
-    /// (ids, word sets, a decision's or summary's standing) are read a page
-    /// at a time, so a bundle reads those of the few dozen it considers,
-    /// not of its whole pool; near-duplicates are found by the word sets
-    /// stored at projection, so a pool of hundreds of copies of one fact
-    /// costs no text reads.
+    /// limit. Decisions go to the ledger, not here. Only decisions' and
+    /// summaries' standing is read here (a page at a time); everything else
+    /// is decided from the candidates themselves, near-duplicates by the
+    /// word sets stored at projection, so a pool of hundreds of copies of
+    /// one fact costs no text reads.
     pub(super) async fn consider(
         &mut self,
         reader: &Reader,
@@ -98,17 +96,23 @@ impl Evidence {
             if page.is_empty() {
                 break;
             }
-            let positions: Vec<(i64, i32)> = page.iter().map(Candidate::position).collect();
-            let mut found =
-                retrieve::details(&reader.pool, &reader.keyring, tenant, &positions).await?;
+            let ledgered: Vec<&str> = page
+                .iter()
+                .filter(|c| matches!(c.kind, Some(Kind::Decision | Kind::Summary)))
+                .map(|c| c.event_id.as_str())
+                .collect();
+            let standings =
+                retrieve::standings(&reader.pool, &reader.keyring, tenant, &ledgered).await?;
             for candidate in page {
                 if self.full() {
                     break;
                 }
-                // Gone since it was ranked (a rebuild in between): nothing to show.
-                if let Some(about) = found.remove(&candidate.position()) {
-                    self.take(candidate, about, omissions);
-                }
+                // Keyed by event: every part of a long decision or summary shares it.
+                let standing = standings
+                    .get(&candidate.event_id)
+                    .cloned()
+                    .unwrap_or_default();
+                self.take(candidate, standing, omissions);
             }
         }
         Ok(())
@@ -119,41 +123,38 @@ impl Evidence {
     }
 
     /// Decides what becomes of one candidate.
-    fn take(&mut self, candidate: Candidate, about: Details, omissions: &mut Omissions) {
+    fn take(
+        &mut self,
+        candidate: Candidate,
+        standing: retrieve::Standing,
+        omissions: &mut Omissions,
+    ) {
         let section = Some(SectionName::RetrievedEvidence);
         let rank = self.considered;
         self.considered += 1;
-        if self.chosen.contains(&about.chunk_id) {
+        if self.chosen.contains(&candidate.chunk_id) {
             return;
         }
-        let Details {
-            chunk_id,
-            event_id,
-            source,
-            content_hash,
-            words,
-            standing,
-        } = about;
         if candidate.kind == Some(Kind::Decision) {
             match standing.decision_status.as_deref() {
                 Some("active") => {
-                    self.decision_rank.entry(event_id).or_insert(rank);
+                    self.decision_rank.entry(candidate.event_id).or_insert(rank);
                     return;
                 }
                 Some("superseded") if self.with_history => {
-                    if !self.decision_rank.contains_key(&event_id) {
-                        self.history.push(event_id.clone());
+                    if !self.decision_rank.contains_key(&candidate.event_id) {
+                        self.history.push(candidate.event_id.clone());
                     }
-                    self.decision_rank.entry(event_id).or_insert(rank);
+                    self.decision_rank.entry(candidate.event_id).or_insert(rank);
                     return;
                 }
                 Some("superseded") => {
                     omissions.add(
                         "superseded",
                         section,
-                        chunk_id,
+                        candidate.chunk_id,
                         details(&[
-                            ("decision_id", json!(event_id)),
+                            ("decision_id", json!(candidate.event_id)),
                             ("superseded_by", json!(standing.superseded_by)),
                         ]),
                     );
@@ -163,8 +164,8 @@ impl Evidence {
                     omissions.add(
                         "rejected",
                         section,
-                        chunk_id,
-                        details(&[("decision_id", json!(event_id))]),
+                        candidate.chunk_id,
+                        details(&[("decision_id", json!(candidate.event_id))]),
                     );
                     return;
                 }
@@ -176,30 +177,36 @@ impl Evidence {
             omissions.add(
                 "conflict",
                 section,
-                chunk_id,
-                details(&[("summary_id", json!(event_id)), ("conflicts", conflicts)]),
+                candidate.chunk_id,
+                details(&[
+                    ("summary_id", json!(candidate.event_id)),
+                    ("conflicts", conflicts),
+                ]),
             );
             return;
         }
-        if self.in_recent_window.contains(&chunk_id) {
+        if self.in_recent_window.contains(&candidate.chunk_id) {
             // Keys with a space never meet a kept chunk's id ([`Evidence::collapse`]).
             omissions.add_keyed(
                 "duplicate",
                 section,
-                chunk_id,
+                candidate.chunk_id,
                 "kept_in recent_window",
                 || details(&[("kept_in", json!("recent_window"))]),
             );
             return;
         }
         if candidate.kind == Some(Kind::TaskUpdate)
-            && let Some(task) = source.as_deref().and_then(|s| s.strip_prefix("task "))
+            && let Some(task) = candidate
+                .source
+                .as_deref()
+                .and_then(|s| s.strip_prefix("task "))
             && self.active_tasks.contains(task)
         {
             omissions.add_keyed(
                 "duplicate",
                 section,
-                chunk_id,
+                candidate.chunk_id,
                 &format!("kept_in task_state {task}"),
                 || details(&[("kept_in", json!("task_state")), ("task_id", json!(task))]),
             );
@@ -207,31 +214,28 @@ impl Evidence {
         }
         let duplicate_of = self
             .hashes
-            .get(&content_hash)
+            .get(&candidate.content_hash)
             .map(String::as_str)
             .or_else(|| {
                 self.words
                     .iter()
-                    .find(|(_, kept)| dedupe::jaccard(kept, &words) >= self.duplicate_similarity)
+                    .find(|(_, kept)| {
+                        dedupe::jaccard(kept, &candidate.words) >= self.duplicate_similarity
+                    })
                     .map(|(kept, _)| kept.as_str())
             });
         if let Some(kept) = duplicate_of {
             let kept = kept.to_owned();
-            self.collapse(omissions, chunk_id, &kept);
+            self.collapse(omissions, candidate.chunk_id, &kept);
             return;
         }
-        self.hashes.insert(content_hash, chunk_id.clone());
-        self.words.push((chunk_id.clone(), words));
-        self.chosen.insert(chunk_id.clone());
+        self.hashes
+            .insert(candidate.content_hash, candidate.chunk_id.clone());
+        self.words
+            .push((candidate.chunk_id.clone(), candidate.words.clone()));
+        self.chosen.insert(candidate.chunk_id.clone());
         self.tokens += candidate.token_est.max(0) as usize;
-        self.kept.push((
-            candidate,
-            Kept {
-                chunk_id,
-                event_id,
-                source,
-            },
-        ));
+        self.kept.push(candidate);
     }
 
     fn collapse(&mut self, omissions: &mut Omissions, chunk_id: String, kept: &str) {
@@ -253,38 +257,38 @@ impl Evidence {
         tenant: &str,
         omissions: &mut Omissions,
     ) -> Result<(), sqlx::Error> {
-        let ids: Vec<&str> = self.kept.iter().map(|(_, k)| k.chunk_id.as_str()).collect();
+        let ids: Vec<&str> = self.kept.iter().map(|c| c.chunk_id.as_str()).collect();
         let mut shown = retrieve::shown(&reader.pool, &reader.keyring, tenant, &ids).await?;
-        for (candidate, kept) in self.kept.drain(..) {
+        for candidate in self.kept.drain(..) {
             // Gone since it was ranked (a rebuild in between): nothing to show.
-            let Some(shown) = shown.remove(&kept.chunk_id) else {
+            let Some(shown) = shown.remove(&candidate.chunk_id) else {
                 continue;
             };
             if let Some(artifact) = &shown.artifact_id {
                 omissions.add(
                     "truncated_tool_output",
                     Some(SectionName::RetrievedEvidence),
-                    kept.event_id.clone(),
+                    candidate.event_id.clone(),
                     details(&[("artifact_id", json!(artifact))]),
                 );
             }
             let meta = render::chunk_meta(
                 &shown.actor_id,
                 candidate.kind_name(),
-                kept.source.as_deref(),
+                candidate.source.as_deref(),
                 shown.line_start.zip(shown.line_end),
                 candidate.ts,
             );
             self.items.push(Item {
                 kind: "evidence",
-                id: kept.chunk_id.clone(),
+                id: candidate.chunk_id.clone(),
                 meta,
                 text: render::body(&shown.text),
                 tokens: candidate.token_est.max(0) as usize,
-                refs: vec![kept.chunk_id.clone(), kept.event_id.clone()],
+                refs: vec![candidate.chunk_id.clone(), candidate.event_id.clone()],
                 fields: details(&[
-                    ("chunk_id", json!(kept.chunk_id)),
-                    ("event_id", json!(kept.event_id)),
+                    ("chunk_id", json!(candidate.chunk_id)),
+                    ("event_id", json!(candidate.event_id)),
                     ("kind", json!(candidate.kind_name())),
                     ("session_id", json!(shown.session_id)),
                     ("ts", json!(candidate.ts)),
@@ -300,13 +304,6 @@ impl Evidence {
         }
         Ok(())
     }
-}
-
-/// The ids of a kept candidate, what its item shows beside its text.
-struct Kept {
-    chunk_id: String,
-    event_id: String,
-    source: Option<String>,
 }
 
 fn round(x: f64) -> f64 {

@@ -372,7 +372,7 @@ pub async fn candidates(
     report.semantic_only = added.len();
     candidates.extend(added);
     // The same order whatever order the two sides came back in.
-    candidates.sort_by_key(Candidate::position);
+    candidates.sort_by(|a, b| a.chunk_id.cmp(&b.chunk_id));
     Ok(Pool {
         candidates,
         common,

@@ -20,7 +20,7 @@
 //! [0, 1]; candidates under `min_relevance` of it are dropped. Recency
 //! halves every `recency_half_life_hours` back from the tenant's newest
 //! event (not the wall clock: the same log gives the same ranking). Importance is the chunk's, set at projection. Ties go to
-//! importance, then the newer, then the shorter, then the earlier part.
+//! importance, then the newer, then the shorter, then the smaller id.
 
 use std::{cmp::Ordering, collections::HashMap};
 
@@ -44,20 +44,24 @@ pub const MAX_LEXEMES: usize = 24;
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
 
-/// A chunk in the pool, with what ranking needs: numbers only, found by
-/// its position (`(seq, part)`, unique in a tenant). Its ids, its words
-/// and its standing are read only for the candidates the choose stage
-/// considers ([`details`]), and its text only for those a bundle keeps
-/// ([`shown`]): a pool holds hundreds of candidates, a bundle a few dozen.
+/// A chunk in the pool, with what ranking and choosing need: no text and
+/// no display fields, which are read only for the chunks a bundle keeps
+/// ([`shown`]).
 #[derive(Debug, Clone)]
 pub struct Candidate {
+    pub chunk_id: String,
+    pub event_id: String,
     pub seq: i64,
     pub part: i32,
     pub ts: DateTime<Utc>,
     /// `None` for a kind this build does not know (a newer one's).
     pub kind: Option<Kind>,
+    pub source: Option<String>,
     pub token_est: i32,
     pub importance: f32,
+    pub content_hash: [u8; 32],
+    /// Its content words, as projected ([`memd_projectors::dedupe`]).
+    pub words: Vec<u64>,
     /// The query lexemes the chunk contains: bit `i` for lexeme `i` (there
     /// are at most [`MAX_LEXEMES`]).
     pub matched: u32,
@@ -74,29 +78,32 @@ pub struct Candidate {
 }
 
 impl Candidate {
-    /// Where the chunk is in the log: the key of the pool.
-    pub fn position(&self) -> (i64, i32) {
-        (self.seq, self.part)
-    }
-
+    /// A row whose first columns are [`CANDIDATE_COLUMNS`], then the
+    /// chunk's lexeme count. By position, without sqlx's per-value type
+    /// check (the statements here fix the types): a bundle decodes up to
+    /// 2,000 rows, and the checks were a third of their decoding.
     /// The kind's name, as bundles show it.
     pub fn kind_name(&self) -> &'static str {
         self.kind.map_or("other", Kind::as_str)
     }
 
-    /// A row whose first columns are [`CANDIDATE_COLUMNS`], then the
-    /// chunk's lexeme count. By position, without sqlx's per-value type
-    /// check (the statements here fix the types): a bundle decodes up to
-    /// 2,000 rows, and the checks were a third of their decoding.
     fn from_row(row: &sqlx::postgres::PgRow, matched: u32) -> Result<Self, sqlx::Error> {
         Ok(Self {
-            seq: row.try_get_unchecked(0)?,
-            part: row.try_get_unchecked(1)?,
-            ts: row.try_get_unchecked(2)?,
-            kind: Kind::parse(row.try_get_unchecked(3)?),
-            token_est: row.try_get_unchecked(4)?,
-            importance: row.try_get_unchecked(5)?,
-            lexeme_count: row.try_get_unchecked(6)?,
+            chunk_id: row.try_get_unchecked(0)?,
+            event_id: row.try_get_unchecked(1)?,
+            seq: row.try_get_unchecked(2)?,
+            ts: row.try_get_unchecked(3)?,
+            kind: Kind::parse(row.try_get_unchecked(4)?),
+            source: row.try_get_unchecked(5)?,
+            token_est: row.try_get_unchecked(6)?,
+            importance: row.try_get_unchecked(7)?,
+            content_hash: row
+                .try_get_unchecked::<&[u8], _>(8)?
+                .try_into()
+                .map_err(|_| sqlx::Error::Decode("content_hash is not 32 bytes".into()))?,
+            words: dedupe::decode(row.try_get_unchecked::<&[u8], _>(9)?),
+            part: row.try_get_unchecked(10)?,
+            lexeme_count: row.try_get_unchecked(11)?,
             matched,
             lexical: 0.0,
             semantic: None,
@@ -127,11 +134,8 @@ fn matched_mask(lexemes: usize, first_param: usize) -> String {
 }
 
 /// The columns of a candidate, for the statements that read them.
-/// Fixed-width columns and the kind: no string a pool of hundreds would
-/// have to allocate and copy.
-const CANDIDATE_COLUMNS: &str = "c.seq, c.part, c.ts, c.kind, c.token_est, c.importance";
-/// Where `matched` comes after [`CANDIDATE_COLUMNS`] and the lexeme count.
-const MATCHED_COLUMN: usize = 7;
+const CANDIDATE_COLUMNS: &str = "c.chunk_id, c.event_id, c.seq, c.ts, c.kind, c.source, \
+     c.token_est, c.importance, c.content_hash, c.word_hashes, c.part";
 
 /// The ranked pool.
 #[derive(Debug, Default)]
@@ -429,13 +433,13 @@ async fn candidates(
     let rows = query.fetch_all(pool).await?;
     let mut candidates = Vec::with_capacity(rows.len());
     for row in rows {
-        let matched = row.try_get_unchecked::<i32, _>(MATCHED_COLUMN)? as u32;
+        let matched = row.try_get_unchecked::<i32, _>(12)? as u32;
         candidates.push(Candidate::from_row(&row, matched)?);
     }
     // The same order whatever order the branches came back in; a chunk
     // holding several lexemes came back once per branch.
-    candidates.sort_by_key(Candidate::position);
-    candidates.dedup_by_key(|c| c.position());
+    candidates.sort_by(|a, b| a.chunk_id.cmp(&b.chunk_id));
+    candidates.dedup_by(|a, b| a.chunk_id == b.chunk_id);
     Ok(candidates)
 }
 
@@ -492,9 +496,7 @@ pub async fn at_positions(
     }
     let rows = query.fetch_all(pool).await?;
     rows.iter()
-        .map(|row| {
-            Candidate::from_row(row, row.try_get_unchecked::<i32, _>(MATCHED_COLUMN)? as u32)
-        })
+        .map(|row| Candidate::from_row(row, row.try_get_unchecked::<i32, _>(12)? as u32))
         .collect()
 }
 
@@ -518,7 +520,7 @@ pub async fn by_refs(
           WHERE c.channel = ANY ($3) AND c.sensitivity = ANY ($4)
             AND (c.channel <> 'private' OR c.agent_id IS NULL OR $5::text IS NULL OR c.agent_id = $5)
           GROUP BY c.tenant_id, c.chunk_id
-          ORDER BY position, c.seq, c.part"
+          ORDER BY position, c.chunk_id"
     )))
     .bind(tenant)
     .bind(refs)
@@ -839,7 +841,7 @@ pub fn fuse(candidates: &mut [Candidate], scoring: &Scoring) {
 
 /// Each candidate's rank (0 = best) by `score`, `None` without one. Ties
 /// share the better rank's order by position in `candidates`, which is
-/// deterministic (the pool is sorted by position in the log).
+/// deterministic (the pool is sorted by chunk id).
 fn ranks(
     candidates: &[Candidate],
     score: impl Fn(&Candidate) -> Option<f64>,
@@ -858,14 +860,14 @@ fn ranks(
 }
 
 /// Best first: score, then importance, then the newer, then the shorter,
-/// then the earlier part (P7: the same inputs give the same order).
+/// then the smaller id (P7: the same inputs give the same order).
 fn better(a: &Candidate, b: &Candidate) -> Ordering {
     b.score
         .total_cmp(&a.score)
         .then_with(|| b.importance.total_cmp(&a.importance))
         .then_with(|| b.seq.cmp(&a.seq))
         .then_with(|| a.token_est.cmp(&b.token_est))
-        .then_with(|| a.part.cmp(&b.part))
+        .then_with(|| a.chunk_id.cmp(&b.chunk_id))
 }
 
 /// Where a decision or summary chunk stands: what decides whether it may be
@@ -879,76 +881,44 @@ pub struct Standing {
     pub conflicts: Option<Value>,
 }
 
-/// What the choose stage reads of a candidate it considers: its ids, what
-/// it is a duplicate of, and where it stands when it is a decision's or a
-/// summary's.
-#[derive(Debug, Clone)]
-pub struct Details {
-    pub chunk_id: String,
-    pub event_id: String,
-    pub source: Option<String>,
-    pub content_hash: [u8; 32],
-    /// Its content words, as projected ([`memd_projectors::dedupe`]).
-    pub words: Vec<u64>,
-    pub standing: Standing,
-}
-
-/// The [`Details`] of the chunks at `positions`, by position (a chunk gone
-/// since it was ranked, by a rebuild in between, is absent). One round
-/// trip, whatever the kinds: the standing of a decision or summary comes
-/// with its chunk.
-pub async fn details(
+/// The standing of the decisions and summaries among `event_ids`, by event
+/// id (other events are absent).
+pub async fn standings(
     pool: &PgPool,
     keyring: &Keyring,
     tenant: &str,
-    positions: &[(i64, i32)],
-) -> Result<HashMap<(i64, i32), Details>, sqlx::Error> {
-    if positions.is_empty() {
+    event_ids: &[&str],
+) -> Result<HashMap<String, Standing>, sqlx::Error> {
+    if event_ids.is_empty() {
         return Ok(HashMap::new());
     }
-    // Each position looked up on its own, as in [`at_positions`] (a plain
-    // join may hash a scan of the tenant's chunks).
-    let (seqs, parts): (Vec<i64>, Vec<i32>) = positions.iter().copied().unzip();
     let rows = sqlx::query(
-        "SELECT c.seq, c.part, c.chunk_id, c.event_id, c.source, c.content_hash, c.word_hashes,
-                d.status, d.superseded_by, CASE WHEN s.conflicted THEN s.conflicts END AS conflicts
-           FROM unnest($2::bigint[], $3::int[]) AS u (seq, part)
-          CROSS JOIN LATERAL (SELECT * FROM projections.chunks c
-                               WHERE c.tenant_id = $1 AND c.seq = u.seq AND c.part = u.part
-                               LIMIT 1) AS c
-           LEFT JOIN projections.decisions d
-             ON c.kind = 'decision' AND d.tenant_id = $1 AND d.decision_id = c.event_id
-           LEFT JOIN projections.summaries s
-             ON c.kind = 'summary' AND s.tenant_id = $1 AND s.event_id = c.event_id",
+        "SELECT d.decision_id AS event_id, d.status, d.superseded_by, NULL::jsonb AS conflicts
+           FROM projections.decisions d
+          WHERE d.tenant_id = $1 AND d.decision_id = ANY ($2)
+         UNION ALL
+         SELECT s.event_id, NULL, NULL, CASE WHEN s.conflicted THEN s.conflicts END
+           FROM projections.summaries s
+          WHERE s.tenant_id = $1 AND s.event_id = ANY ($2)",
     )
     .bind(tenant)
-    .bind(seqs)
-    .bind(parts)
+    .bind(event_ids)
     .fetch_all(pool)
     .await?;
-    rows.iter()
+    rows.into_iter()
         .map(|row| {
-            let mut conflicts: Option<Value> = row.try_get_unchecked(9)?;
+            let mut conflicts: Option<Value> = row.try_get("conflicts")?;
             if let Some(conflicts) = &mut conflicts {
                 keyring.open_json(tenant, conflicts)?;
             }
-            let position = (row.try_get_unchecked(0)?, row.try_get_unchecked(1)?);
-            let details = Details {
-                chunk_id: row.try_get_unchecked(2)?,
-                event_id: row.try_get_unchecked(3)?,
-                source: row.try_get_unchecked(4)?,
-                content_hash: row
-                    .try_get_unchecked::<&[u8], _>(5)?
-                    .try_into()
-                    .map_err(|_| sqlx::Error::Decode("content_hash is not 32 bytes".into()))?,
-                words: dedupe::decode(row.try_get_unchecked::<&[u8], _>(6)?),
-                standing: Standing {
-                    decision_status: row.try_get_unchecked(7)?,
-                    superseded_by: row.try_get_unchecked(8)?,
+            Ok((
+                row.try_get("event_id")?,
+                Standing {
+                    decision_status: row.try_get("status")?,
+                    superseded_by: row.try_get("superseded_by")?,
                     conflicts,
                 },
-            };
-            Ok((position, details))
+            ))
         })
         .collect()
 }
@@ -1009,15 +979,6 @@ pub async fn shown(
 mod tests {
     use super::*;
 
-    thread_local! {
-        static NAMES: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
-    }
-
-    /// The name [`candidate`] was given.
-    fn name(c: &Candidate) -> String {
-        NAMES.with_borrow(|names| names[c.part as usize].clone())
-    }
-
     fn candidate(
         id: &str,
         matched: &[i32],
@@ -1026,18 +987,18 @@ mod tests {
         importance: f32,
     ) -> Candidate {
         let newest = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
-        // The candidate's part is its name's index, so that [`name`] finds it.
-        let part = NAMES.with_borrow_mut(|names| {
-            names.push(id.to_owned());
-            names.len() as i32 - 1
-        });
         Candidate {
+            chunk_id: id.to_owned(),
+            event_id: format!("evt_{id}"),
             seq: 1_000 - hours_old,
-            part,
+            part: 0,
             ts: newest - chrono::Duration::hours(hours_old),
             kind: Some(Kind::Message),
+            source: None,
             token_est: 10,
             importance,
+            content_hash: [0; 32],
+            words: vec![],
             matched: matched.iter().fold(0, |bits, index| bits | 1 << index),
             lexeme_count: lexemes,
             lexical: 0.0,
@@ -1071,7 +1032,7 @@ mod tests {
             ..Scoring::default()
         };
         let ranked = rank(pool, 2, 10_000, newest, &scoring);
-        assert_eq!(name(&ranked[0]), "rare");
+        assert_eq!(ranked[0].chunk_id, "rare");
         assert_eq!(ranked[0].relevance, 1.0);
     }
 
@@ -1091,7 +1052,7 @@ mod tests {
             ..Scoring::default()
         };
         let ranked = rank(pool.clone(), 2, 100, newest, &scoring);
-        assert_eq!(name(&ranked[0]), "decision");
+        assert_eq!(ranked[0].chunk_id, "decision");
         assert!(
             ranked
                 .iter()
@@ -1127,7 +1088,7 @@ mod tests {
             ..Scoring::default()
         };
         let ranked = rank(pool.clone(), 2, 100, newest, &relevance_only);
-        assert_eq!(name(&ranked[0]), "old-relevant");
+        assert_eq!(ranked[0].chunk_id, "old-relevant");
         let recency_heavy = Scoring {
             alpha: 0.2,
             beta: 0.8,
@@ -1137,11 +1098,10 @@ mod tests {
             ..Scoring::default()
         };
         let ranked = rank(pool.clone(), 2, 100, newest, &recency_heavy);
-        assert_eq!(name(&ranked[0]), "new-partial");
+        assert_eq!(ranked[0].chunk_id, "new-partial");
         assert!((ranked[1].recency - 0.5_f64.powi(30)).abs() < 1e-12);
 
-        // Equal scores: the more important wins, then the newer, then the
-        // earlier part of the same event ("b" is registered, so cut, first).
+        // Equal scores: the more important wins, then the newer, then the id.
         let tied = vec![
             candidate("b", &[0], 5, 2, 0.4),
             candidate("a", &[0], 5, 2, 0.4),
@@ -1157,9 +1117,9 @@ mod tests {
         };
         let order: Vec<_> = rank(tied, 1, 100, newest, &flat)
             .into_iter()
-            .map(|c| name(&c))
+            .map(|c| c.chunk_id)
             .collect();
-        assert_eq!(order, ["c", "b", "a"]);
+        assert_eq!(order, ["c", "a", "b"]);
     }
 
     #[test]
@@ -1174,7 +1134,7 @@ mod tests {
         let scoring = Scoring::default();
         let ranked = rank(pool, 2, 60, newest, &scoring);
         assert_eq!(ranked.len(), 1, "new and important, but not relevant");
-        assert_eq!(name(&ranked[0]), "topic");
+        assert_eq!(ranked[0].chunk_id, "topic");
     }
 
     #[test]
@@ -1200,7 +1160,7 @@ mod tests {
             ..Scoring::default()
         };
         let ranked = rank(pool.clone(), 1, 100, newest, &by_meaning);
-        assert_eq!(name(&ranked[0]), "c4");
+        assert_eq!(ranked[0].chunk_id, "c4");
         assert_eq!(ranked[0].relevance, 1.0);
         // Mean 0.38: everything at or below it is not relevant by meaning.
         assert!(ranked[1..].iter().all(|c| c.relevance == 0.0));
@@ -1211,7 +1171,7 @@ mod tests {
             ..by_meaning
         };
         let ranked = rank(pool, 1, 100, newest, &hybrid);
-        let top: Vec<String> = ranked[..2].iter().map(name).collect();
+        let top: Vec<&str> = ranked[..2].iter().map(|c| c.chunk_id.as_str()).collect();
         assert_eq!(top, ["c0", "c4"], "each side's best leads");
         assert!(ranked[0].lexical == 1.0 && ranked[0].semantic == Some(0.2));
     }
@@ -1236,7 +1196,7 @@ mod tests {
                 newest,
                 &scoring,
             );
-            assert_eq!(name(&ranked[0]), "waiting", "{fusion:?}");
+            assert_eq!(ranked[0].chunk_id, "waiting", "{fusion:?}");
             assert!(
                 ranked[0].relevance >= scoring.min_relevance,
                 "{fusion:?}: {}",
@@ -1267,7 +1227,7 @@ mod tests {
             rank(pool.clone(), 2, 1_000, newest, scoring)
                 .into_iter()
                 .take(2)
-                .map(|c| name(&c))
+                .map(|c| c.chunk_id)
                 .collect()
         };
         assert_eq!(
@@ -1281,7 +1241,7 @@ mod tests {
             candidate("new", &[0], 5, 0, 0.4),
         ];
         let ranked = rank(tied, 1, 1_000, newest, &weights(Combine::Gated));
-        assert_eq!(name(&ranked[0]), "new");
+        assert_eq!(ranked[0].chunk_id, "new");
         assert!(ranked[0].score <= ranked[0].relevance);
     }
 
