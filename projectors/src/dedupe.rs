@@ -71,7 +71,7 @@ pub(crate) fn is_stopword(word: &str) -> bool {
 }
 
 /// FNV-1a: fast, and the same in every process (SipHash is seeded).
-pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+pub fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
         (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
     })

@@ -17,8 +17,8 @@ use super::{
     Reader,
     policy::{Fusion, Policy},
     privacy::Visibility,
-    retrieve::{self, Candidate, Scope},
-    vectors::{Current, Neighbour, SharedVectors},
+    retrieve::{self, Candidate, QueryLexemes, Scope},
+    vectors::{Current, Neighbour, Position, SharedVectors},
 };
 
 /// `provenance.semantic`: what the semantic side did for this bundle.
@@ -51,6 +51,10 @@ pub struct SemanticReport {
     /// Whether the rows of the chunks found by meaning were read beside the
     /// lexical statement (a core was idle) rather than after it.
     pub read_beside_lexical: bool,
+    /// Of the rows of chunks found by meaning that the bundle needed, how
+    /// many the vector index remembered from an earlier search, rather
+    /// than read from PostgreSQL.
+    pub rows_remembered: usize,
 }
 
 /// Where the tenant's embeddings stand, read with the log's head.
@@ -114,8 +118,9 @@ enum Found {
         vectors: usize,
         compared: usize,
         neighbours: Vec<Neighbour>,
-        /// The neighbours' rows, when read beside the lexical statement.
-        rows: Option<Vec<Candidate>>,
+        /// The neighbours' rows, when read beside the lexical statement,
+        /// and how many of them came from memory.
+        rows: Option<(Vec<Candidate>, usize)>,
     },
     /// The index is loading in the background; lexical candidates only.
     Loading { behind: i64 },
@@ -201,8 +206,14 @@ pub fn start_question(
                     let rows = if beside {
                         let positions: Vec<(i64, i32)> =
                             neighbours.iter().map(|n| n.position).collect();
-                        let rows = retrieve::at_positions(
-                            &pool, &keyring, &tenant, &lexemes, &positions, visibility, &scope,
+                        let rows = found_candidates(
+                            &pool,
+                            &tenant,
+                            &index,
+                            &positions,
+                            &QueryLexemes::new(&lexemes, &keyring),
+                            visibility,
+                            &scope,
                         )
                         .await
                         .map_err(Failure::Database)?;
@@ -223,6 +234,44 @@ pub fn start_question(
             Ok(Nearest { vector, found })
         })),
     })
+}
+
+/// The chunks at `positions` (found by meaning) that `visibility` may see,
+/// as candidates for a question of `lexemes`, in the order of `positions`:
+/// those the index remembers from earlier searches from memory, the
+/// others read from PostgreSQL ([`retrieve::at_positions`]) and
+/// remembered. And how many came from memory. Either way a chunk's
+/// candidate is the same: its lexemes are matched in one place.
+async fn found_candidates(
+    pool: &sqlx::PgPool,
+    tenant: &str,
+    index: &SharedVectors,
+    positions: &[Position],
+    lexemes: &QueryLexemes,
+    visibility: Visibility<'_>,
+    scope: &Scope,
+) -> Result<(Vec<Candidate>, usize), sqlx::Error> {
+    let remembered = index.read().await.found_rows(positions);
+    let missing: Vec<Position> = positions
+        .iter()
+        .zip(&remembered)
+        .filter(|(_, row)| row.is_none())
+        .map(|(position, _)| *position)
+        .collect();
+    let read = retrieve::at_positions(pool, tenant, &missing, visibility, scope).await?;
+    let mut read_rows = read.iter().peekable();
+    let mut candidates = Vec::with_capacity(positions.len());
+    for (position, row) in positions.iter().zip(&remembered) {
+        let row = match row {
+            Some(row) => Some(row),
+            // Read rows come in the order of `missing`; a position the
+            // channel may not see has none.
+            None => read_rows.next_if(|row| row.position() == *position),
+        };
+        candidates.extend(row.and_then(|row| row.candidate(lexemes, visibility)));
+    }
+    index.read().await.remember_found(read);
+    Ok((candidates, positions.len() - missing.len()))
 }
 
 /// Vector candidates a bundle asks for: the policy's, at most half the pool.
@@ -342,26 +391,30 @@ pub async fn candidates(
     let mut added = match rows {
         // The same rows as below, in the same order: those of the
         // neighbours the lexical side did not find.
-        Some(rows) => rows
-            .into_iter()
-            .filter(|c| !known.contains(&(c.seq, c.part)))
-            .collect(),
+        Some((rows, remembered)) => {
+            report.rows_remembered = remembered;
+            rows.into_iter()
+                .filter(|c| !known.contains(&(c.seq, c.part)))
+                .collect()
+        }
         None => {
             let missing: Vec<(i64, i32)> = neighbours
                 .iter()
                 .map(|n| n.position)
                 .filter(|position| !known.contains(position))
                 .collect();
-            retrieve::at_positions(
+            let (rows, remembered) = found_candidates(
                 &reader.pool,
-                &reader.keyring,
                 tenant,
-                lexemes,
+                &index,
                 &missing,
+                &QueryLexemes::new(lexemes, &reader.keyring),
                 visibility,
                 scope,
             )
-            .await?
+            .await?;
+            report.rows_remembered = remembered;
+            rows
         }
     };
     for candidate in &mut added {

@@ -443,60 +443,178 @@ async fn candidates(
     Ok(candidates)
 }
 
+/// A chunk found by meaning, as read once: its candidate (before any
+/// question's lexemes are matched), the lexemes its search vector holds
+/// (hashed), and who may see it. A chunk's row never changes once
+/// projected (erasure drops it from the vector index, and with it from
+/// what the index remembers), so the vector index keeps these for the
+/// chunks its searches return ([`super::vectors`]), and a question that
+/// finds them again reads none of them from PostgreSQL.
+#[derive(Debug, Clone)]
+pub struct FoundRow {
+    candidate: Candidate,
+    /// [`lexeme_hash`] of each lexeme of the chunk's `tsv` (blinded for a
+    /// sealed chunk, as stored), sorted.
+    lexemes: Vec<u64>,
+    channel: String,
+    sensitivity: String,
+    agent_id: Option<String>,
+}
+
+impl FoundRow {
+    pub fn position(&self) -> (i64, i32) {
+        (self.candidate.seq, self.candidate.part)
+    }
+
+    /// Bytes held, roughly.
+    pub fn heap_bytes(&self) -> usize {
+        let c = &self.candidate;
+        std::mem::size_of::<Self>()
+            + c.chunk_id.capacity()
+            + c.event_id.capacity()
+            + c.source.as_ref().map_or(0, String::capacity)
+            + c.words.capacity() * 8
+            + self.lexemes.capacity() * 8
+            + self.channel.capacity()
+            + self.sensitivity.capacity()
+            + self.agent_id.as_ref().map_or(0, String::capacity)
+    }
+
+    /// The chunk as a candidate for a question of `lexemes`, if
+    /// `visibility` may see it: the rule the statement that read it
+    /// applied, applied again, since what the index remembers serves every
+    /// channel and agent of the tenant.
+    pub fn candidate(
+        &self,
+        lexemes: &QueryLexemes,
+        visibility: Visibility<'_>,
+    ) -> Option<Candidate> {
+        if !visibility.allows(&self.channel, &self.sensitivity)
+            || !visibility.owner_allows(&self.channel, self.agent_id.as_deref())
+        {
+            return None;
+        }
+        let mut candidate = self.candidate.clone();
+        candidate.matched = lexemes.matched(&self.lexemes);
+        Some(candidate)
+    }
+}
+
+#[cfg(test)]
+impl FoundRow {
+    /// A row at `(seq, part)`, for tests of what holds rows.
+    pub fn at(seq: i64, part: i32) -> Self {
+        let mut candidate = tests::candidate("c", &[], 1, 0, 0.5);
+        (candidate.seq, candidate.part) = (seq, part);
+        Self {
+            candidate,
+            lexemes: Vec::new(),
+            channel: "private".to_owned(),
+            sensitivity: "none".to_owned(),
+            agent_id: None,
+        }
+    }
+}
+
+/// A question's lexemes as [`FoundRow`]s are matched against them: each
+/// one hashed as itself and, with a key, blinded, as a sealed chunk's
+/// search vector holds it. Bit `i` of a match is lexeme `i`, as
+/// `c.tsv @@ 'lexeme'` tells it in [`candidates`] (a one-lexeme query
+/// matches a search vector holding that lexeme, whatever its positions
+/// and weights).
+#[derive(Debug, Clone, Default)]
+pub struct QueryLexemes(Vec<(u64, Option<u64>)>);
+
+impl QueryLexemes {
+    pub fn new(lexemes: &[String], keyring: &Keyring) -> Self {
+        Self(
+            lexemes
+                .iter()
+                .take(MAX_LEXEMES)
+                .map(|l| (lexeme_hash(l), keyring.blind(l).map(|b| lexeme_hash(&b))))
+                .collect(),
+        )
+    }
+
+    fn matched(&self, chunk: &[u64]) -> u32 {
+        let holds = |hash: u64| chunk.binary_search(&hash).is_ok();
+        self.0
+            .iter()
+            .enumerate()
+            .filter(|(_, (plain, blind))| holds(*plain) || blind.is_some_and(holds))
+            .fold(0, |mask, (index, _)| mask | 1 << index)
+    }
+}
+
+/// A lexeme as [`FoundRow`] holds it: FNV-1a, the same in every process.
+fn lexeme_hash(lexeme: &str) -> u64 {
+    memd_projectors::dedupe::fnv1a(lexeme.as_bytes())
+}
+
 /// The chunks at `positions` (`(seq, part)`, from the vector index) that
-/// the channel may see and the scope allows, as candidates holding the
-/// query's `lexemes` like [`candidates`] reports them. The visibility
-/// filter is applied again here, as on the lexical path.
+/// the channel may see and the scope allows, with what matching a
+/// question's lexemes against them takes ([`FoundRow`]), in the order of
+/// `positions`. The visibility filter is applied again here, as on the
+/// lexical path.
 pub async fn at_positions(
     pool: &PgPool,
-    keyring: &Keyring,
     tenant: &str,
-    lexemes: &[String],
     positions: &[(i64, i32)],
     visibility: Visibility<'_>,
     scope: &Scope,
-) -> Result<Vec<Candidate>, sqlx::Error> {
+) -> Result<Vec<FoundRow>, sqlx::Error> {
     if positions.is_empty() {
         return Ok(Vec::new());
     }
-    // A prepared statement (one text per number of lexemes), so PostgreSQL
-    // plans it once per connection: at this point of a bundle the
-    // question's vector has been waited for, and every millisecond shows.
-    // Each position is looked up on its own (LATERAL ... LIMIT 1): as a
-    // plain join, the first plans of a connection hashed a scan of every
-    // chunk of the tenant against the positions (10 ms at 10k chunks,
-    // growing with the tenant) where a couple of hundred index lookups take
-    // 2. The lexemes are tested in line, as in [`candidates`]: a subquery
-    // over an array of them cost each row a plan node of its own (13% of
-    // the statement for 150 positions).
-    let lexemes = &lexemes[..lexemes.len().min(MAX_LEXEMES)];
+    // A prepared statement, so PostgreSQL plans it once per connection:
+    // at this point of a bundle the question's vector has been waited for,
+    // and every millisecond shows. Each position is looked up on its own
+    // (LATERAL ... LIMIT 1): as a plain join, the first plans of a
+    // connection hashed a scan of every chunk of the tenant against the
+    // positions (10 ms at 10k chunks, growing with the tenant) where a
+    // couple of hundred index lookups take 2. The chunk's lexemes are
+    // returned rather than tested against the question's, so that the row
+    // serves any later question too.
     let sql = format!(
-        "SELECT {CANDIDATE_COLUMNS}, length(c.tsv) AS lexeme_count, {matched} AS matched
-           FROM unnest(${seqs}::bigint[], ${parts}::int[]) AS u (seq, part)
+        "SELECT {CANDIDATE_COLUMNS}, length(c.tsv) AS lexeme_count,
+                tsvector_to_array(c.tsv), c.channel, c.sensitivity, c.agent_id
+           FROM unnest(${seqs}::bigint[], ${parts}::int[]) WITH ORDINALITY AS u (seq, part, o)
           CROSS JOIN LATERAL (SELECT * FROM projections.chunks c
                                WHERE c.tenant_id = $1 AND c.seq = u.seq AND c.part = u.part
                                LIMIT 1) AS c
-          WHERE {visible}",
+          WHERE {visible}
+          ORDER BY u.o",
         visible = visible(scope),
         seqs = SCOPE_PARAMS + 1,
         parts = SCOPE_PARAMS + 2,
-        matched = matched_mask(lexemes.len(), SCOPE_PARAMS + 3),
     );
     let (seqs, parts): (Vec<i64>, Vec<i32>) = positions.iter().copied().unzip();
-    let mut query = bind_scope(
+    let rows = bind_scope(
         sqlx::query(sqlx::AssertSqlSafe(sql)),
         tenant,
         visibility,
         scope,
     )
     .bind(seqs)
-    .bind(parts);
-    for lexeme in lexemes {
-        query = query.bind(lexeme_query(lexeme, keyring));
-    }
-    let rows = query.fetch_all(pool).await?;
+    .bind(parts)
+    .fetch_all(pool)
+    .await?;
     rows.iter()
-        .map(|row| Candidate::from_row(row, row.try_get_unchecked::<i32, _>(12)? as u32))
+        .map(|row| {
+            let mut lexemes: Vec<u64> = row
+                .try_get_unchecked::<Vec<String>, _>(12)?
+                .into_iter()
+                .map(|lexeme| lexeme_hash(&lexeme))
+                .collect();
+            lexemes.sort_unstable();
+            Ok(FoundRow {
+                candidate: Candidate::from_row(row, 0)?,
+                lexemes,
+                channel: row.try_get_unchecked(13)?,
+                sensitivity: row.try_get_unchecked(14)?,
+                agent_id: row.try_get_unchecked(15)?,
+            })
+        })
         .collect()
 }
 
@@ -979,7 +1097,79 @@ pub async fn shown(
 mod tests {
     use super::*;
 
-    fn candidate(
+    /// A remembered row is matched against each question's lexemes as
+    /// `tsv @@ lexeme` would match it, in the clear or blinded (a sealed
+    /// chunk's), and shown only to channels and agents that may see it.
+    #[test]
+    fn a_remembered_row_is_matched_again_and_filtered_again() {
+        use crate::domain::event::Channel;
+        let keyring = Keyring::from_bytes(&[3; 32]);
+        let row = |tsv: &[String], channel: &str, sensitivity: &str, agent: Option<&str>| {
+            let mut lexemes: Vec<u64> = tsv.iter().map(|l| lexeme_hash(l)).collect();
+            lexemes.sort_unstable();
+            FoundRow {
+                candidate: candidate("c1", &[], tsv.len() as i32, 1, 0.5),
+                lexemes,
+                channel: channel.to_owned(),
+                sensitivity: sensitivity.to_owned(),
+                agent_id: agent.map(str::to_owned),
+            }
+        };
+        let words = |list: &[&str]| list.iter().map(|w| (*w).to_owned()).collect::<Vec<_>>();
+        let question = QueryLexemes::new(&words(&["alic", "door", "keeper"]), &keyring);
+        let private = Visibility::new(Channel::Private);
+
+        let plain = row(
+            &words(&["alic", "keeper", "paint"]),
+            "private",
+            "none",
+            None,
+        );
+        assert_eq!(plain.candidate(&question, private).unwrap().matched, 0b101);
+        let other = QueryLexemes::new(&words(&["anchor", "keeper"]), &keyring);
+        assert_eq!(plain.candidate(&other, private).unwrap().matched, 0b10);
+        // Without the key a question cannot name blinded words.
+        let unkeyed = QueryLexemes::new(&words(&["alic", "door", "keeper"]), &Keyring::none());
+        let blinded: Vec<String> = ["door", "paint"]
+            .iter()
+            .map(|l| keyring.blind(l).unwrap())
+            .collect();
+        let sealed = row(&blinded, "private", "high", None);
+        assert_eq!(sealed.candidate(&question, private).unwrap().matched, 0b010);
+        assert_eq!(sealed.candidate(&unkeyed, private).unwrap().matched, 0);
+        // The channel's rules, and the agent's own private memory.
+        assert!(
+            sealed
+                .candidate(&question, Visibility::new(Channel::Agent))
+                .is_none()
+        );
+        assert!(
+            sealed
+                .candidate(&question, Visibility::new(Channel::Public))
+                .is_none()
+        );
+        let owned = row(&words(&["alic"]), "private", "none", Some("agent-a"));
+        assert!(
+            owned
+                .candidate(&question, private.for_agent(Some("agent-b")))
+                .is_none()
+        );
+        assert!(
+            owned
+                .candidate(&question, private.for_agent(Some("agent-a")))
+                .is_some()
+        );
+        let team = row(&words(&["alic"]), "team", "low", Some("agent-a"));
+        assert!(
+            team.candidate(
+                &question,
+                Visibility::new(Channel::Team).for_agent(Some("agent-b"))
+            )
+            .is_some()
+        );
+    }
+
+    pub(super) fn candidate(
         id: &str,
         matched: &[i32],
         lexemes: i32,

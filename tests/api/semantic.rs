@@ -264,6 +264,87 @@ async fn bundles_are_the_same_whether_semantic_rows_are_read_beside_or_after_the
     app.stop().await;
 }
 
+/// The rows of chunks found by meaning are remembered by the daemon's
+/// vector index: a question that finds them again, the same one or
+/// another, takes them from memory, and its bundle is the one a daemon
+/// reading them from PostgreSQL builds. The words each chunk holds are
+/// matched again for the new question, a sealed chunk's blinded ones too.
+#[sqlx::test]
+async fn rows_found_by_meaning_are_remembered_and_bundles_stay_the_same(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let mut app = spawn_daemon_with(connect.clone(), semantic("hashed")).await;
+    let token = app.tenant("acme").await;
+    small_pool(&app, &token).await;
+    // The keeper's message is old, and "Alice" fills the lexical side's
+    // share with newer ones: it is found by meaning alone. It is sealed at
+    // rest (high), so its search vector holds its words blinded.
+    let mut events = vec![said(
+        "s1",
+        "private",
+        "high",
+        "Alice's lighthouse keeper painted the door red.",
+    )];
+    events.extend((0..40).map(|i| {
+        said(
+            "s1",
+            "private",
+            "none",
+            &format!("{} (note {i})", CHATTER[i % CHATTER.len()]),
+        )
+    }));
+    app.append(&token, &json!({ "events": events })).await;
+    wait_projected(&app.pool, "acme").await;
+    wait_embedded(&app, "acme", "hashed").await;
+    let ask =
+        |question: &str| json!({"session_id": "other", "query_text": question, "max_tokens": 2000});
+    let first = ask("Who was repainting Alice's doorways?");
+    // Other words, the keeper holding none but "Alice" (now the second
+    // lexeme, not the first): its row, remembered, is matched again.
+    let second = ask("Who accidentally repainted Alice's doorways?");
+    let held = |acb: &Value| {
+        let evidence: Vec<(Value, Value, Value, Value)> = section(acb, "retrieved_evidence")
+            .iter()
+            .map(|item| {
+                let fields = ["id", "score", "lexical", "semantic"];
+                let [a, b, c, d] = fields.map(|field| item[field].clone());
+                (a, b, c, d)
+            })
+            .collect();
+        (evidence, acb["provenance"]["candidate_pool_size"].clone())
+    };
+    let remembered = |acb: &Value| {
+        acb["provenance"]["semantic"]["rows_remembered"]
+            .as_u64()
+            .unwrap()
+    };
+
+    let first_acb = app.acb(&token, first.clone()).await;
+    assert_eq!(first_acb["provenance"]["semantic"]["used"], true);
+    assert_eq!(remembered(&first_acb), 0, "a new daemon remembers no row");
+    let after_first = app.acb(&token, second.clone()).await;
+    let report = &after_first["provenance"]["semantic"];
+    assert!(remembered(&after_first) >= 1, "{report}");
+    assert!(report["semantic_only"].as_u64().unwrap() >= 1, "{report}");
+    let keeper = section(&after_first, "retrieved_evidence")
+        .into_iter()
+        .find(|item| item["text"].as_str().unwrap().contains("keeper"))
+        .unwrap_or_else(|| panic!("{:#?}", evidence_texts(&after_first)))
+        .clone();
+    assert!(keeper["lexical"].as_f64().unwrap() > 0.0, "{keeper}");
+    let again = app.acb(&token, first.clone()).await;
+    assert_eq!(held(&again), held(&first_acb));
+    app.stop().await;
+
+    // A new daemon reads every row from PostgreSQL: the same bundle.
+    let mut app = spawn_daemon_with(connect, semantic("hashed")).await;
+    let fresh = app.acb(&token, second).await;
+    assert_eq!(remembered(&fresh), 0);
+    assert_eq!(held(&fresh), held(&after_first));
+    app.stop().await;
+}
+
 async fn finds_memory_by_meaning(connect: PgConnectOptions, embedder: &str) {
     let mut app = spawn_daemon_with(connect, semantic(embedder)).await;
     let token = app.tenant("acme").await;

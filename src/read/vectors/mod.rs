@@ -43,13 +43,15 @@ use super::{
     filters::RetrievalFilters,
     privacy::Visibility,
     retention::{ChunkFields, Forgetting},
-    retrieve::Scope,
+    retrieve::{FoundRow, Scope},
 };
 use crate::domain::event::Channel;
 
 mod cpu;
+mod found;
 mod lists;
 mod searches;
+use found::FoundRows;
 use lists::Lists;
 pub use lists::Tuning;
 use searches::{SearchKey, Searches, Selection};
@@ -169,6 +171,8 @@ pub struct TenantVectors {
     tuning: Tuning,
     /// Bundles' recent searches ([`searches`]).
     searches: Mutex<Searches>,
+    /// The rows of chunks searches found ([`found`]).
+    found: Mutex<FoundRows>,
 }
 
 impl TenantVectors {
@@ -186,7 +190,28 @@ impl TenantVectors {
 
     /// Bytes held, roughly (what `bench` reports at 1M chunks).
     pub fn heap_bytes(&self) -> usize {
-        self.vector_bytes() + self.searches.lock().expect("searches lock").heap_bytes()
+        self.vector_bytes()
+            + self.searches.lock().expect("searches lock").heap_bytes()
+            + self.found.lock().expect("found rows lock").heap_bytes()
+    }
+
+    /// The rows remembered of the chunks at `positions`, where they are
+    /// ([`found`]).
+    pub fn found_rows(&self, positions: &[Position]) -> Vec<Option<FoundRow>> {
+        self.found.lock().expect("found rows lock").get(positions)
+    }
+
+    /// Remembers rows read for chunks searches found.
+    pub fn remember_found(&self, rows: impl IntoIterator<Item = FoundRow>) {
+        self.found
+            .lock()
+            .expect("found rows lock")
+            .put(rows, self.len());
+    }
+
+    /// Rows remembered of chunks found ([`found`]).
+    pub fn found_len(&self) -> usize {
+        self.found.lock().expect("found rows lock").len()
     }
 
     /// Bytes of the rows and lists, without the searches remembered.
@@ -282,6 +307,10 @@ impl TenantVectors {
         self.lists = None;
         // Rows remembered by number name other chunks now.
         self.searches.get_mut().expect("searches lock").clear();
+        self.found
+            .get_mut()
+            .expect("found rows lock")
+            .remove_events(seqs);
         self.settle();
         dropped
     }
@@ -351,8 +380,14 @@ impl TenantVectors {
         };
         let key = SearchKey::new(query, k, visibility, scope);
         let earlier = self.searches.lock().expect("searches lock").get(&key);
-        let (selection, rows_read) = self.select(&plan, earlier);
-        let neighbours = self.rescored(&selection.rows, query, k);
+        let (mut selection, rows_read) = self.select(&plan, earlier);
+        // The same rows as last time are rescored the same: the answer is
+        // kept with them.
+        let neighbours = match selection.answer.take() {
+            Some(answer) => answer,
+            None => self.rescored(&selection.rows, query, k),
+        };
+        selection.answer = Some(neighbours.clone());
         let index_bytes = self.vector_bytes();
         self.searches
             .lock()
@@ -377,6 +412,7 @@ impl TenantVectors {
             return Searched::default();
         };
         let (selection, rows_read) = self.select(&plan, None);
+        debug_assert!(selection.answer.is_none());
         Searched {
             neighbours: self.rescored(&selection.rows, query, k),
             rows_read,
@@ -473,6 +509,12 @@ impl TenantVectors {
                     .zip(from as u32..)
                     .filter(|(distance, _)| **distance != u16::MAX)
                     .map(|(distance, row)| (row, *distance));
+                // Nothing added: the rows, and so the answer, are the
+                // earlier search's.
+                let earlier = match earlier {
+                    Some(earlier) if from == self.len() => return (earlier, 0),
+                    earlier => earlier,
+                };
                 let earlier = earlier.map(|earlier| earlier.rows).unwrap_or_default();
                 let rows = nearest_signs(
                     earlier.iter().copied().chain(added),
@@ -486,6 +528,7 @@ impl TenantVectors {
             rows,
             of_rows: self.len(),
             lists_level: level,
+            answer: None,
         };
         (selection, rows_read)
     }

@@ -20,14 +20,21 @@
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use super::super::{privacy::Visibility, retrieve::Scope};
+use super::{
+    super::{privacy::Visibility, retrieve::Scope},
+    Neighbour,
+};
 use crate::domain::event::Channel;
 
 /// Searches kept per tenant and embedder at most: the most recently used.
-pub const KEPT: usize = 64;
+/// Memory is what bounds them ([`SHARE_OF_INDEX`]); this only bounds the
+/// list a search is looked up in. A tenant's agents asking a few hundred
+/// questions in turn (one per customer account, say) keep them all when
+/// its index is large enough for the scan to matter.
+pub const KEPT: usize = 1_024;
 /// The share of its index's memory a tenant's searches may take (the last
 /// search is kept whatever its size): a small tenant, whose scan is
-/// cheap, does not hold 64 searches larger than its vectors.
+/// cheap, does not hold searches larger than its vectors.
 pub const SHARE_OF_INDEX: usize = 16;
 
 /// What decides a search's answer, besides the index's rows.
@@ -72,6 +79,9 @@ pub struct Selection {
     pub of_rows: usize,
     /// The level of the lists read, or `None`: every row was scanned.
     pub lists_level: Option<usize>,
+    /// The rows rescored, best first: what the search answered, once it
+    /// has (a question asked again with nothing added skips rescoring).
+    pub answer: Option<Vec<Neighbour>>,
 }
 
 /// The searches of one index, most recently used kept.
@@ -147,6 +157,9 @@ impl Searches {
                 std::mem::size_of::<Kept>()
                     + kept.key.query.capacity() * 4
                     + kept.selection.rows.capacity() * std::mem::size_of::<(u32, u16)>()
+                    + kept.selection.answer.as_ref().map_or(0, |answer| {
+                        answer.capacity() * std::mem::size_of::<Neighbour>()
+                    })
             })
             .sum()
     }
@@ -162,6 +175,7 @@ mod tests {
             rows: vec![(1, 2)],
             of_rows,
             lists_level: None,
+            answer: None,
         }
     }
 
