@@ -149,24 +149,15 @@ async fn memory_found_by_meaning_alone_still_counts_the_words_it_holds(
     app.stop().await;
 }
 
-/// A bundle built while a core is idle reads the rows of the chunks found
-/// by meaning beside its lexical statement; under load, after it, only
-/// those the lexical side missed. Either way it is the same bundle.
-#[sqlx::test]
-async fn bundles_are_the_same_whether_semantic_rows_are_read_beside_or_after_the_lexical_ones(
-    _: PgPoolOptions,
-    connect: PgConnectOptions,
-) {
-    let mut app = spawn_daemon_with(connect, semantic("hashed")).await;
-    let token = app.tenant("acme").await;
-    // A small pool, so that "Alice" fills its share of the lexical side and
-    // the oldest memory, which holds it, is found by meaning alone: the
-    // question's words it holds are then read on either path.
-    small_pool(&app, &token).await;
+/// The keeper's message (recorded with `sensitivity`), then 40 of Alice's
+/// everyday ones, projected and embedded. With [`small_pool`], "Alice"
+/// fills its share of the lexical side with the newer messages, so the
+/// keeper's, which holds it, is found by meaning alone.
+async fn keeper_among_chatter(app: &TestApp, token: &str, sensitivity: &str) {
     let mut events = vec![said(
         "s1",
         "private",
-        "none",
+        sensitivity,
         "Alice's lighthouse keeper painted the door red.",
     )];
     events.extend((0..40).map(|i| {
@@ -177,27 +168,42 @@ async fn bundles_are_the_same_whether_semantic_rows_are_read_beside_or_after_the
             &format!("{} (note {i})", CHATTER[i % CHATTER.len()]),
         )
     }));
-    app.append(&token, &json!({ "events": events })).await;
+    app.append(token, &json!({ "events": events })).await;
     wait_projected(&app.pool, "acme").await;
-    wait_embedded(&app, "acme", "hashed").await;
+    wait_embedded(app, "acme", "hashed").await;
+}
+
+/// What a bundle holds, whatever way its rows were read: its evidence
+/// with each item's scores, the pool's size, and how many candidates
+/// meaning alone found.
+fn held(acb: &Value) -> (Vec<[Value; 4]>, Value, Value) {
+    let evidence = section(acb, "retrieved_evidence")
+        .iter()
+        .map(|item| ["id", "score", "lexical", "semantic"].map(|field| item[field].clone()))
+        .collect();
+    (
+        evidence,
+        acb["provenance"]["candidate_pool_size"].clone(),
+        acb["provenance"]["semantic"]["semantic_only"].clone(),
+    )
+}
+
+/// A bundle built while a core is idle reads the rows of the chunks found
+/// by meaning beside its lexical statement; under load, after it, only
+/// those the lexical side missed. Either way it is the same bundle.
+#[sqlx::test]
+async fn bundles_are_the_same_whether_semantic_rows_are_read_beside_or_after_the_lexical_ones(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let mut app = spawn_daemon_with(connect, semantic("hashed")).await;
+    let token = app.tenant("acme").await;
+    // The question's words the keeper's message holds are then read on
+    // either path.
+    small_pool(&app, &token).await;
+    keeper_among_chatter(&app, &token, "none").await;
     let body = json!({"session_id": "other", "query_text": "Who was repainting Alice's doorways?",
                       "max_tokens": 2000});
-    // What a bundle holds, beside how it was read.
-    let held = |acb: &Value| {
-        let evidence: Vec<(Value, Value, Value)> = section(acb, "retrieved_evidence")
-            .iter()
-            .map(|item| {
-                let (id, score, lexical) = (&item["id"], &item["score"], &item["lexical"]);
-                (id.clone(), score.clone(), lexical.clone())
-            })
-            .collect();
-        let semantic = &acb["provenance"]["semantic"];
-        (
-            evidence,
-            acb["provenance"]["candidate_pool_size"].clone(),
-            semantic["semantic_only"].clone(),
-        )
-    };
 
     let alone = app.acb(&token, body.clone()).await;
     let semantic = &alone["provenance"]["semantic"];
@@ -277,43 +283,14 @@ async fn rows_found_by_meaning_are_remembered_and_bundles_stay_the_same(
     let mut app = spawn_daemon_with(connect.clone(), semantic("hashed")).await;
     let token = app.tenant("acme").await;
     small_pool(&app, &token).await;
-    // The keeper's message is old, and "Alice" fills the lexical side's
-    // share with newer ones: it is found by meaning alone. It is sealed at
-    // rest (high), so its search vector holds its words blinded.
-    let mut events = vec![said(
-        "s1",
-        "private",
-        "high",
-        "Alice's lighthouse keeper painted the door red.",
-    )];
-    events.extend((0..40).map(|i| {
-        said(
-            "s1",
-            "private",
-            "none",
-            &format!("{} (note {i})", CHATTER[i % CHATTER.len()]),
-        )
-    }));
-    app.append(&token, &json!({ "events": events })).await;
-    wait_projected(&app.pool, "acme").await;
-    wait_embedded(&app, "acme", "hashed").await;
+    // Sealed at rest (high): its search vector holds its words blinded.
+    keeper_among_chatter(&app, &token, "high").await;
     let ask =
         |question: &str| json!({"session_id": "other", "query_text": question, "max_tokens": 2000});
     let first = ask("Who was repainting Alice's doorways?");
     // Other words, the keeper holding none but "Alice" (now the second
     // lexeme, not the first): its row, remembered, is matched again.
     let second = ask("Who accidentally repainted Alice's doorways?");
-    let held = |acb: &Value| {
-        let evidence: Vec<(Value, Value, Value, Value)> = section(acb, "retrieved_evidence")
-            .iter()
-            .map(|item| {
-                let fields = ["id", "score", "lexical", "semantic"];
-                let [a, b, c, d] = fields.map(|field| item[field].clone());
-                (a, b, c, d)
-            })
-            .collect();
-        (evidence, acb["provenance"]["candidate_pool_size"].clone())
-    };
     let remembered = |acb: &Value| {
         acb["provenance"]["semantic"]["rows_remembered"]
             .as_u64()

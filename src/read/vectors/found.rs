@@ -74,6 +74,7 @@ impl FoundRows {
         self.rows.retain(|(seq, _), _| !seqs.contains(seq));
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.rows.len()
     }

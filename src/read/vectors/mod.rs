@@ -209,11 +209,6 @@ impl TenantVectors {
             .put(rows, self.len());
     }
 
-    /// Rows remembered of chunks found ([`found`]).
-    pub fn found_len(&self) -> usize {
-        self.found.lock().expect("found rows lock").len()
-    }
-
     /// Bytes of the rows and lists, without the searches remembered.
     fn vector_bytes(&self) -> usize {
         self.positions.capacity() * std::mem::size_of::<Position>()
