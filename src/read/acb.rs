@@ -390,9 +390,19 @@ struct Head {
     projected_seq: i64,
     lexemes: Vec<String>,
     embedding: EmbeddingHead,
+    /// The newest handoff packet waiting for the requesting agent in its
+    /// session (the one the request names, if it names one): read with the
+    /// head, so that a bundle with none, nearly every bundle, spends no
+    /// round trip of its own on it.
+    handoff_id: Option<String>,
 }
 
-async fn head(reader: &Reader, tenant: &str, query: &str) -> Result<Head, sqlx::Error> {
+async fn head(
+    reader: &Reader,
+    tenant: &str,
+    request: &AcbRequest,
+    query: &str,
+) -> Result<Head, sqlx::Error> {
     let names: Vec<&str> = reader.projectors.iter().map(|(n, _)| *n).collect();
     let versions: Vec<i32> = reader.projectors.iter().map(|(_, v)| *v).collect();
     let row = sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -403,7 +413,11 @@ async fn head(reader: &Reader, tenant: &str, query: &str) -> Result<Head, sqlx::
                 ARRAY(SELECT l FROM unnest(tsvector_to_array(
                           to_tsvector('english', projections.searchable($4)))) AS l
                        LIMIT $5) AS lexemes,
-                e.embedder, ec.seq AS embedded_seq, ec.version AS embedded_version
+                e.embedder, ec.seq AS embedded_seq, ec.version AS embedded_version,
+                (SELECT p.handoff_id FROM projections.handoffs p
+                  WHERE p.tenant_id = h.tenant_id AND p.to_agent = $7 AND p.session_id = $8
+                    AND ($9::text IS NULL OR p.handoff_id = $9)
+                  ORDER BY p.seq DESC LIMIT 1) AS handoff_id
            FROM public.tenant_heads h
            LEFT JOIN public.embedder_choice ch ON ch.tenant_id = h.tenant_id
            CROSS JOIN LATERAL (SELECT coalesce(ch.active, $6) AS embedder) AS e
@@ -417,6 +431,9 @@ async fn head(reader: &Reader, tenant: &str, query: &str) -> Result<Head, sqlx::
     .bind(query)
     .bind(retrieve::MAX_LEXEMES as i64)
     .bind(reader.semantic.default_embedder())
+    .bind(request.agent_id.as_deref())
+    .bind(request.session_id.as_deref())
+    .bind(request.handoff_id.as_deref())
     .fetch_one(&reader.pool)
     .await?;
     Ok(Head {
@@ -431,6 +448,7 @@ async fn head(reader: &Reader, tenant: &str, query: &str) -> Result<Head, sqlx::
             .unwrap_or(DateTime::UNIX_EPOCH),
         projected_seq: row.try_get::<Option<i64>, _>("projected_seq")?.unwrap_or(0),
         lexemes: row.try_get("lexemes")?,
+        handoff_id: row.try_get("handoff_id")?,
     })
 }
 
@@ -439,10 +457,11 @@ async fn head(reader: &Reader, tenant: &str, query: &str) -> Result<Head, sqlx::
 async fn head_caught_up(
     reader: &Reader,
     tenant: &str,
+    request: &AcbRequest,
     query: &str,
     timeout: Duration,
 ) -> Result<(Head, Duration), sqlx::Error> {
-    let mut head = head(reader, tenant, query).await?;
+    let mut head = head(reader, tenant, request, query).await?;
     let target = head.head_seq;
     if head.projected_seq >= target {
         return Ok((head, Duration::ZERO));
@@ -452,7 +471,7 @@ async fn head_caught_up(
     while head.projected_seq < target && Instant::now() < deadline {
         let slice = (deadline - Instant::now()).min(Duration::from_millis(25));
         reader.cache.wait_projected(tenant, target, slice).await;
-        head = self::head(reader, tenant, query).await?;
+        head = self::head(reader, tenant, request, query).await?;
         // Report against the head the request saw, not later appends.
         head.head_seq = target;
     }
@@ -466,10 +485,13 @@ async fn received_handoff(
     reader: &Reader,
     tenant: &str,
     request: &AcbRequest,
+    head: &Head,
     visibility: Visibility<'_>,
     omissions: &mut Omissions,
 ) -> Result<Option<handoff::Handoff>, sqlx::Error> {
-    let (Some(agent), Some(session)) = (&request.agent_id, &request.session_id) else {
+    let (Some(agent), Some(session), Some(waiting)) =
+        (&request.agent_id, &request.session_id, &head.handoff_id)
+    else {
         return Ok(None);
     };
     let packet = handoff::for_receiver(
@@ -478,7 +500,7 @@ async fn received_handoff(
         tenant,
         agent,
         session,
-        request.handoff_id.as_deref(),
+        Some(waiting),
     )
     .await?;
     Ok(match packet {
@@ -524,11 +546,15 @@ async fn assemble(reader: &Reader, tenant: &str, request: AcbRequest) -> Result<
     let (mut head, waited) = match request.consistency {
         Consistency::Strong => {
             let timeout = Duration::from_millis(policy.strong_consistency_timeout_ms);
-            head_caught_up(reader, tenant, query, timeout).await?
+            head_caught_up(reader, tenant, &request, query, timeout).await?
         }
-        Consistency::Eventual => (self::head(reader, tenant, query).await?, Duration::ZERO),
+        Consistency::Eventual => (
+            self::head(reader, tenant, &request, query).await?,
+            Duration::ZERO,
+        ),
     };
-    let handoff = received_handoff(reader, tenant, &request, visibility, &mut omissions).await?;
+    let handoff =
+        received_handoff(reader, tenant, &request, &head, visibility, &mut omissions).await?;
     // A receiving agent's evidence is about its packet's task.
     let retrieval_query = match (&handoff, query.is_empty()) {
         (Some(packet), true) => packet.task.as_str(),
@@ -536,7 +562,7 @@ async fn assemble(reader: &Reader, tenant: &str, request: AcbRequest) -> Result<
     };
     if retrieval_query != query {
         let target = head.head_seq;
-        head = self::head(reader, tenant, retrieval_query).await?;
+        head = self::head(reader, tenant, &request, retrieval_query).await?;
         head.head_seq = target;
     }
 
@@ -643,6 +669,7 @@ async fn assemble(reader: &Reader, tenant: &str, request: AcbRequest) -> Result<
         history,
         recent_chunks,
         task_ids,
+        state.clone(),
     );
     // What comes first, on either path, while it fits: a receiving agent's
     // packet evidence, otherwise the tenant's pinned memory.
@@ -1061,16 +1088,28 @@ async fn recent_window(
         return Ok(Vec::new());
     }
     // Content only of events the projections have not reached: the others
-    // are shown from their chunks, and a tool result's content is up to
-    // 64 KiB.
-    let events: Vec<StoredEvent> = sqlx::query_as(
-        "SELECT seq, event_id, created_at, ts, session_id, channel, actor_type, actor_id,
-                agent_id, subject_id, kind, sensitivity, tags,
-                CASE WHEN seq > $5 THEN content ELSE 'null' END AS content, refs, artifact_id
-           FROM public.events
-          WHERE tenant_id = $1 AND session_id = $2 AND seq > $3
-            AND kind IN ('message', 'tool_result', 'decision', 'summary', 'task_update')
-          ORDER BY seq DESC LIMIT $4",
+    // are shown from their chunks, read in the same statement (one round
+    // trip, not two), and a tool result's content is up to 64 KiB.
+    let rows: Vec<RecentEvent> = sqlx::query_as(
+        "SELECT e.*, c.chunk_ids, c.texts, c.token_ests, c.sources, c.line_starts, c.line_ends
+           FROM (SELECT seq, event_id, created_at, ts, session_id, channel, actor_type,
+                        actor_id, agent_id, subject_id, kind, sensitivity, tags,
+                        CASE WHEN seq > $5 THEN content ELSE 'null' END AS content, refs,
+                        artifact_id
+                   FROM public.events
+                  WHERE tenant_id = $1 AND session_id = $2 AND seq > $3
+                    AND kind IN ('message', 'tool_result', 'decision', 'summary', 'task_update')
+                  ORDER BY seq DESC LIMIT $4) AS e
+           LEFT JOIN LATERAL (
+                SELECT array_agg(c.chunk_id ORDER BY c.part) AS chunk_ids,
+                       array_agg(c.text ORDER BY c.part) AS texts,
+                       array_agg(c.token_est ORDER BY c.part) AS token_ests,
+                       array_agg(c.source ORDER BY c.part) AS sources,
+                       array_agg(c.line_start ORDER BY c.part) AS line_starts,
+                       array_agg(c.line_end ORDER BY c.part) AS line_ends
+                  FROM projections.chunks c
+                 WHERE c.tenant_id = $1 AND c.event_id = e.event_id AND e.seq <= $5) AS c ON true
+          ORDER BY e.seq DESC",
     )
     .bind(tenant)
     .bind(session)
@@ -1083,14 +1122,14 @@ async fn recent_window(
         &reader.pool,
         &reader.keyring,
         tenant,
-        events
-            .iter()
-            .filter(|e| e.seq > projected_seq)
-            .filter_map(|e| e.subject_id.as_deref()),
+        rows.iter()
+            .filter(|row| row.event.seq > projected_seq)
+            .filter_map(|row| row.event.subject_id.as_deref()),
     )
     .await?;
     let mut shown = Vec::new();
-    for mut event in events {
+    for row in rows {
+        let mut event = row.event;
         if event.seq > projected_seq {
             memd_projectors::event::open(&keyring, tenant, &mut event)?;
             if event.erased {
@@ -1101,54 +1140,60 @@ async fn recent_window(
             // Another agent's private memory: not even named.
             continue;
         }
-        if visibility.allows(&event.channel, &event.sensitivity) {
-            shown.push(event);
-        } else {
+        if !visibility.allows(&event.channel, &event.sensitivity) {
             omissions.privacy(SectionName::RecentWindow, event.event_id);
+            continue;
         }
-    }
-    let projected: Vec<&str> = shown
-        .iter()
-        .filter(|e| e.seq <= projected_seq)
-        .map(|e| e.event_id.as_str())
-        .collect();
-    let rows: Vec<StoredChunk> = sqlx::query_as(
-        "SELECT chunk_id, event_id, part, text, token_est, source, line_start, line_end
-           FROM projections.chunks
-          WHERE tenant_id = $1 AND event_id = ANY ($2)
-          ORDER BY event_id, part",
-    )
-    .bind(tenant)
-    .bind(&projected)
-    .fetch_all(&reader.pool)
-    .await?;
-    let mut stored: HashMap<String, Vec<StoredChunk>> = HashMap::new();
-    for mut row in rows {
-        reader.keyring.open_in_place(tenant, &mut row.text)?;
-        stored.entry(row.event_id.clone()).or_default().push(row);
+        let mut stored = Vec::new();
+        if let (Some(ids), Some(texts), Some(tokens), Some(sources), Some(starts), Some(ends)) = (
+            row.chunk_ids,
+            row.texts,
+            row.token_ests,
+            row.sources,
+            row.line_starts,
+            row.line_ends,
+        ) {
+            for (((((chunk_id, mut text), token_est), source), line_start), line_end) in ids
+                .into_iter()
+                .zip(texts)
+                .zip(tokens)
+                .zip(sources)
+                .zip(starts)
+                .zip(ends)
+            {
+                reader.keyring.open_in_place(tenant, &mut text)?;
+                stored.push(StoredChunk {
+                    chunk_id,
+                    text,
+                    token_est,
+                    source,
+                    line_start,
+                    line_end,
+                });
+            }
+        }
+        shown.push((event, stored));
     }
     let mut items = Vec::new();
-    for event in &shown {
+    for (event, stored) in &mut shown {
         // Projected events have their chunks, counted at projection; the
         // others (projections lag) are chunked and counted now, the same way.
-        let mut parts: Vec<StoredChunk> = match stored.remove(&event.event_id) {
-            Some(rows) => rows,
-            None if event.seq <= projected_seq => Vec::new(),
-            None => reader
+        let mut parts: Vec<StoredChunk> = if event.seq <= projected_seq {
+            std::mem::take(stored)
+        } else {
+            reader
                 .chunker
                 .chunks_of(event)
                 .into_iter()
                 .map(|chunk| StoredChunk {
                     chunk_id: chunk.chunk_id,
-                    event_id: chunk.event_id,
-                    part: chunk.part,
                     text: chunk.text,
                     token_est: chunk.token_est,
                     source: chunk.source,
                     line_start: chunk.line_start,
                     line_end: chunk.line_end,
                 })
-                .collect(),
+                .collect()
         };
         // A long tool output shows its head here, not all of it: one large
         // read must not crowd the rest of the conversation out of the
@@ -1213,13 +1258,23 @@ async fn recent_window(
     Ok(items)
 }
 
-/// A chunk of a recent event.
+/// A recent event, and its chunks' columns (by part) once projected.
 #[derive(Debug, sqlx::FromRow)]
+struct RecentEvent {
+    #[sqlx(flatten)]
+    event: StoredEvent,
+    chunk_ids: Option<Vec<String>>,
+    texts: Option<Vec<String>>,
+    token_ests: Option<Vec<i32>>,
+    sources: Option<Vec<Option<String>>>,
+    line_starts: Option<Vec<Option<i32>>>,
+    line_ends: Option<Vec<Option<i32>>>,
+}
+
+/// A chunk of a recent event.
+#[derive(Debug)]
 struct StoredChunk {
     chunk_id: String,
-    event_id: String,
-    #[allow(dead_code)] // ordering only
-    part: i32,
     text: String,
     token_est: i32,
     source: Option<String>,

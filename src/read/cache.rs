@@ -10,7 +10,7 @@
 //! only costs a reload.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -56,12 +56,16 @@ pub struct DecisionItem {
 }
 
 /// A tenant's fast-path state as of `projected_seq`.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct TenantState {
     pub projected_seq: i64,
     pub views: Vec<ViewItem>,
     /// Active decisions, newest first.
     pub decisions: Vec<DecisionItem>,
+    /// The ids of every active decision (also those `decisions` cannot
+    /// show): a decision chunk retrieved as evidence whose id is here
+    /// stands without asking the database.
+    pub active_decision_ids: HashSet<String>,
     /// Open and doing tasks, most recently updated first.
     pub tasks: Vec<Visible>,
 }
@@ -220,6 +224,7 @@ async fn load(
     for row in &mut decisions {
         row.open(keyring, tenant)?;
     }
+    let active_decision_ids = decisions.iter().map(|d| d.decision_id.clone()).collect();
     let decisions = decisions
         .into_iter()
         .filter_map(|row| {
@@ -259,6 +264,7 @@ async fn load(
         projected_seq,
         views,
         decisions,
+        active_decision_ids,
         tasks,
     })
 }

@@ -4,7 +4,10 @@
 //! and conflicting memory is left out (and said so), and what another
 //! section already shows or a kept item says again collapses into it.
 
-use std::collections::{HashMap, HashSet};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use memd_projectors::{dedupe, event::Kind, render};
 use serde_json::json;
@@ -13,6 +16,7 @@ use super::{
     Reader,
     acb::{Omissions, details},
     bundle::Item,
+    cache::TenantState,
     policy::{MAX_CANDIDATE_POOL, Policy, SectionName},
     retrieve::{self, Candidate},
 };
@@ -33,6 +37,8 @@ pub(super) struct Evidence {
     /// the active tasks.
     in_recent_window: HashSet<String>,
     active_tasks: HashSet<String>,
+    /// The tenant's state the bundle shows: which decisions are active.
+    state: Arc<TenantState>,
     tokens: usize,
     /// What was chosen, best first; shown as items by [`Evidence::finish`].
     kept: Vec<Candidate>,
@@ -59,6 +65,7 @@ impl Evidence {
         with_history: bool,
         in_recent_window: HashSet<String>,
         active_tasks: HashSet<String>,
+        state: Arc<TenantState>,
     ) -> Self {
         Self {
             limit,
@@ -67,13 +74,15 @@ impl Evidence {
             with_history,
             in_recent_window,
             active_tasks,
+            state,
             ..Self::default()
         }
     }
 
     /// Goes down `ranked` (best first) keeping what may be shown, until the
     /// limit. Decisions go to the ledger, not here. Only decisions' and
-    /// summaries' standing is read here (a page at a time); everything else
+    /// summaries' standing is read here (a page at a time), and not that of
+    /// decisions the state the ledger shows has active; everything else
     /// is decided from the candidates themselves, near-duplicates by the
     /// word sets stored at projection, so a pool of hundreds of copies of
     /// one fact costs no text reads.
@@ -96,9 +105,15 @@ impl Evidence {
             if page.is_empty() {
                 break;
             }
+            // A decision active in the state the ledger shows stands as
+            // that says; the others, and summaries, are read.
+            let state = self.state.clone();
+            let active = |c: &Candidate| {
+                c.kind == Some(Kind::Decision) && state.active_decision_ids.contains(&c.event_id)
+            };
             let ledgered: Vec<&str> = page
                 .iter()
-                .filter(|c| matches!(c.kind, Some(Kind::Decision | Kind::Summary)))
+                .filter(|c| matches!(c.kind, Some(Kind::Decision | Kind::Summary)) && !active(c))
                 .map(|c| c.event_id.as_str())
                 .collect();
             let standings =
@@ -108,10 +123,14 @@ impl Evidence {
                     break;
                 }
                 // Keyed by event: every part of a long decision or summary shares it.
-                let standing = standings
-                    .get(&candidate.event_id)
-                    .cloned()
-                    .unwrap_or_default();
+                let standing = if active(&candidate) {
+                    retrieve::Standing::active()
+                } else {
+                    standings
+                        .get(&candidate.event_id)
+                        .cloned()
+                        .unwrap_or_default()
+                };
                 self.take(candidate, standing, omissions);
             }
         }

@@ -263,7 +263,7 @@ async fn found_candidates(
     let mut candidates = Vec::with_capacity(positions.len());
     for (position, row) in positions.iter().zip(&remembered) {
         let row = match row {
-            Some(row) => Some(row),
+            Some(row) => Some(&**row),
             // Read rows come in the order of `missing`; a position the
             // channel may not see has none.
             None => read_rows.next_if(|row| row.position() == *position),
@@ -375,10 +375,14 @@ pub async fn candidates(
     report.vectors_compared = compared;
     let vectors = index.read().await;
     report.semantic_candidates = neighbours.len();
-    for candidate in &mut candidates {
-        candidate.semantic = vectors
-            .similarity((candidate.seq, candidate.part), &query_vector)
-            .map(f64::from);
+    // The lexical side's pool is newest first, as `similarities` is
+    // quickest with.
+    let positions: Vec<Position> = candidates.iter().map(|c| (c.seq, c.part)).collect();
+    for (candidate, similarity) in candidates
+        .iter_mut()
+        .zip(vectors.similarities(&positions, &query_vector))
+    {
+        candidate.semantic = similarity.map(f64::from);
     }
     let found: HashMap<(i64, i32), f32> = neighbours
         .iter()
@@ -424,8 +428,7 @@ pub async fn candidates(
     }
     report.semantic_only = added.len();
     candidates.extend(added);
-    // The same order whatever order the two sides came back in.
-    candidates.sort_by(|a, b| a.chunk_id.cmp(&b.chunk_id));
+    retrieve::in_pool_order(&mut candidates);
     Ok(Pool {
         candidates,
         common,

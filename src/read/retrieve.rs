@@ -20,7 +20,7 @@
 //! [0, 1]; candidates under `min_relevance` of it are dropped. Recency
 //! halves every `recency_half_life_hours` back from the tenant's newest
 //! event (not the wall clock: the same log gives the same ranking). Importance is the chunk's, set at projection. Ties go to
-//! importance, then the newer, then the shorter, then the smaller id.
+//! importance, then the newer, then the shorter, then the earlier part.
 
 use std::{cmp::Ordering, collections::HashMap};
 
@@ -436,11 +436,20 @@ async fn candidates(
         let matched = row.try_get_unchecked::<i32, _>(12)? as u32;
         candidates.push(Candidate::from_row(&row, matched)?);
     }
-    // The same order whatever order the branches came back in; a chunk
-    // holding several lexemes came back once per branch.
-    candidates.sort_by(|a, b| a.chunk_id.cmp(&b.chunk_id));
-    candidates.dedup_by(|a, b| a.chunk_id == b.chunk_id);
+    // A chunk holding several lexemes came back once per branch.
+    in_pool_order(&mut candidates);
+    candidates.dedup_by_key(|c| (c.seq, c.part));
     Ok(candidates)
+}
+
+/// The pool's order, whatever order its statements and sides came back
+/// in: newest first, by position (`(seq, part)`, unique in a tenant). The
+/// same log gives the same order, whatever ids its events were given (a
+/// history ingested again gets new ones), and comparing two integers is
+/// cheaper than two ids with a long common prefix, for a pool of a
+/// thousand.
+pub fn in_pool_order(candidates: &mut [Candidate]) {
+    candidates.sort_unstable_by_key(|c| std::cmp::Reverse((c.seq, c.part)));
 }
 
 /// A chunk found by meaning, as read once: its candidate (before any
@@ -958,8 +967,8 @@ pub fn fuse(candidates: &mut [Candidate], scoring: &Scoring) {
 }
 
 /// Each candidate's rank (0 = best) by `score`, `None` without one. Ties
-/// share the better rank's order by position in `candidates`, which is
-/// deterministic (the pool is sorted by chunk id).
+/// take the order of `candidates`, which is deterministic (the pool is
+/// newest first, [`in_pool_order`]): the newer of equals ranks better.
 fn ranks(
     candidates: &[Candidate],
     score: impl Fn(&Candidate) -> Option<f64>,
@@ -978,14 +987,15 @@ fn ranks(
 }
 
 /// Best first: score, then importance, then the newer, then the shorter,
-/// then the smaller id (P7: the same inputs give the same order).
+/// then the earlier part of the same event (P7: the same inputs give the
+/// same order; a position is unique in a tenant).
 fn better(a: &Candidate, b: &Candidate) -> Ordering {
     b.score
         .total_cmp(&a.score)
         .then_with(|| b.importance.total_cmp(&a.importance))
         .then_with(|| b.seq.cmp(&a.seq))
         .then_with(|| a.token_est.cmp(&b.token_est))
-        .then_with(|| a.chunk_id.cmp(&b.chunk_id))
+        .then_with(|| a.part.cmp(&b.part))
 }
 
 /// Where a decision or summary chunk stands: what decides whether it may be
@@ -997,6 +1007,16 @@ pub struct Standing {
     pub superseded_by: Option<String>,
     /// The summary's conflicts when the chunk is a flagged summary's.
     pub conflicts: Option<Value>,
+}
+
+impl Standing {
+    /// An active decision's.
+    pub fn active() -> Self {
+        Self {
+            decision_status: Some("active".to_owned()),
+            ..Self::default()
+        }
+    }
 }
 
 /// The standing of the decisions and summaries among `event_ids`, by event
@@ -1291,9 +1311,12 @@ mod tests {
         assert_eq!(ranked[0].chunk_id, "new-partial");
         assert!((ranked[1].recency - 0.5_f64.powi(30)).abs() < 1e-12);
 
-        // Equal scores: the more important wins, then the newer, then the id.
+        // Equal scores: the more important wins, then the newer, then the
+        // earlier part of the same event.
+        let mut second_part = candidate("b", &[0], 5, 2, 0.4);
+        second_part.part = 1;
         let tied = vec![
-            candidate("b", &[0], 5, 2, 0.4),
+            second_part,
             candidate("a", &[0], 5, 2, 0.4),
             candidate("c", &[0], 5, 2, 0.9),
         ];

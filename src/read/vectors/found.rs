@@ -12,7 +12,7 @@
 //! tenant; [`FoundRow::candidate`] applies the channel's rules to each
 //! again, and the search that named a position had applied the scope.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use super::{super::retrieve::FoundRow, Position};
 
@@ -25,13 +25,14 @@ const ONE_IN: usize = 8;
 
 #[derive(Debug, Default)]
 pub struct FoundRows {
-    rows: HashMap<Position, (FoundRow, u64)>,
+    /// Shared, so that a bundle takes a row without copying it.
+    rows: HashMap<Position, (Arc<FoundRow>, u64)>,
     clock: u64,
 }
 
 impl FoundRows {
     /// The rows remembered at `positions` (`None` where there is none).
-    pub fn get(&mut self, positions: &[Position]) -> Vec<Option<FoundRow>> {
+    pub fn get(&mut self, positions: &[Position]) -> Vec<Option<Arc<FoundRow>>> {
         self.clock += 1;
         let clock = self.clock;
         positions
@@ -51,7 +52,7 @@ impl FoundRows {
         self.clock += 1;
         let clock = self.clock;
         for row in rows {
-            self.rows.insert(row.position(), (row, clock));
+            self.rows.insert(row.position(), (Arc::new(row), clock));
         }
         let bound = AT_LEAST.max(indexed / ONE_IN);
         if self.rows.len() > bound {

@@ -197,7 +197,7 @@ impl TenantVectors {
 
     /// The rows remembered of the chunks at `positions`, where they are
     /// ([`found`]).
-    pub fn found_rows(&self, positions: &[Position]) -> Vec<Option<FoundRow>> {
+    pub fn found_rows(&self, positions: &[Position]) -> Vec<Option<Arc<FoundRow>>> {
         self.found.lock().expect("found rows lock").get(positions)
     }
 
@@ -318,6 +318,42 @@ impl TenantVectors {
             #[inline(always)]
             || self.rescore(row, query),
         ))
+    }
+
+    /// [`Self::similarity`] of each chunk at `positions`, in any order;
+    /// quickest newest first (the pool's order), as each is then looked
+    /// for a few steps below the one before: a thousand searches of the
+    /// whole index cost more than the products themselves.
+    pub fn similarities(&self, positions: &[Position], query: &[f32]) -> Vec<Option<f32>> {
+        let mut rows = Vec::with_capacity(positions.len());
+        let mut end = self.positions.len();
+        let mut previous = None;
+        for &position in positions {
+            if previous.is_some_and(|previous| position >= previous) {
+                // Not below the one before: search everything again.
+                end = self.positions.len();
+            }
+            previous = Some(position);
+            // Galloping down from `end`: `self.positions[end..]` are all
+            // after `position`, and `start` is at or before it (or 0).
+            let (mut start, mut step) = (end.saturating_sub(1), 1);
+            while start > 0 && self.positions[start] > position {
+                end = start;
+                start = start.saturating_sub(step);
+                step *= 2;
+            }
+            let at = start + self.positions[start..end].partition_point(|p| *p < position);
+            rows.push((at < end && self.positions[at] == position).then_some(at));
+            end = at;
+        }
+        cpu::with_avx2(
+            #[inline(always)]
+            || {
+                rows.iter()
+                    .map(|row| row.map(|row| self.rescore(row, query)))
+                    .collect()
+            },
+        )
     }
 
     /// The int8 vector of `row` against `query`. Inlined into callers that
@@ -1513,6 +1549,31 @@ mod list_tests {
             })
             .collect();
         (topics, rows)
+    }
+
+    #[test]
+    fn similarities_of_many_positions_are_each_ones_similarity_in_any_order() {
+        let (topics, rows) = clustered(3_000);
+        let vectors = load(&rows);
+        let query = Noise(7).near(&topics[3], 0.2);
+        // Newest first as a pool is, with positions the index lacks among
+        // them (not embedded, or never a chunk), then in no order at all.
+        let mut positions: Vec<Position> = (0..900_i64)
+            .map(|i| (3_100 - i * 7 % 3_200, (i % 4 == 0) as i32))
+            .collect();
+        positions.sort_unstable_by(|a, b| b.cmp(a));
+        positions.dedup();
+        let scrambled: Vec<Position> = (0..positions.len())
+            .map(|i| positions[i * 389 % positions.len()])
+            .collect();
+        for positions in [&positions, &scrambled] {
+            let each: Vec<Option<f32>> = positions
+                .iter()
+                .map(|position| vectors.similarity(*position, &query))
+                .collect();
+            assert_eq!(vectors.similarities(positions, &query), each);
+            assert!(each.iter().any(Option::is_none) && each.iter().any(Option::is_some));
+        }
     }
 
     fn load(rows: &[Row]) -> TenantVectors {
