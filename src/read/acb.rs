@@ -478,31 +478,20 @@ async fn head_caught_up(
     Ok((head, started.elapsed()))
 }
 
-/// The handoff packet waiting for the requesting agent in its session (the
-/// one `handoff_id` names, if any), when the channel may see it; otherwise
-/// a privacy omission.
+/// The handoff packet the head found waiting for the requesting agent in
+/// its session ([`Head::handoff_id`]), when the channel may see it;
+/// otherwise a privacy omission.
 async fn received_handoff(
     reader: &Reader,
     tenant: &str,
-    request: &AcbRequest,
     head: &Head,
     visibility: Visibility<'_>,
     omissions: &mut Omissions,
 ) -> Result<Option<handoff::Handoff>, sqlx::Error> {
-    let (Some(agent), Some(session), Some(waiting)) =
-        (&request.agent_id, &request.session_id, &head.handoff_id)
-    else {
+    let Some(waiting) = &head.handoff_id else {
         return Ok(None);
     };
-    let packet = handoff::for_receiver(
-        &reader.pool,
-        &reader.keyring,
-        tenant,
-        agent,
-        session,
-        Some(waiting),
-    )
-    .await?;
+    let packet = handoff::by_id(&reader.pool, &reader.keyring, tenant, waiting).await?;
     Ok(match packet {
         Some(packet) if visibility.allows(&packet.channel, &packet.sensitivity) => Some(packet),
         Some(packet) => {
@@ -553,8 +542,7 @@ async fn assemble(reader: &Reader, tenant: &str, request: AcbRequest) -> Result<
             Duration::ZERO,
         ),
     };
-    let handoff =
-        received_handoff(reader, tenant, &request, &head, visibility, &mut omissions).await?;
+    let handoff = received_handoff(reader, tenant, &head, visibility, &mut omissions).await?;
     // A receiving agent's evidence is about its packet's task.
     let retrieval_query = match (&handoff, query.is_empty()) {
         (Some(packet), true) => packet.task.as_str(),

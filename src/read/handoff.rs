@@ -271,27 +271,21 @@ pub struct Handoff {
     pub refs: Vec<String>,
 }
 
-/// The packet for `agent` in `session`: the one named, or the newest
-/// addressed to it there.
-pub async fn for_receiver(
+/// The packet `handoff_id`, opened (which packet waits for a receiving
+/// agent is decided with the bundle's head, in `read::acb`).
+pub async fn by_id(
     pool: &PgPool,
     keyring: &Keyring,
     tenant: &str,
-    agent: &str,
-    session: &str,
-    handoff_id: Option<&str>,
+    handoff_id: &str,
 ) -> Result<Option<Handoff>, sqlx::Error> {
     let handoff: Option<Handoff> = sqlx::query_as(
         "SELECT handoff_id, seq, ts, channel, sensitivity, from_agent, to_agent, task, task_id,
                 constraints, decision_ids, required_files, open_questions, refs
            FROM projections.handoffs
-          WHERE tenant_id = $1 AND to_agent = $2 AND session_id = $3
-            AND ($4::text IS NULL OR handoff_id = $4)
-          ORDER BY seq DESC LIMIT 1",
+          WHERE tenant_id = $1 AND handoff_id = $2",
     )
     .bind(tenant)
-    .bind(agent)
-    .bind(session)
     .bind(handoff_id)
     .fetch_optional(pool)
     .await?;

@@ -272,3 +272,48 @@ async fn a_packet_never_carries_a_task_text_further_than_the_task_could_go(
     assert_eq!(status, StatusCode::CREATED, "{created}");
     assert_eq!(created["packet"]["task"], "Rotate the okapi credentials");
 }
+
+/// The packet a bundle receives is the newest addressed to its agent in
+/// its session, or the one the request names; another agent or another
+/// session receives none.
+#[sqlx::test]
+async fn a_bundle_receives_the_newest_packet_for_its_agent_or_the_one_named(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let mut sent = Vec::new();
+    for task in ["Build the queue", "Drain the queue"] {
+        let (status, created) = app
+            .post_handoff(
+                &token,
+                &json!({"from_agent": "a", "to_agent": "b", "session_id": "b-work",
+                        "task": task}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{created}");
+        sent.push(created["handoff_id"].as_str().unwrap().to_owned());
+    }
+    wait_projected(&app.pool, "acme").await;
+    let received = |body: Value| {
+        let app = &app;
+        let token = &token;
+        async move { app.acb(token, body).await["provenance"]["handoff_id"].clone() }
+    };
+    assert_eq!(
+        received(json!({"session_id": "b-work", "agent_id": "b"})).await,
+        json!(sent[1])
+    );
+    assert_eq!(
+        received(json!({"session_id": "b-work", "agent_id": "b", "handoff_id": sent[0]})).await,
+        json!(sent[0])
+    );
+    for body in [
+        json!({"session_id": "b-work", "agent_id": "c"}),
+        json!({"session_id": "elsewhere", "agent_id": "b"}),
+        json!({"session_id": "b-work"}),
+    ] {
+        assert_eq!(received(body.clone()).await, Value::Null, "{body}");
+    }
+}

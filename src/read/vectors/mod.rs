@@ -311,7 +311,9 @@ impl TenantVectors {
     }
 
     /// The similarity of the chunk at `position` to `query`, if it is
-    /// embedded.
+    /// embedded: one binary search, the reference [`Self::similarities`]
+    /// is tested against.
+    #[cfg(test)]
     pub fn similarity(&self, position: Position, query: &[f32]) -> Option<f32> {
         let row = self.positions.binary_search(&position).ok()?;
         Some(cpu::with_avx2(
