@@ -109,12 +109,12 @@ impl Evidence {
             // that says; the others, and summaries, are read.
             let state = self.state.clone();
             let active = |c: &Candidate| {
-                c.kind == Some(Kind::Decision) && state.active_decision_ids.contains(&c.event_id)
+                c.kind == Some(Kind::Decision) && state.active_decision_ids.contains(c.event_id())
             };
             let ledgered: Vec<&str> = page
                 .iter()
                 .filter(|c| matches!(c.kind, Some(Kind::Decision | Kind::Summary)) && !active(c))
-                .map(|c| c.event_id.as_str())
+                .map(Candidate::event_id)
                 .collect();
             let standings =
                 retrieve::standings(&reader.pool, &reader.keyring, tenant, &ledgered).await?;
@@ -127,7 +127,7 @@ impl Evidence {
                     retrieve::Standing::active()
                 } else {
                     standings
-                        .get(&candidate.event_id)
+                        .get(candidate.event_id())
                         .cloned()
                         .unwrap_or_default()
                 };
@@ -151,29 +151,33 @@ impl Evidence {
         let section = Some(SectionName::RetrievedEvidence);
         let rank = self.considered;
         self.considered += 1;
-        if self.chosen.contains(&candidate.chunk_id) {
+        if self.chosen.contains(candidate.chunk_id()) {
             return;
         }
         if candidate.kind == Some(Kind::Decision) {
             match standing.decision_status.as_deref() {
                 Some("active") => {
-                    self.decision_rank.entry(candidate.event_id).or_insert(rank);
+                    self.decision_rank
+                        .entry(candidate.event_id().to_owned())
+                        .or_insert(rank);
                     return;
                 }
                 Some("superseded") if self.with_history => {
-                    if !self.decision_rank.contains_key(&candidate.event_id) {
-                        self.history.push(candidate.event_id.clone());
+                    if !self.decision_rank.contains_key(candidate.event_id()) {
+                        self.history.push(candidate.event_id().to_owned());
                     }
-                    self.decision_rank.entry(candidate.event_id).or_insert(rank);
+                    self.decision_rank
+                        .entry(candidate.event_id().to_owned())
+                        .or_insert(rank);
                     return;
                 }
                 Some("superseded") => {
                     omissions.add(
                         "superseded",
                         section,
-                        candidate.chunk_id,
+                        candidate.chunk_id().to_owned(),
                         details(&[
-                            ("decision_id", json!(candidate.event_id)),
+                            ("decision_id", json!(candidate.event_id())),
                             ("superseded_by", json!(standing.superseded_by)),
                         ]),
                     );
@@ -183,8 +187,8 @@ impl Evidence {
                     omissions.add(
                         "rejected",
                         section,
-                        candidate.chunk_id,
-                        details(&[("decision_id", json!(candidate.event_id))]),
+                        candidate.chunk_id().to_owned(),
+                        details(&[("decision_id", json!(candidate.event_id()))]),
                     );
                     return;
                 }
@@ -196,63 +200,58 @@ impl Evidence {
             omissions.add(
                 "conflict",
                 section,
-                candidate.chunk_id,
+                candidate.chunk_id().to_owned(),
                 details(&[
-                    ("summary_id", json!(candidate.event_id)),
+                    ("summary_id", json!(candidate.event_id())),
                     ("conflicts", conflicts),
                 ]),
             );
             return;
         }
-        if self.in_recent_window.contains(&candidate.chunk_id) {
+        if self.in_recent_window.contains(candidate.chunk_id()) {
             // Keys with a space never meet a kept chunk's id ([`Evidence::collapse`]).
             omissions.add_keyed(
                 "duplicate",
                 section,
-                candidate.chunk_id,
+                candidate.chunk_id().to_owned(),
                 "kept_in recent_window",
                 || details(&[("kept_in", json!("recent_window"))]),
             );
             return;
         }
         if candidate.kind == Some(Kind::TaskUpdate)
-            && let Some(task) = candidate
-                .source
-                .as_deref()
-                .and_then(|s| s.strip_prefix("task "))
+            && let Some(task) = candidate.source().and_then(|s| s.strip_prefix("task "))
             && self.active_tasks.contains(task)
         {
             omissions.add_keyed(
                 "duplicate",
                 section,
-                candidate.chunk_id,
+                candidate.chunk_id().to_owned(),
                 &format!("kept_in task_state {task}"),
                 || details(&[("kept_in", json!("task_state")), ("task_id", json!(task))]),
             );
             return;
         }
-        let duplicate_of = self
-            .hashes
-            .get(&candidate.content_hash)
-            .map(String::as_str)
-            .or_else(|| {
-                self.words
-                    .iter()
-                    .find(|(_, kept)| {
-                        dedupe::jaccard(kept, &candidate.words) >= self.duplicate_similarity
-                    })
-                    .map(|(kept, _)| kept.as_str())
-            });
-        if let Some(kept) = duplicate_of {
-            let kept = kept.to_owned();
-            self.collapse(omissions, candidate.chunk_id, &kept);
+        let content_hash = candidate.content_hash();
+        if let Some(kept) = self.hashes.get(&content_hash) {
+            let kept = kept.clone();
+            self.collapse(omissions, candidate.chunk_id().to_owned(), &kept);
             return;
         }
-        self.hashes
-            .insert(candidate.content_hash, candidate.chunk_id.clone());
-        self.words
-            .push((candidate.chunk_id.clone(), candidate.words.clone()));
-        self.chosen.insert(candidate.chunk_id.clone());
+        let words = candidate.words();
+        if let Some((kept, _)) = self
+            .words
+            .iter()
+            .find(|(_, kept)| dedupe::jaccard(kept, &words) >= self.duplicate_similarity)
+        {
+            let kept = kept.clone();
+            self.collapse(omissions, candidate.chunk_id().to_owned(), &kept);
+            return;
+        }
+        let chunk_id = candidate.chunk_id();
+        self.hashes.insert(content_hash, chunk_id.to_owned());
+        self.words.push((chunk_id.to_owned(), words));
+        self.chosen.insert(chunk_id.to_owned());
         self.tokens += candidate.token_est.max(0) as usize;
         self.kept.push(candidate);
     }
@@ -276,38 +275,41 @@ impl Evidence {
         tenant: &str,
         omissions: &mut Omissions,
     ) -> Result<(), sqlx::Error> {
-        let ids: Vec<&str> = self.kept.iter().map(|c| c.chunk_id.as_str()).collect();
+        let ids: Vec<&str> = self.kept.iter().map(Candidate::chunk_id).collect();
         let mut shown = retrieve::shown(&reader.pool, &reader.keyring, tenant, &ids).await?;
         for candidate in self.kept.drain(..) {
             // Gone since it was ranked (a rebuild in between): nothing to show.
-            let Some(shown) = shown.remove(&candidate.chunk_id) else {
+            let Some(shown) = shown.remove(candidate.chunk_id()) else {
                 continue;
             };
             if let Some(artifact) = &shown.artifact_id {
                 omissions.add(
                     "truncated_tool_output",
                     Some(SectionName::RetrievedEvidence),
-                    candidate.event_id.clone(),
+                    candidate.event_id().to_owned(),
                     details(&[("artifact_id", json!(artifact))]),
                 );
             }
             let meta = render::chunk_meta(
                 &shown.actor_id,
                 candidate.kind_name(),
-                candidate.source.as_deref(),
+                candidate.source(),
                 shown.line_start.zip(shown.line_end),
                 candidate.ts,
             );
             self.items.push(Item {
                 kind: "evidence",
-                id: candidate.chunk_id.clone(),
+                id: candidate.chunk_id().to_owned(),
                 meta,
                 text: render::body(&shown.text),
                 tokens: candidate.token_est.max(0) as usize,
-                refs: vec![candidate.chunk_id.clone(), candidate.event_id.clone()],
+                refs: vec![
+                    candidate.chunk_id().to_owned(),
+                    candidate.event_id().to_owned(),
+                ],
                 fields: details(&[
-                    ("chunk_id", json!(candidate.chunk_id)),
-                    ("event_id", json!(candidate.event_id)),
+                    ("chunk_id", json!(candidate.chunk_id())),
+                    ("event_id", json!(candidate.event_id())),
                     ("kind", json!(candidate.kind_name())),
                     ("session_id", json!(shown.session_id)),
                     ("ts", json!(candidate.ts)),

@@ -388,8 +388,8 @@ pub async fn candidates(
         .iter()
         .map(|n| (n.position, n.similarity))
         .collect();
-    let known: std::collections::HashSet<(i64, i32)> =
-        candidates.iter().map(|c| (c.seq, c.part)).collect();
+    // `positions` is the pool's order, newest first.
+    let known = |position: &Position| positions.binary_search_by(|p| position.cmp(p)).is_ok();
     drop(vectors);
     report.read_beside_lexical = rows.is_some();
     let mut added = match rows {
@@ -398,14 +398,14 @@ pub async fn candidates(
         Some((rows, remembered)) => {
             report.rows_remembered = remembered;
             rows.into_iter()
-                .filter(|c| !known.contains(&(c.seq, c.part)))
+                .filter(|c| !known(&(c.seq, c.part)))
                 .collect()
         }
         None => {
             let missing: Vec<(i64, i32)> = neighbours
                 .iter()
                 .map(|n| n.position)
-                .filter(|position| !known.contains(position))
+                .filter(|position| !known(position))
                 .collect();
             let (rows, remembered) = found_candidates(
                 &reader.pool,

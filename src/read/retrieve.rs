@@ -22,11 +22,11 @@
 //! event (not the wall clock: the same log gives the same ranking). Importance is the chunk's, set at projection. Ties go to
 //! importance, then the newer, then the shorter, then the earlier part.
 
-use std::{cmp::Ordering, collections::HashMap};
+use std::{cmp::Ordering, collections::HashMap, sync::Arc};
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::{PgPool, Row};
+use sqlx::{PgPool, Row, postgres::PgRow};
 
 use memd_projectors::{dedupe, event::Kind, seal::Keyring};
 
@@ -44,24 +44,19 @@ pub const MAX_LEXEMES: usize = 24;
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
 
-/// A chunk in the pool, with what ranking and choosing need: no text and
-/// no display fields, which are read only for the chunks a bundle keeps
+/// A chunk in the pool, with what ranking needs decoded and what only
+/// choosing needs ([`Details`]) left in the row it came in: no text and no
+/// display fields, which are read only for the chunks a bundle keeps
 /// ([`shown`]).
 #[derive(Debug, Clone)]
 pub struct Candidate {
-    pub chunk_id: String,
-    pub event_id: String,
     pub seq: i64,
     pub part: i32,
     pub ts: DateTime<Utc>,
     /// `None` for a kind this build does not know (a newer one's).
     pub kind: Option<Kind>,
-    pub source: Option<String>,
     pub token_est: i32,
     pub importance: f32,
-    pub content_hash: [u8; 32],
-    /// Its content words, as projected ([`memd_projectors::dedupe`]).
-    pub words: Vec<u64>,
     /// The query lexemes the chunk contains: bit `i` for lexeme `i` (there
     /// are at most [`MAX_LEXEMES`]).
     pub matched: u32,
@@ -75,42 +70,228 @@ pub struct Candidate {
     pub relevance: f64,
     pub recency: f64,
     pub score: f64,
+    details: Details,
+}
+
+/// The ids, source, content hash and words of a candidate: what only the
+/// candidates a bundle considers need (a page of 64 or so of a pool of a
+/// thousand). Decoding them into owned strings and vectors for every row
+/// was most of the daemon's allocation in a retrieval bundle, so a
+/// candidate read by a statement keeps them in that statement's rows,
+/// shared by every candidate of it, and decodes them when asked.
+#[derive(Clone)]
+enum Details {
+    /// Row `index` of a statement's rows, whose first columns are
+    /// [`CANDIDATE_COLUMNS`]; its ids were checked to be text when the
+    /// candidate was made.
+    Row { rows: Arc<[PgRow]>, index: usize },
+    /// Decoded already (a row the vector index remembers, a test's).
+    Owned(Arc<OwnedDetails>),
+}
+
+#[derive(Debug)]
+struct OwnedDetails {
+    chunk_id: String,
+    event_id: String,
+    source: Option<String>,
+    content_hash: [u8; 32],
+    words: Vec<u64>,
+}
+
+impl std::fmt::Debug for Details {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Details::Row { rows, index } => {
+                write!(f, "Row({})", Details::text(&rows[*index], column::CHUNK_ID))
+            }
+            Details::Owned(owned) => owned.fmt(f),
+        }
+    }
+}
+
+/// Column positions of [`CANDIDATE_COLUMNS`].
+mod column {
+    pub const CHUNK_ID: usize = 0;
+    pub const EVENT_ID: usize = 1;
+    pub const SEQ: usize = 2;
+    pub const TS: usize = 3;
+    pub const KIND: usize = 4;
+    pub const SOURCE: usize = 5;
+    pub const TOKEN_EST: usize = 6;
+    pub const IMPORTANCE: usize = 7;
+    pub const CONTENT_HASH: usize = 8;
+    pub const WORDS: usize = 9;
+    pub const PART: usize = 10;
+    pub const LEXEME_COUNT: usize = 11;
+}
+
+impl Details {
+    /// A text column checked when the candidate was made.
+    fn text(row: &PgRow, column: usize) -> &str {
+        row.try_get_unchecked(column)
+            .expect("a candidate's ids are checked when it is read")
+    }
+
+    fn bytes(row: &PgRow, column: usize) -> &[u8] {
+        row.try_get_unchecked(column)
+            .expect("a candidate's bytes are checked when it is read")
+    }
 }
 
 impl Candidate {
-    /// A row whose first columns are [`CANDIDATE_COLUMNS`], then the
-    /// chunk's lexeme count. By position, without sqlx's per-value type
-    /// check (the statements here fix the types): a bundle decodes up to
-    /// 2,000 rows, and the checks were a third of their decoding.
     /// The kind's name, as bundles show it.
     pub fn kind_name(&self) -> &'static str {
         self.kind.map_or("other", Kind::as_str)
     }
 
-    fn from_row(row: &sqlx::postgres::PgRow, matched: u32) -> Result<Self, sqlx::Error> {
-        Ok(Self {
-            chunk_id: row.try_get_unchecked(0)?,
-            event_id: row.try_get_unchecked(1)?,
-            seq: row.try_get_unchecked(2)?,
-            ts: row.try_get_unchecked(3)?,
-            kind: Kind::parse(row.try_get_unchecked(4)?),
-            source: row.try_get_unchecked(5)?,
-            token_est: row.try_get_unchecked(6)?,
-            importance: row.try_get_unchecked(7)?,
-            content_hash: row
-                .try_get_unchecked::<&[u8], _>(8)?
+    pub fn chunk_id(&self) -> &str {
+        match &self.details {
+            Details::Row { rows, index } => Details::text(&rows[*index], column::CHUNK_ID),
+            Details::Owned(owned) => &owned.chunk_id,
+        }
+    }
+
+    pub fn event_id(&self) -> &str {
+        match &self.details {
+            Details::Row { rows, index } => Details::text(&rows[*index], column::EVENT_ID),
+            Details::Owned(owned) => &owned.event_id,
+        }
+    }
+
+    pub fn source(&self) -> Option<&str> {
+        match &self.details {
+            Details::Row { rows, index } => rows[*index]
+                .try_get_unchecked(column::SOURCE)
+                .expect("a candidate's source is checked when it is read"),
+            Details::Owned(owned) => owned.source.as_deref(),
+        }
+    }
+
+    pub fn content_hash(&self) -> [u8; 32] {
+        match &self.details {
+            Details::Row { rows, index } => Details::bytes(&rows[*index], column::CONTENT_HASH)
                 .try_into()
-                .map_err(|_| sqlx::Error::Decode("content_hash is not 32 bytes".into()))?,
-            words: dedupe::decode(row.try_get_unchecked::<&[u8], _>(9)?),
-            part: row.try_get_unchecked(10)?,
-            lexeme_count: row.try_get_unchecked(11)?,
+                .expect("a candidate's content hash is checked when it is read"),
+            Details::Owned(owned) => owned.content_hash,
+        }
+    }
+
+    /// Its content words, as projected ([`memd_projectors::dedupe`]).
+    pub fn words(&self) -> Vec<u64> {
+        match &self.details {
+            Details::Row { rows, index } => {
+                dedupe::decode(Details::bytes(&rows[*index], column::WORDS))
+            }
+            Details::Owned(owned) => owned.words.clone(),
+        }
+    }
+
+    /// Candidates from `rows` (each starting with [`CANDIDATE_COLUMNS`],
+    /// then the chunk's lexeme count), with the lexemes `matched(row)`
+    /// says each holds. By position, without sqlx's per-value type check
+    /// (the statements here fix the types): a bundle decodes up to 2,000
+    /// rows, and the checks were a third of their decoding. What choosing
+    /// alone needs is checked here and decoded later ([`Details`]).
+    fn from_rows(
+        rows: Vec<PgRow>,
+        matched: impl Fn(&PgRow) -> Result<u32, sqlx::Error>,
+    ) -> Result<Vec<Self>, sqlx::Error> {
+        let rows: Arc<[PgRow]> = rows.into();
+        (0..rows.len())
+            .map(|index| {
+                let row = &rows[index];
+                let fields = Fields::read(row)?;
+                row.try_get_unchecked::<&str, _>(column::CHUNK_ID)?;
+                row.try_get_unchecked::<&str, _>(column::EVENT_ID)?;
+                row.try_get_unchecked::<Option<&str>, _>(column::SOURCE)?;
+                row.try_get_unchecked::<&[u8], _>(column::WORDS)?;
+                content_hash(row)?;
+                Ok(fields.candidate(
+                    matched(row)?,
+                    Details::Row {
+                        rows: rows.clone(),
+                        index,
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// A candidate from `row`, everything decoded: one to keep beyond the
+    /// bundle that read it.
+    fn owned(row: &PgRow, matched: u32) -> Result<Self, sqlx::Error> {
+        let details = OwnedDetails {
+            chunk_id: row.try_get_unchecked(column::CHUNK_ID)?,
+            event_id: row.try_get_unchecked(column::EVENT_ID)?,
+            source: row.try_get_unchecked(column::SOURCE)?,
+            content_hash: content_hash(row)?,
+            words: dedupe::decode(row.try_get_unchecked::<&[u8], _>(column::WORDS)?),
+        };
+        Ok(Fields::read(row)?.candidate(matched, Details::Owned(Arc::new(details))))
+    }
+
+    /// Bytes its details hold, roughly, when decoded.
+    fn details_heap_bytes(&self) -> usize {
+        match &self.details {
+            Details::Row { .. } => 0,
+            Details::Owned(owned) => {
+                std::mem::size_of::<OwnedDetails>()
+                    + owned.chunk_id.capacity()
+                    + owned.event_id.capacity()
+                    + owned.source.as_ref().map_or(0, String::capacity)
+                    + owned.words.capacity() * 8
+            }
+        }
+    }
+}
+
+fn content_hash(row: &PgRow) -> Result<[u8; 32], sqlx::Error> {
+    row.try_get_unchecked::<&[u8], _>(column::CONTENT_HASH)?
+        .try_into()
+        .map_err(|_| sqlx::Error::Decode("content_hash is not 32 bytes".into()))
+}
+
+/// What ranking needs of a candidate's row.
+struct Fields {
+    seq: i64,
+    part: i32,
+    ts: DateTime<Utc>,
+    kind: Option<Kind>,
+    token_est: i32,
+    importance: f32,
+    lexeme_count: i32,
+}
+
+impl Fields {
+    fn read(row: &PgRow) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            seq: row.try_get_unchecked(column::SEQ)?,
+            part: row.try_get_unchecked(column::PART)?,
+            ts: row.try_get_unchecked(column::TS)?,
+            kind: Kind::parse(row.try_get_unchecked(column::KIND)?),
+            token_est: row.try_get_unchecked(column::TOKEN_EST)?,
+            importance: row.try_get_unchecked(column::IMPORTANCE)?,
+            lexeme_count: row.try_get_unchecked(column::LEXEME_COUNT)?,
+        })
+    }
+
+    fn candidate(self, matched: u32, details: Details) -> Candidate {
+        Candidate {
+            seq: self.seq,
+            part: self.part,
+            ts: self.ts,
+            kind: self.kind,
+            token_est: self.token_est,
+            importance: self.importance,
+            lexeme_count: self.lexeme_count,
             matched,
             lexical: 0.0,
             semantic: None,
             relevance: 0.0,
             recency: 0.0,
             score: 0.0,
-        })
+            details,
+        }
     }
 }
 
@@ -431,11 +612,9 @@ async fn candidates(
         query = query.bind(literal);
     }
     let rows = query.fetch_all(pool).await?;
-    let mut candidates = Vec::with_capacity(rows.len());
-    for row in rows {
-        let matched = row.try_get_unchecked::<i32, _>(12)? as u32;
-        candidates.push(Candidate::from_row(&row, matched)?);
-    }
+    let mut candidates = Candidate::from_rows(rows, |row| {
+        Ok(row.try_get_unchecked::<i32, _>(column::LEXEME_COUNT + 1)? as u32)
+    })?;
     // A chunk holding several lexemes came back once per branch.
     in_pool_order(&mut candidates);
     candidates.dedup_by_key(|c| (c.seq, c.part));
@@ -477,12 +656,8 @@ impl FoundRow {
 
     /// Bytes held, roughly.
     pub fn heap_bytes(&self) -> usize {
-        let c = &self.candidate;
         std::mem::size_of::<Self>()
-            + c.chunk_id.capacity()
-            + c.event_id.capacity()
-            + c.source.as_ref().map_or(0, String::capacity)
-            + c.words.capacity() * 8
+            + self.candidate.details_heap_bytes()
             + self.lexemes.capacity() * 8
             + self.channel.capacity()
             + self.sensitivity.capacity()
@@ -560,6 +735,46 @@ fn lexeme_hash(lexeme: &str) -> u64 {
     memd_projectors::dedupe::fnv1a(lexeme.as_bytes())
 }
 
+/// Each element of a `text[]` value (the lexemes of a chunk's search
+/// vector), hashed ([`lexeme_hash`]) where it lies in the row: sqlx decodes
+/// an array only into owned strings, one allocation per lexeme of every
+/// row found by meaning.
+fn hashed_lexemes(value: sqlx::postgres::PgValueRef<'_>) -> Result<Vec<u64>, sqlx::Error> {
+    let malformed = |what: &str| sqlx::Error::Decode(format!("lexeme array: {what}").into());
+    if value.format() != sqlx::postgres::PgValueFormat::Binary {
+        return Err(malformed("not in the binary format"));
+    }
+    let mut rest = value.as_bytes().map_err(sqlx::Error::Decode)?;
+    fn take<'a>(rest: &mut &'a [u8], length: usize) -> Option<&'a [u8]> {
+        let (head, tail) = rest.split_at_checked(length)?;
+        *rest = tail;
+        Some(head)
+    }
+    let int = |rest: &mut &[u8]| -> Result<i32, sqlx::Error> {
+        let bytes = take(rest, 4).ok_or_else(|| malformed("cut short"))?;
+        Ok(i32::from_be_bytes(bytes.try_into().expect("4 bytes")))
+    };
+    // The header: dimensions, a has-nulls flag, the element type.
+    let dimensions = int(&mut rest)?;
+    let _ = (int(&mut rest)?, int(&mut rest)?);
+    let elements = match dimensions {
+        0 => 0,
+        1 => {
+            let (length, _lower_bound) = (int(&mut rest)?, int(&mut rest)?);
+            usize::try_from(length).map_err(|_| malformed("negative length"))?
+        }
+        _ => return Err(malformed("more than one dimension")),
+    };
+    let mut hashes = Vec::with_capacity(elements);
+    for _ in 0..elements {
+        let length = usize::try_from(int(&mut rest)?).map_err(|_| malformed("a null lexeme"))?;
+        let element = take(&mut rest, length).ok_or_else(|| malformed("cut short"))?;
+        let lexeme = std::str::from_utf8(element).map_err(|_| malformed("not UTF-8"))?;
+        hashes.push(lexeme_hash(lexeme));
+    }
+    Ok(hashes)
+}
+
 /// The chunks at `positions` (`(seq, part)`, from the vector index) that
 /// the channel may see and the scope allows, with what matching a
 /// question's lexemes against them takes ([`FoundRow`]), in the order of
@@ -610,14 +825,10 @@ pub async fn at_positions(
     .await?;
     rows.iter()
         .map(|row| {
-            let mut lexemes: Vec<u64> = row
-                .try_get_unchecked::<Vec<String>, _>(12)?
-                .into_iter()
-                .map(|lexeme| lexeme_hash(&lexeme))
-                .collect();
+            let mut lexemes = hashed_lexemes(row.try_get_raw(12)?)?;
             lexemes.sort_unstable();
             Ok(FoundRow {
-                candidate: Candidate::from_row(row, 0)?,
+                candidate: Candidate::owned(row, 0)?,
                 lexemes,
                 channel: row.try_get_unchecked(13)?,
                 sensitivity: row.try_get_unchecked(14)?,
@@ -656,19 +867,17 @@ pub async fn by_refs(
     .bind(visibility.agent)
     .fetch_all(pool)
     .await?;
-    ranked_first(&rows)
+    ranked_first(rows)
 }
 
 /// Rows as candidates that rank above anything retrieved (packet evidence,
 /// pinned memory): every score at its top.
-fn ranked_first(rows: &[sqlx::postgres::PgRow]) -> Result<Vec<Candidate>, sqlx::Error> {
-    rows.iter()
-        .map(|row| {
-            let mut candidate = Candidate::from_row(row, 0)?;
-            (candidate.relevance, candidate.recency, candidate.score) = (1.0, 1.0, 1.0);
-            Ok(candidate)
-        })
-        .collect()
+fn ranked_first(rows: Vec<PgRow>) -> Result<Vec<Candidate>, sqlx::Error> {
+    let mut candidates = Candidate::from_rows(rows, |_| Ok(0))?;
+    for candidate in &mut candidates {
+        (candidate.relevance, candidate.recency, candidate.score) = (1.0, 1.0, 1.0);
+    }
+    Ok(candidates)
 }
 
 /// Tags that pin memory: a bundle holds the newest pinned chunks the
@@ -706,7 +915,7 @@ pub async fn pinned(
     .bind(limit)
     .fetch_all(pool)
     .await?;
-    ranked_first(&rows)
+    ranked_first(rows)
 }
 
 /// Up to `limit` ids of chunks matching any lexeme that the channel may not
@@ -1197,26 +1406,25 @@ mod tests {
         importance: f32,
     ) -> Candidate {
         let newest = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
-        Candidate {
-            chunk_id: id.to_owned(),
-            event_id: format!("evt_{id}"),
+        Fields {
             seq: 1_000 - hours_old,
             part: 0,
             ts: newest - chrono::Duration::hours(hours_old),
             kind: Some(Kind::Message),
-            source: None,
             token_est: 10,
             importance,
-            content_hash: [0; 32],
-            words: vec![],
-            matched: matched.iter().fold(0, |bits, index| bits | 1 << index),
             lexeme_count: lexemes,
-            lexical: 0.0,
-            semantic: None,
-            relevance: 0.0,
-            recency: 0.0,
-            score: 0.0,
         }
+        .candidate(
+            matched.iter().fold(0, |bits, index| bits | 1 << index),
+            Details::Owned(Arc::new(OwnedDetails {
+                chunk_id: id.to_owned(),
+                event_id: format!("evt_{id}"),
+                source: None,
+                content_hash: [0; 32],
+                words: vec![],
+            })),
+        )
     }
 
     #[test]
@@ -1242,7 +1450,7 @@ mod tests {
             ..Scoring::default()
         };
         let ranked = rank(pool, 2, 10_000, newest, &scoring);
-        assert_eq!(ranked[0].chunk_id, "rare");
+        assert_eq!(ranked[0].chunk_id(), "rare");
         assert_eq!(ranked[0].relevance, 1.0);
     }
 
@@ -1262,7 +1470,7 @@ mod tests {
             ..Scoring::default()
         };
         let ranked = rank(pool.clone(), 2, 100, newest, &scoring);
-        assert_eq!(ranked[0].chunk_id, "decision");
+        assert_eq!(ranked[0].chunk_id(), "decision");
         assert!(
             ranked
                 .iter()
@@ -1298,7 +1506,7 @@ mod tests {
             ..Scoring::default()
         };
         let ranked = rank(pool.clone(), 2, 100, newest, &relevance_only);
-        assert_eq!(ranked[0].chunk_id, "old-relevant");
+        assert_eq!(ranked[0].chunk_id(), "old-relevant");
         let recency_heavy = Scoring {
             alpha: 0.2,
             beta: 0.8,
@@ -1308,7 +1516,7 @@ mod tests {
             ..Scoring::default()
         };
         let ranked = rank(pool.clone(), 2, 100, newest, &recency_heavy);
-        assert_eq!(ranked[0].chunk_id, "new-partial");
+        assert_eq!(ranked[0].chunk_id(), "new-partial");
         assert!((ranked[1].recency - 0.5_f64.powi(30)).abs() < 1e-12);
 
         // Equal scores: the more important wins, then the newer, then the
@@ -1330,7 +1538,7 @@ mod tests {
         };
         let order: Vec<_> = rank(tied, 1, 100, newest, &flat)
             .into_iter()
-            .map(|c| c.chunk_id)
+            .map(|c| c.chunk_id().to_owned())
             .collect();
         assert_eq!(order, ["c", "a", "b"]);
     }
@@ -1347,7 +1555,7 @@ mod tests {
         let scoring = Scoring::default();
         let ranked = rank(pool, 2, 60, newest, &scoring);
         assert_eq!(ranked.len(), 1, "new and important, but not relevant");
-        assert_eq!(ranked[0].chunk_id, "topic");
+        assert_eq!(ranked[0].chunk_id(), "topic");
     }
 
     #[test]
@@ -1373,7 +1581,7 @@ mod tests {
             ..Scoring::default()
         };
         let ranked = rank(pool.clone(), 1, 100, newest, &by_meaning);
-        assert_eq!(ranked[0].chunk_id, "c4");
+        assert_eq!(ranked[0].chunk_id(), "c4");
         assert_eq!(ranked[0].relevance, 1.0);
         // Mean 0.38: everything at or below it is not relevant by meaning.
         assert!(ranked[1..].iter().all(|c| c.relevance == 0.0));
@@ -1384,7 +1592,7 @@ mod tests {
             ..by_meaning
         };
         let ranked = rank(pool, 1, 100, newest, &hybrid);
-        let top: Vec<&str> = ranked[..2].iter().map(|c| c.chunk_id.as_str()).collect();
+        let top: Vec<&str> = ranked[..2].iter().map(|c| c.chunk_id()).collect();
         assert_eq!(top, ["c0", "c4"], "each side's best leads");
         assert!(ranked[0].lexical == 1.0 && ranked[0].semantic == Some(0.2));
     }
@@ -1409,7 +1617,7 @@ mod tests {
                 newest,
                 &scoring,
             );
-            assert_eq!(ranked[0].chunk_id, "waiting", "{fusion:?}");
+            assert_eq!(ranked[0].chunk_id(), "waiting", "{fusion:?}");
             assert!(
                 ranked[0].relevance >= scoring.min_relevance,
                 "{fusion:?}: {}",
@@ -1440,7 +1648,7 @@ mod tests {
             rank(pool.clone(), 2, 1_000, newest, scoring)
                 .into_iter()
                 .take(2)
-                .map(|c| c.chunk_id)
+                .map(|c| c.chunk_id().to_owned())
                 .collect()
         };
         assert_eq!(
@@ -1454,7 +1662,7 @@ mod tests {
             candidate("new", &[0], 5, 0, 0.4),
         ];
         let ranked = rank(tied, 1, 1_000, newest, &weights(Combine::Gated));
-        assert_eq!(ranked[0].chunk_id, "new");
+        assert_eq!(ranked[0].chunk_id(), "new");
         assert!(ranked[0].score <= ranked[0].relevance);
     }
 
