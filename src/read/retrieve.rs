@@ -123,6 +123,9 @@ mod column {
     pub const WORDS: usize = 9;
     pub const PART: usize = 10;
     pub const LEXEME_COUNT: usize = 11;
+    /// The lexical statement's mask of the query lexemes a chunk holds
+    /// ([`super::matched_mask`]), after its lexeme count.
+    pub const MATCHED: usize = 12;
 }
 
 impl Details {
@@ -130,6 +133,11 @@ impl Details {
     fn text(row: &PgRow, column: usize) -> &str {
         row.try_get_unchecked(column)
             .expect("a candidate's ids are checked when it is read")
+    }
+
+    fn optional_text(row: &PgRow, column: usize) -> Option<&str> {
+        row.try_get_unchecked(column)
+            .expect("a candidate's optional text is checked when it is read")
     }
 
     fn bytes(row: &PgRow, column: usize) -> &[u8] {
@@ -160,9 +168,7 @@ impl Candidate {
 
     pub fn source(&self) -> Option<&str> {
         match &self.details {
-            Details::Row { rows, index } => rows[*index]
-                .try_get_unchecked(column::SOURCE)
-                .expect("a candidate's source is checked when it is read"),
+            Details::Row { rows, index } => Details::optional_text(&rows[*index], column::SOURCE),
             Details::Owned(owned) => owned.source.as_deref(),
         }
     }
@@ -198,23 +204,50 @@ impl Candidate {
     ) -> Result<Vec<Self>, sqlx::Error> {
         let rows: Arc<[PgRow]> = rows.into();
         (0..rows.len())
-            .map(|index| {
-                let row = &rows[index];
-                let fields = Fields::read(row)?;
-                row.try_get_unchecked::<&str, _>(column::CHUNK_ID)?;
-                row.try_get_unchecked::<&str, _>(column::EVENT_ID)?;
-                row.try_get_unchecked::<Option<&str>, _>(column::SOURCE)?;
-                row.try_get_unchecked::<&[u8], _>(column::WORDS)?;
-                content_hash(row)?;
-                Ok(fields.candidate(
-                    matched(row)?,
-                    Details::Row {
-                        rows: rows.clone(),
-                        index,
-                    },
-                ))
-            })
+            .map(|index| Self::checked(&rows, index, Fields::read(&rows[index])?, &matched))
             .collect()
+    }
+
+    /// As [`Candidate::from_rows`], in pool order ([`in_pool_order`]) and
+    /// each chunk once: a chunk holding several of the question's lexemes
+    /// comes back once per branch of the lexical statement, and only the
+    /// rows kept have their details checked.
+    fn pool_from_rows(
+        rows: Vec<PgRow>,
+        matched: impl Fn(&PgRow) -> Result<u32, sqlx::Error>,
+    ) -> Result<Vec<Self>, sqlx::Error> {
+        let rows: Arc<[PgRow]> = rows.into();
+        let mut read = (0..rows.len())
+            .map(|index| Ok((Fields::read(&rows[index])?, index)))
+            .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        read.sort_unstable_by_key(|(fields, _)| std::cmp::Reverse((fields.seq, fields.part)));
+        read.dedup_by_key(|(fields, _)| (fields.seq, fields.part));
+        read.into_iter()
+            .map(|(fields, index)| Self::checked(&rows, index, fields, &matched))
+            .collect()
+    }
+
+    /// Row `index` of `rows` as a candidate, its details type-checked so
+    /// that the accessors may decode them later without failing.
+    fn checked(
+        rows: &Arc<[PgRow]>,
+        index: usize,
+        fields: Fields,
+        matched: impl Fn(&PgRow) -> Result<u32, sqlx::Error>,
+    ) -> Result<Self, sqlx::Error> {
+        let row = &rows[index];
+        row.try_get_unchecked::<&str, _>(column::CHUNK_ID)?;
+        row.try_get_unchecked::<&str, _>(column::EVENT_ID)?;
+        row.try_get_unchecked::<Option<&str>, _>(column::SOURCE)?;
+        row.try_get_unchecked::<&[u8], _>(column::WORDS)?;
+        content_hash(row)?;
+        Ok(fields.candidate(
+            matched(row)?,
+            Details::Row {
+                rows: rows.clone(),
+                index,
+            },
+        ))
     }
 
     /// A candidate from `row`, everything decoded: one to keep beyond the
@@ -612,13 +645,9 @@ async fn candidates(
         query = query.bind(literal);
     }
     let rows = query.fetch_all(pool).await?;
-    let mut candidates = Candidate::from_rows(rows, |row| {
-        Ok(row.try_get_unchecked::<i32, _>(column::LEXEME_COUNT + 1)? as u32)
-    })?;
-    // A chunk holding several lexemes came back once per branch.
-    in_pool_order(&mut candidates);
-    candidates.dedup_by_key(|c| (c.seq, c.part));
-    Ok(candidates)
+    Candidate::pool_from_rows(rows, |row| {
+        Ok(row.try_get_unchecked::<i32, _>(column::MATCHED)? as u32)
+    })
 }
 
 /// The pool's order, whatever order its statements and sides came back
