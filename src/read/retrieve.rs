@@ -220,7 +220,7 @@ impl Candidate {
         let mut read = (0..rows.len())
             .map(|index| Ok((Fields::read(&rows[index])?, index)))
             .collect::<Result<Vec<_>, sqlx::Error>>()?;
-        read.sort_unstable_by_key(|(fields, _)| std::cmp::Reverse((fields.seq, fields.part)));
+        read.sort_unstable_by_key(|(fields, _)| pool_order(fields.seq, fields.part));
         read.dedup_by_key(|(fields, _)| (fields.seq, fields.part));
         read.into_iter()
             .map(|(fields, index)| Self::checked(&rows, index, fields, &matched))
@@ -657,7 +657,12 @@ async fn candidates(
 /// cheaper than two ids with a long common prefix, for a pool of a
 /// thousand.
 pub fn in_pool_order(candidates: &mut [Candidate]) {
-    candidates.sort_unstable_by_key(|c| std::cmp::Reverse((c.seq, c.part)));
+    candidates.sort_unstable_by_key(|c| pool_order(c.seq, c.part));
+}
+
+/// The key of [`in_pool_order`]: newest position first.
+fn pool_order(seq: i64, part: i32) -> std::cmp::Reverse<(i64, i32)> {
+    std::cmp::Reverse((seq, part))
 }
 
 /// A chunk found by meaning, as read once: its candidate (before any

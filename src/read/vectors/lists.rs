@@ -263,7 +263,8 @@ fn scan_rows(
     }
 }
 
-fn row(signs: &[u64], words: usize, row: usize) -> &[u64] {
+/// The sign words of `row`, of `words` words each.
+pub(super) fn row(signs: &[u64], words: usize, row: usize) -> &[u64] {
     &signs[row * words..(row + 1) * words]
 }
 

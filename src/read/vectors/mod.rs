@@ -418,9 +418,8 @@ impl TenantVectors {
             .lock()
             .expect("searches lock")
             .get(&key, |row| {
-                let row = row as usize;
                 lists::distance(
-                    &self.signs[row * words..(row + 1) * words],
+                    lists::row(&self.signs, words, row as usize),
                     &plan.query_signs,
                 )
             });
@@ -655,7 +654,7 @@ impl TenantVectors {
         }
         for row in lists.assigned..self.len() {
             if keep(row as u32, self.class[row]) {
-                let signs = &self.signs[row * words..(row + 1) * words];
+                let signs = lists::row(&self.signs, words, row);
                 found.push((row as u32, lists::distance(signs, query)));
             }
         }
