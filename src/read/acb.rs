@@ -663,10 +663,11 @@ async fn assemble(reader: &Reader, tenant: &str, request: AcbRequest) -> Result<
     // packet evidence, otherwise the tenant's pinned memory.
     let first = match &handoff {
         Some(packet) => retrieve::by_refs(&reader.pool, tenant, &packet.refs, visibility).await?,
-        None => {
+        None if state.any_pinned => {
             let limit = (policy.retrieved_max / 2).max(1).into();
             retrieve::pinned(&reader.pool, tenant, visibility, &scope, limit).await?
         }
+        None => Vec::new(),
     };
     evidence
         .consider(reader, tenant, first, &mut omissions)

@@ -30,6 +30,7 @@ use crate::invalidation::Invalidated;
 use super::{
     bundle::Item,
     policy::{self, POLICY_CHANNEL, Policy},
+    retrieve,
 };
 
 /// A cached item and what privacy filters look at.
@@ -68,6 +69,12 @@ pub struct TenantState {
     pub active_decision_ids: HashSet<String>,
     /// Open and doing tasks, most recently updated first.
     pub tasks: Vec<Visible>,
+    /// Whether any of the tenant's chunks is pinned (whoever may see it):
+    /// when none is, a bundle does not ask for pinned memory. Most tenants
+    /// pin nothing, and the question cost every bundle a statement that
+    /// PostgreSQL plans anew each time (its filters' estimates keep the
+    /// generic plan dearer than a custom one).
+    pub any_pinned: bool,
 }
 
 #[derive(Default)]
@@ -260,12 +267,14 @@ async fn load(
         .into_iter()
         .filter_map(|row| row.into_visible(counter))
         .collect();
+    let any_pinned = retrieve::any_pinned(pool, tenant).await?;
     Ok(TenantState {
         projected_seq,
         views,
         decisions,
         active_decision_ids,
         tasks,
+        any_pinned,
     })
 }
 

@@ -923,6 +923,18 @@ pub const PIN_TAGS: [&str; 2] = ["pinned", "pin"];
 /// applies (a test checks the two agree).
 const PINNED: &str = "c.tags && '{pinned,pin}'::text[]";
 
+/// Whether the tenant has any pinned chunk ([`PIN_TAGS`]), whoever may see
+/// it: a probe of the partial index `chunks_pinned`, which holds pinned
+/// chunks only.
+pub async fn any_pinned(pool: &PgPool, tenant: &str) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT EXISTS (SELECT FROM projections.chunks c WHERE c.tenant_id = $1 AND {PINNED})"
+    )))
+    .bind(tenant)
+    .fetch_one(pool)
+    .await
+}
+
 /// The newest `limit` pinned chunks ([`PIN_TAGS`]) the bundle may see and
 /// the scope allows, as candidates that rank first.
 pub async fn pinned(

@@ -1105,6 +1105,41 @@ async fn looking_for_pinned_memory_reads_only_pinned_chunks(
     );
 }
 
+/// A tenant with nothing pinned is not asked for pinned memory (its cached
+/// state says so), and that answer does not outlive the first pin.
+#[sqlx::test]
+async fn memory_pinned_after_a_bundle_is_in_the_next(_: PgPoolOptions, connect: PgConnectOptions) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    for i in 0..5 {
+        app.append(
+            &token,
+            &message("s1", &format!("the export job {i} finished")),
+        )
+        .await;
+    }
+    wait_projected(&app.pool, "acme").await;
+    let fast = json!({"session_id": "other", "intent": "continue"});
+    let before = app.acb(&token, fast.clone()).await;
+    assert!(
+        section(&before, "retrieved_evidence").is_empty(),
+        "{before:#}"
+    );
+    let mut pinned = message("s1", "Always answer the customer in French.");
+    pinned["tags"] = json!(["pinned"]);
+    app.append(&token, &pinned).await;
+    wait_projected(&app.pool, "acme").await;
+    let after = app.acb(&token, fast).await;
+    let texts: Vec<&str> = section(&after, "retrieved_evidence")
+        .iter()
+        .map(|item| item["text"].as_str().unwrap())
+        .collect();
+    assert!(
+        texts.len() == 1 && texts[0].contains("answer the customer in French"),
+        "{texts:?}"
+    );
+}
+
 #[sqlx::test]
 async fn pinned_memory_is_in_every_bundle_while_it_fits(
     _: PgPoolOptions,
