@@ -968,7 +968,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             .await?;
             let events: i64 = done.iter().map(|t| t.events).sum();
             let elapsed = started.elapsed().as_secs_f64();
-            rebuild::vacuum_analyze(&pool, &engine).await?;
+            // Every tenant rebuilt: the tables whole, partitions and all.
+            let rebuilt: Vec<String> = done.iter().map(|t| t.tenant.clone()).collect();
+            rebuild::vacuum_analyze(&pool, &engine, tenant.is_some().then_some(&rebuilt[..]))
+                .await?;
             for tenant in &done {
                 println!(
                     "rebuilt tenant={} events={} in {:.2}s",

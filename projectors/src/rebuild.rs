@@ -89,15 +89,19 @@ pub async fn rebuild(
 /// every search scans, and the planner keeps estimating from the old
 /// contents (a term it thinks rare may now match most chunks, and a plan
 /// built for a rare term reads them all).
-pub async fn vacuum_analyze(pool: &PgPool, engine: &Engine) -> Result<(), ProjectError> {
-    let tables: Vec<String> = engine
-        .projectors()
-        .iter()
-        .flat_map(|p| p.tables())
-        .map(|table| format!("projections.{}", table.name))
-        .collect();
+///
+/// With `tenants` (the ones rebuilt), a table partitioned by tenant is
+/// vacuumed only in the partitions that hold them: rebuilding one tenant
+/// of many must not cost a vacuum of every other tenant's rows.
+pub async fn vacuum_analyze(
+    pool: &PgPool,
+    engine: &Engine,
+    tenants: Option<&[String]>,
+) -> Result<(), ProjectError> {
+    let tables = vacuumed_tables(pool, engine, tenants).await?;
     if !tables.is_empty() {
-        // Table names are the projectors' own constants.
+        // Table names are the projectors' own constants, and partitions'
+        // names as the catalog quotes them.
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "VACUUM (ANALYZE) {}",
             tables.join(", ")
@@ -106,6 +110,48 @@ pub async fn vacuum_analyze(pool: &PgPool, engine: &Engine) -> Result<(), Projec
         .await?;
     }
     Ok(())
+}
+
+/// The tables [`vacuum_analyze`] vacuums, qualified: each projector's
+/// table, or with `tenants`, of a partitioned one the partitions holding a
+/// row of theirs.
+pub async fn vacuumed_tables(
+    pool: &PgPool,
+    engine: &Engine,
+    tenants: Option<&[String]>,
+) -> Result<Vec<String>, sqlx::Error> {
+    let mut vacuumed = Vec::new();
+    for table in engine.projectors().iter().flat_map(|p| p.tables()) {
+        let qualified = format!("projections.{}", table.name);
+        let partitioned: bool = sqlx::query_scalar(
+            "SELECT c.relkind = 'p' FROM pg_class c
+              WHERE c.oid = to_regclass($1)",
+        )
+        .bind(&qualified)
+        .fetch_optional(pool)
+        .await?
+        .unwrap_or(false);
+        match tenants {
+            Some(tenants) if partitioned => {
+                // A tenant's rows are all in one partition: its first row's
+                // says which. A tenant left with no rows has nothing there
+                // to vacuum but the dead ones, which autovacuum will find.
+                let partitions: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT DISTINCT p.tableoid::regclass::text
+                       FROM unnest($1::text[]) AS t (tenant_id)
+                      CROSS JOIN LATERAL (SELECT r.tableoid FROM {qualified} r
+                                           WHERE r.tenant_id = t.tenant_id LIMIT 1) AS p
+                      ORDER BY 1"
+                )))
+                .bind(tenants)
+                .fetch_all(pool)
+                .await?;
+                vacuumed.extend(partitions);
+            }
+            _ => vacuumed.push(qualified),
+        }
+    }
+    Ok(vacuumed)
 }
 
 /// Applies the log above the cursors, batch by batch, up to each cursor's

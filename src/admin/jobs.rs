@@ -212,7 +212,7 @@ async fn run_job(job: AdminJob, ctx: Data<JobContext>) -> Result<Value, BoxDynEr
             let done = rebuild::rebuild(&ctx.pool, &engine, Some(tenant), &mut |_| {}).await?;
             let events: i64 = done.iter().map(|t| t.events).sum();
             let seconds = started.elapsed().as_secs_f64();
-            rebuild::vacuum_analyze(&ctx.pool, &engine).await?;
+            rebuild::vacuum_analyze(&ctx.pool, &engine, Some(std::slice::from_ref(tenant))).await?;
             json!({
                 "tenant": tenant,
                 "projectors": engine.projectors().iter().map(|p| p.name()).collect::<Vec<_>>(),

@@ -387,3 +387,76 @@ async fn a_rebuild_reads_ahead_or_in_its_transaction_alike(
         incremental
     );
 }
+
+/// After one tenant's rebuild, the table partitioned by tenant is vacuumed
+/// only where that tenant's rows are, not in every other tenant's
+/// partition; the other tables whole. Rebuilding everything vacuums the
+/// partitioned table whole.
+#[sqlx::test]
+async fn a_tenant_rebuild_vacuums_its_own_partition(_: PgPoolOptions, connect: PgConnectOptions) {
+    let app = spawn_daemon(connect).await;
+    // Two tenants whose chunks land in different partitions.
+    let partition_of = |tenant: &str| {
+        let pool = app.pool.clone();
+        let tenant = tenant.to_owned();
+        async move {
+            sqlx::query_scalar::<_, String>(
+                "SELECT p.relid::regclass::text
+                   FROM pg_partition_tree('projections.chunks') AS p
+                   JOIN pg_class c ON c.oid = p.relid
+                  WHERE CASE WHEN p.isleaf
+                             THEN satisfies_hash_partition('projections.chunks'::regclass, 16,
+                                      substring(c.relname FROM '[0-9]+$')::int, $1::text)
+                             ELSE false END",
+            )
+            .bind(tenant)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let first = partition_of("acme").await;
+    let mut other = String::new();
+    for candidate in ["globex", "initech", "umbrella", "hooli", "wonka"] {
+        if partition_of(candidate).await != first {
+            other = candidate.to_owned();
+            break;
+        }
+    }
+    assert!(!other.is_empty(), "no second tenant in another partition");
+    for tenant in ["acme", other.as_str()] {
+        let token = app.tenant(tenant).await;
+        app.append(&token, &message("s1", "the export job finished"))
+            .await;
+        wait_projected(&app.pool, tenant).await;
+    }
+    let engine = memd::startup::ProjectionConfig::default().engine();
+    let rebuilt = ["acme".to_owned()];
+    rebuild::rebuild(&app.pool, &engine, Some("acme"), &mut |_| {})
+        .await
+        .unwrap();
+    let tables = rebuild::vacuumed_tables(&app.pool, &engine, Some(&rebuilt))
+        .await
+        .unwrap();
+    assert!(tables.contains(&first), "{tables:?}");
+    assert!(!tables.contains(&partition_of(&other).await), "{tables:?}");
+    assert!(
+        !tables.contains(&"projections.chunks".to_owned()),
+        "{tables:?}"
+    );
+    assert!(
+        tables.contains(&"projections.decisions".to_owned()),
+        "{tables:?}"
+    );
+    rebuild::vacuum_analyze(&app.pool, &engine, Some(&rebuilt))
+        .await
+        .unwrap();
+
+    let everything = rebuild::vacuumed_tables(&app.pool, &engine, None)
+        .await
+        .unwrap();
+    assert!(
+        everything.contains(&"projections.chunks".to_owned()),
+        "{everything:?}"
+    );
+}
