@@ -92,14 +92,23 @@ struct Seen {
     tokens: f64,
     pool: f64,
     stages_ms: [f64; STAGES.len()],
+    /// Bundles whose question the model embedded (not from the cache).
+    embedded: usize,
+    /// Rows of chunks found by meaning read from PostgreSQL, summed.
+    rows_read: f64,
 }
 
 impl Seen {
     fn add(&mut self, acb: &Value) {
         self.bundles += 1;
-        if acb["provenance"]["semantic"]["used"] == true {
+        let semantic = &acb["provenance"]["semantic"];
+        if semantic["used"] == true {
             self.semantic += 1;
         }
+        if semantic["question_embedded"] == true {
+            self.embedded += 1;
+        }
+        self.rows_read += semantic["rows_read"].as_f64().unwrap_or(0.0);
         self.tokens += acb["token_used_est"].as_f64().unwrap_or(0.0);
         self.pool += acb["provenance"]["candidate_pool_size"]
             .as_f64()
@@ -567,8 +576,11 @@ fn render(rows: &[Row], options: &Options, environment: &str) -> String {
     let _ = writeln!(
         out,
         "\nWhere a bundle's time went, as the daemon measured it (`provenance.stages_ms`, mean ms per bundle; \
-         the rest of the round trip is HTTP and JSON):\n\n\
-         | events | scenario | clients | {} |\n|---:|---|---:|{}",
+         the rest of the round trip is HTTP and JSON), and what the semantic side did (`provenance.semantic`): \
+         *questions embedded*, the share of bundles whose question the model ran for (the others' vectors were \
+         cached); *rows read*, the rows of chunks found by meaning read from PostgreSQL per bundle (the others \
+         the lexical side had, or the vector index remembered):\n\n\
+         | events | scenario | clients | {} | questions embedded | rows read |\n|---:|---|---:|{}---:|---:|",
         STAGES.join(" | "),
         "---:|".repeat(STAGES.len())
     );
@@ -581,11 +593,13 @@ fn render(rows: &[Row], options: &Options, environment: &str) -> String {
             .collect();
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {:.2} | {:.1} |",
             row.size,
             row.scenario,
             row.clients,
-            stages.join(" | ")
+            stages.join(" | "),
+            row.seen.mean(row.seen.embedded as f64),
+            row.seen.mean(row.seen.rows_read)
         );
     }
     out

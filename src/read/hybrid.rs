@@ -55,6 +55,11 @@ pub struct SemanticReport {
     /// many the vector index remembered from an earlier search, rather
     /// than read from PostgreSQL.
     pub rows_remembered: usize,
+    /// How many it read from PostgreSQL.
+    pub rows_read: usize,
+    /// Whether the question's vector was computed for this bundle (the
+    /// model ran), rather than found among the questions asked recently.
+    pub question_embedded: bool,
 }
 
 /// Where the tenant's embeddings stand, read with the log's head.
@@ -107,6 +112,8 @@ impl<T> std::future::Future for Aborting<T> {
 /// What the semantic side found before the two sides meet.
 struct Nearest {
     vector: Arc<Vec<f32>>,
+    /// Whether `vector` was computed for this question.
+    embedded: bool,
     found: Found,
 }
 
@@ -119,8 +126,8 @@ enum Found {
         compared: usize,
         neighbours: Vec<Neighbour>,
         /// The neighbours' rows, when read beside the lexical statement,
-        /// and how many of them came from memory.
-        rows: Option<(Vec<Candidate>, usize)>,
+        /// and where they came from.
+        rows: Option<(Vec<Candidate>, RowsFrom)>,
     },
     /// The index is loading in the background; lexical candidates only.
     Loading { behind: i64 },
@@ -186,7 +193,7 @@ pub fn start_question(
     );
     Ok(Question {
         nearest: Aborting(tokio::spawn(async move {
-            let vector = semantic
+            let (vector, embedded) = semantic
                 .query_vector(embedder, &query)
                 .await
                 .map_err(Failure::Embedding)?;
@@ -231,7 +238,11 @@ pub fn start_question(
                 }
                 Current::Loading { behind } => Found::Loading { behind },
             };
-            Ok(Nearest { vector, found })
+            Ok(Nearest {
+                vector,
+                embedded,
+                found,
+            })
         })),
     })
 }
@@ -240,7 +251,7 @@ pub fn start_question(
 /// as candidates for a question of `lexemes`, in the order of `positions`:
 /// those the index remembers from earlier searches from memory, the
 /// others read from PostgreSQL ([`retrieve::at_positions`]) and
-/// remembered. And how many came from memory. Either way a chunk's
+/// remembered. And how many came from either. Either way a chunk's
 /// candidate is the same: its lexemes are matched in one place.
 async fn found_candidates(
     pool: &sqlx::PgPool,
@@ -250,7 +261,7 @@ async fn found_candidates(
     lexemes: &QueryLexemes,
     visibility: Visibility<'_>,
     scope: &Scope,
-) -> Result<(Vec<Candidate>, usize), sqlx::Error> {
+) -> Result<(Vec<Candidate>, RowsFrom), sqlx::Error> {
     let remembered = index.read().await.found_rows(positions);
     let missing: Vec<Position> = positions
         .iter()
@@ -271,7 +282,20 @@ async fn found_candidates(
         candidates.extend(row.and_then(|row| row.candidate(lexemes, visibility)));
     }
     index.read().await.remember_found(read);
-    Ok((candidates, positions.len() - missing.len()))
+    let from = RowsFrom {
+        memory: positions.len() - missing.len(),
+        database: missing.len(),
+    };
+    Ok((candidates, from))
+}
+
+/// Where the rows of chunks found by meaning came from.
+#[derive(Debug, Clone, Copy)]
+struct RowsFrom {
+    /// The vector index's memory of earlier searches.
+    memory: usize,
+    /// PostgreSQL.
+    database: usize,
 }
 
 /// Vector candidates a bundle asks for: the policy's, at most half the pool.
@@ -344,6 +368,7 @@ pub async fn candidates(
     let (query_vector, index, vectors, compared, neighbours, rows) = match nearest {
         Ok(Nearest {
             vector,
+            embedded,
             found:
                 Found::Searched {
                     index,
@@ -352,7 +377,10 @@ pub async fn candidates(
                     neighbours,
                     rows,
                 },
-        }) => (vector, index, vectors, compared, neighbours, rows),
+        }) => {
+            report.question_embedded = embedded;
+            (vector, index, vectors, compared, neighbours, rows)
+        }
         Ok(Nearest {
             found: Found::Loading { behind },
             ..
@@ -395,8 +423,8 @@ pub async fn candidates(
     let mut added = match rows {
         // The same rows as below, in the same order: those of the
         // neighbours the lexical side did not find.
-        Some((rows, remembered)) => {
-            report.rows_remembered = remembered;
+        Some((rows, from)) => {
+            (report.rows_remembered, report.rows_read) = (from.memory, from.database);
             rows.into_iter()
                 .filter(|c| !known(&(c.seq, c.part)))
                 .collect()
@@ -407,7 +435,7 @@ pub async fn candidates(
                 .map(|n| n.position)
                 .filter(|position| !known(position))
                 .collect();
-            let (rows, remembered) = found_candidates(
+            let (rows, from) = found_candidates(
                 &reader.pool,
                 tenant,
                 &index,
@@ -417,7 +445,7 @@ pub async fn candidates(
                 scope,
             )
             .await?;
-            report.rows_remembered = remembered;
+            (report.rows_remembered, report.rows_read) = (from.memory, from.database);
             rows
         }
     };

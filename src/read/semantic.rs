@@ -191,15 +191,16 @@ impl Semantic {
     }
 
     /// The question's vector by `embedder`, from the cache or computed off
-    /// the executor by the embedder's question queue.
+    /// the executor by the embedder's question queue; and whether it was
+    /// computed (the model ran for it).
     pub async fn query_vector(
         &self,
         embedder: &'static str,
         text: &str,
-    ) -> Result<Arc<Vec<f32>>, EmbedError> {
+    ) -> Result<(Arc<Vec<f32>>, bool), EmbedError> {
         let key = (embedder, text.to_owned());
         if let Some(found) = self.queries.lock().expect("query cache").get(&key) {
-            return Ok(found);
+            return Ok((found, false));
         }
         let queue = self
             .questions
@@ -210,7 +211,7 @@ impl Semantic {
             .lock()
             .expect("query cache")
             .put(key, vector.clone());
-        Ok(vector)
+        Ok((vector, true))
     }
 }
 
@@ -353,7 +354,9 @@ mod tests {
             .iter()
             .map(|text| {
                 let (semantic, text) = (semantic.clone(), text.clone());
-                tokio::spawn(async move { semantic.query_vector("hashed", &text).await })
+                tokio::spawn(
+                    async move { semantic.query_vector("hashed", &text).await.map(|(v, _)| v) },
+                )
             })
             .collect();
         for (text, asked) in texts.iter().zip(asked) {
