@@ -22,6 +22,9 @@ use sqlx::{PgPool, Row};
 
 use crate::domain::FieldError;
 
+// Pinned memory is kept whatever retention says.
+use super::retrieve::PINNED;
+
 /// The most days an age limit may say (a century).
 const MAX_DAYS: u32 = 36_500;
 /// The most sessions `sessions_kept` may keep.
@@ -115,9 +118,6 @@ pub struct Forgetting {
     /// Chunks before this seq are forgotten.
     pub seq_floor: Option<i64>,
 }
-
-/// Tags that keep memory whatever retention says.
-const PINNED: &str = "c.tags && '{pinned,pin}'::text[]";
 
 /// Whether chunk row `c` is retained, as the candidate statements bind it
 /// (`$13` to `$16` the cutoffs of [`MaxAgeDays::KINDS`], `$17` superseded

@@ -921,7 +921,7 @@ pub const PIN_TAGS: [&str; 2] = ["pinned", "pin"];
 /// [`PIN_TAGS`] as the partial index `chunks_pinned` states them: written
 /// into the statement, not bound, so that the planner can prove the index
 /// applies (a test checks the two agree).
-const PINNED: &str = "c.tags && '{pinned,pin}'::text[]";
+pub(super) const PINNED: &str = "c.tags && '{pinned,pin}'::text[]";
 
 /// Whether the tenant has any pinned chunk ([`PIN_TAGS`]), whoever may see
 /// it: a probe of the partial index `chunks_pinned`, which holds pinned
