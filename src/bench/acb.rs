@@ -171,9 +171,11 @@ async fn measure(
     {
         Some(token) => {
             let history: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM public.events WHERE tenant_id = $1 AND session_id <> 'views'",
+                "SELECT count(*) FROM public.events
+                  WHERE tenant_id = $1 AND session_id <> 'views' AND NOT starts_with(session_id, $2)",
             )
             .bind(TENANT)
+            .bind(TURN_SESSIONS)
             .fetch_one(&pool)
             .await?;
             (token, history as u64)
@@ -232,6 +234,7 @@ async fn measure(
             ("fast path", Ask::Continue),
             ("retrieval path", Ask::Question),
             ("retrieval path, every question new", Ask::NewQuestion),
+            (TURN, Ask::Turn),
         ] {
             for clients in [1, 32] {
                 let (m, seen) =
@@ -296,6 +299,13 @@ enum Ask {
     /// agent's own questions cost. The number is a word the history does
     /// not hold (its counts run to 10,000; these start at 10⁸).
     NewQuestion,
+    /// An agent's turn: it appends a message to its own session, then asks
+    /// a [`question`] in that session. The message advances the tenant's
+    /// projections, so the daemon's cached state of the tenant is read
+    /// again, the recent window holds an event not projected yet, and the
+    /// embeddings projection has a chunk to embed: a live agent's every
+    /// bundle. Latency is the whole turn (both requests).
+    Turn,
 }
 
 fn body(session: &str, ask: Ask, i: u64, max_tokens: u32) -> Value {
@@ -304,11 +314,31 @@ fn body(session: &str, ask: Ask, i: u64, max_tokens: u32) -> Value {
             return json!({"session_id": session, "agent_id": "bench", "intent": "continue",
                           "query_text": "continue", "max_tokens": max_tokens});
         }
-        Ask::Question => question(i),
+        Ask::Question | Ask::Turn => question(i),
         Ask::NewQuestion => format!("{} (ticket {})", question(i), NEW_TICKETS + i),
     };
     json!({"session_id": session, "agent_id": "bench", "intent": "question",
            "query_text": query, "max_tokens": max_tokens})
+}
+
+/// The scenario of an agent's turn: what every bundle of a live agent
+/// pays that the read-only scenarios do not.
+const TURN: &str = "agent turn (append a message, then a retrieval bundle)";
+
+/// The session of client `writer`'s turns: each its own, as each agent of
+/// a tenant keeps its own conversation. A kept database grows by these
+/// sessions' events; they are not counted as the loaded history.
+fn turn_session(writer: usize) -> String {
+    format!("{TURN_SESSIONS}{writer}")
+}
+
+const TURN_SESSIONS: &str = "turn-";
+
+/// The message an agent appends at the start of turn `i`.
+fn turn_message(writer: usize, i: u64) -> Value {
+    json!({"session_id": turn_session(writer), "channel": "private",
+           "actor": {"type": "agent", "id": "bench"}, "agent_id": "bench", "kind": "message",
+           "content": {"text": format!("Turn {i}: looking at account {} before answering.", (writer as u64 * 31 + i) % 311)}})
 }
 
 /// Where the ticket numbers of [`Ask::NewQuestion`] start.
@@ -401,8 +431,23 @@ async fn bundles(
                 // The 1-client run's tickets are not the 32-client run's.
                 request += clients as u64 * 10_000_000;
             }
+            let turn = matches!(ask, Ask::Turn).then(|| turn_message(writer, i));
+            let session = match ask {
+                Ask::Turn => turn_session(writer),
+                _ => session.clone(),
+            };
             let body = body(&session, ask, request, max_tokens);
+            let events_url = url.replace("/acb/build", "/events");
             async move {
+                if let Some(message) = turn {
+                    client
+                        .post(&events_url)
+                        .bearer_auth(&token)
+                        .json(&message)
+                        .send()
+                        .await?
+                        .error_for_status()?;
+                }
                 let acb: Value = client
                     .post(&url)
                     .bearer_auth(&token)
@@ -524,7 +569,10 @@ fn render(rows: &[Row], options: &Options, environment: &str) -> String {
          questions about accounts, exports, jobs and decisions, varied per request (most come back: two of five \
          kinds are one text each, two cycle through 311 accounts, so their vectors come from the daemon's cache); \
          *every question new*: the same questions, each with a ticket number no other request of the run carries \
-         (a word the history does not hold), so every question is embedded. Clients send back to back for \
+         (a word the history does not hold), so every question is embedded. *{TURN}*: each client, as an agent of the tenant in its \
+         own session, appends a message and then asks a question in that session; the append advances the \
+         projections, so the daemon reads the tenant's state again, and latency is the whole turn (a kept \
+         database grows by these messages, in sessions `{TURN_SESSIONS}N`). Clients send back to back for \
          {:.0} s. Cold cache: a new daemon and connection pool, then its first bundle (retrieval), {} times per size. \
          *Candidate statement alone*: the two statements that fetch a retrieval bundle's candidate pool (which \
          terms are common, then the pool), for the same questions, run straight on connections of the benchmark \

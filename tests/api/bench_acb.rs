@@ -1,7 +1,7 @@
 //! `memd bench acb` as a user runs it, on a tiny history with the
 //! weight-free embedder: every scenario is measured, none with a failed
-//! bundle, and both retrieval scenarios really retrieve, with vector
-//! candidates in every bundle.
+//! bundle (or append, in an agent's turn), and every retrieval scenario
+//! really retrieves, with vector candidates in every bundle.
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
@@ -35,6 +35,10 @@ async fn the_bundle_bench_measures_every_scenario_without_a_failed_bundle(
         ("fast path", false),
         ("retrieval path", true),
         ("retrieval path, every question new", true),
+        (
+            "agent turn (append a message, then a retrieval bundle)",
+            true,
+        ),
     ] {
         for clients in ["1", "32"] {
             let row = measured
