@@ -65,6 +65,15 @@ pub async fn rebuild(
         }
         let (events, reading) =
             replay(pool, &mut tx, engine, &tenant, &mut cursors, progress).await?;
+        // Announced at commit, before where the projections now reach: the
+        // tenant's projections went back to nothing and were made again,
+        // so what a reader derived from them (its cached state) is dropped
+        // even where the new cursors equal the old ones.
+        sqlx::query("SELECT pg_notify($1, $2 || ':0')")
+            .bind(engine.channel())
+            .bind(&tenant)
+            .execute(&mut *tx)
+            .await?;
         save_cursors(&mut tx, &tenant, &cursors, engine.channel()).await?;
         tx.commit().await?;
         done.push(TenantRebuild {

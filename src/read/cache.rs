@@ -2,12 +2,17 @@
 //! active decisions, active tasks (rendered and counted once per fill) and
 //! its policy.
 //!
-//! An entry is dropped when a notification says it changed
-//! (`memd_projected` for projections, `memd_policy` for the policy; every
-//! daemon on the database hears them). A bundle also compares the entry
-//! with the projected seq it reads for its provenance anyway, so a missed
-//! notification (a listener reconnecting) can never serve stale state: it
-//! only costs a reload.
+//! A policy entry is dropped when a notification says it changed
+//! (`memd_policy`; every daemon on the database hears it). A state entry
+//! says up to which seq of the log it holds: a bundle compares that with
+//! the projected seq it reads for its provenance anyway, so a missed
+//! notification (a listener reconnecting) can never serve stale state.
+//! When projections have moved past the entry, the events between are
+//! asked whether any of them could change the state ([`STATE_KINDS`], a
+//! pin): an agent's messages and tool calls, most of a live tenant's log,
+//! cannot, and the entry then stands for the new seq without the four
+//! statements and the token counting of a reload. A `memd_projected`
+//! notification that goes back (a rebuild) drops the entry.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -18,7 +23,11 @@ use std::{
 use chrono::{DateTime, Utc};
 use memd_projectors::{
     PROJECTED_CHANNEL,
-    projections::TokenCounter,
+    event::Kind,
+    projections::{
+        TokenCounter, decisions::DecisionProjector, tasks::TaskProjector, views::ViewProjector,
+    },
+    projector::Fold,
     render,
     seal::{Keyring, SealError},
 };
@@ -56,10 +65,9 @@ pub struct DecisionItem {
     pub visible: Visible,
 }
 
-/// A tenant's fast-path state as of `projected_seq`.
+/// A tenant's fast-path state, as of the seq its cache entry says.
 #[derive(Debug, Default)]
 pub struct TenantState {
-    pub projected_seq: i64,
     pub views: Vec<ViewItem>,
     /// Active decisions, newest first.
     pub decisions: Vec<DecisionItem>,
@@ -77,9 +85,37 @@ pub struct TenantState {
     pub any_pinned: bool,
 }
 
+/// The kinds of event that can change a [`TenantState`]: what the views,
+/// decisions and tasks projections read, and an erasure (which makes some
+/// of their sealed text unreadable). Any other event changes it only by
+/// pinning a chunk ([`retrieve::PIN_TAGS`]).
+pub const STATE_KINDS: [Kind; 5] = {
+    let [view] = *ViewProjector::KINDS else {
+        panic!("views read one kind")
+    };
+    let [task] = *TaskProjector::KINDS else {
+        panic!("tasks read one kind")
+    };
+    let [decision, summary] = *DecisionProjector::KINDS else {
+        panic!("decisions read two kinds")
+    };
+    [view, task, decision, summary, Kind::Erasure]
+};
+
+/// Past this many events, a state entry is read again rather than the
+/// events asked whether they change it: the question reads every one of
+/// them when none does.
+const MAX_EVENTS_ASKED: i64 = 2_000;
+
+/// A tenant's state and the seq of the log it holds up to.
+struct CachedState {
+    through: i64,
+    state: Arc<TenantState>,
+}
+
 #[derive(Default)]
 struct Entries {
-    states: HashMap<String, Arc<TenantState>>,
+    states: HashMap<String, CachedState>,
     policies: HashMap<String, Arc<Policy>>,
 }
 
@@ -99,8 +135,9 @@ impl Default for ReadCache {
 }
 
 impl ReadCache {
-    /// The tenant's state as of `projected_seq`, loaded if the cached one is
-    /// older (or absent). The flag says whether it was served from memory.
+    /// The tenant's state as of `projected_seq`: the cached one if it holds
+    /// that far, or if no event since can change it ([`changed_between`]);
+    /// otherwise loaded. The flag says whether it was served from memory.
     pub async fn state(
         &self,
         pool: &PgPool,
@@ -109,14 +146,44 @@ impl ReadCache {
         tenant: &str,
         projected_seq: i64,
     ) -> Result<(Arc<TenantState>, bool), sqlx::Error> {
-        if let Some(state) = self.lock().states.get(tenant)
-            && state.projected_seq >= projected_seq
-        {
-            return Ok((state.clone(), true));
+        let cached = self
+            .lock()
+            .states
+            .get(tenant)
+            .map(|entry| (entry.through, entry.state.clone()));
+        if let Some((through, state)) = cached {
+            if through >= projected_seq {
+                return Ok((state, true));
+            }
+            if projected_seq - through <= MAX_EVENTS_ASKED
+                && !changed_between(pool, tenant, through, projected_seq).await?
+            {
+                self.hold(tenant, projected_seq, &state);
+                return Ok((state, true));
+            }
         }
-        let state = Arc::new(load(pool, keyring, counter, tenant, projected_seq).await?);
-        self.lock().states.insert(tenant.to_owned(), state.clone());
+        let state = Arc::new(load(pool, keyring, counter, tenant).await?);
+        self.hold(tenant, projected_seq, &state);
         Ok((state, false))
+    }
+
+    /// Keeps `state` as the tenant's up to `through`, unless an entry that
+    /// holds further came in meanwhile.
+    fn hold(&self, tenant: &str, through: i64, state: &Arc<TenantState>) {
+        let mut entries = self.lock();
+        if entries
+            .states
+            .get(tenant)
+            .is_none_or(|entry| entry.through < through)
+        {
+            entries.states.insert(
+                tenant.to_owned(),
+                CachedState {
+                    through,
+                    state: state.clone(),
+                },
+            );
+        }
     }
 
     pub async fn policy(&self, pool: &PgPool, tenant: &str) -> Result<Arc<Policy>, sqlx::Error> {
@@ -162,14 +229,50 @@ impl ReadCache {
         let Some((tenant, seq)) = payload.rsplit_once(':') else {
             return;
         };
-        self.lock().states.remove(tenant);
-        if let Ok(seq) = seq.parse::<i64>() {
-            self.projected.send_modify(|seqs| {
-                let known = seqs.entry(tenant.to_owned()).or_insert(seq);
-                *known = (*known).max(seq);
-            });
+        let Ok(seq) = seq.parse::<i64>() else {
+            self.lock().states.remove(tenant);
+            return;
+        };
+        {
+            // Projections moving on leave the entry to be checked against
+            // the events between; going back (a rebuild) drops it.
+            let mut entries = self.lock();
+            if entries
+                .states
+                .get(tenant)
+                .is_some_and(|entry| seq <= entry.through)
+            {
+                entries.states.remove(tenant);
+            }
         }
+        self.projected.send_modify(|seqs| {
+            let known = seqs.entry(tenant.to_owned()).or_insert(seq);
+            *known = (*known).max(seq);
+        });
     }
+}
+
+/// Whether any event of the tenant after `from`, up to `to`, can change
+/// its [`TenantState`]: one of [`STATE_KINDS`], or one that pins a chunk.
+async fn changed_between(
+    pool: &PgPool,
+    tenant: &str,
+    from: i64,
+    to: i64,
+) -> Result<bool, sqlx::Error> {
+    let kinds: Vec<&str> = STATE_KINDS.iter().map(|kind| kind.as_str()).collect();
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT FROM public.events e
+                         WHERE e.tenant_id = $1 AND e.seq > $2 AND e.seq <= $3
+                           AND (e.kind = ANY ($4) OR e.tags && $5))",
+    )
+    .bind(tenant)
+    .bind(from)
+    .bind(to)
+    .bind(&kinds)
+    .bind(&retrieve::PIN_TAGS[..])
+    .fetch_one(pool)
+    .await
 }
 
 async fn load(
@@ -177,7 +280,6 @@ async fn load(
     keyring: &Keyring,
     counter: &TokenCounter,
     tenant: &str,
-    projected_seq: i64,
 ) -> Result<TenantState, sqlx::Error> {
     let views: Vec<(String, String, String, DateTime<Utc>, String, String)> = sqlx::query_as(
         "SELECT view, text, event_id, ts, channel, sensitivity
@@ -269,7 +371,6 @@ async fn load(
         .collect();
     let any_pinned = retrieve::any_pinned(pool, tenant).await?;
     Ok(TenantState {
-        projected_seq,
         views,
         decisions,
         active_decision_ids,

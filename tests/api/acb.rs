@@ -705,6 +705,113 @@ async fn cached_state_is_dropped_when_projections_change(
     assert_eq!(texts(&third, "rules"), ["Rule two.\n"]);
 }
 
+/// An agent's own turns (messages, tool results) advance the projections
+/// but change nothing the cached state holds: the state stands without
+/// being read again, and the new message still shows in the recent window.
+/// A task update, a decision and a rebuild each make the next bundle read
+/// it again, and show what changed.
+#[sqlx::test]
+async fn an_agents_turns_leave_the_cached_state_standing(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    app.append(
+        &token,
+        &json!({"session_id": "v", "channel": "private", "actor": {"type": "human", "id": "a"},
+                "kind": "view_update", "content": {"view": "rules", "text": "Rule one."}}),
+    )
+    .await;
+    wait_projected(&app.pool, "acme").await;
+    let ask = json!({"session_id": "s1", "intent": "continue"});
+    let first = app.acb(&token, ask.clone()).await;
+    assert_eq!(first["provenance"]["cache"], "miss");
+
+    let said = app
+        .append(&token, &message("s1", "Looking at the export now."))
+        .await["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    app.append(&token, &tool_result("export.log", "3 pages read"))
+        .await;
+    wait_projected(&app.pool, "acme").await;
+    let after_turn = app.acb(&token, ask.clone()).await;
+    assert_eq!(after_turn["provenance"]["cache"], "hit", "{after_turn:#}");
+    assert!(
+        texts(&after_turn, "recent_window")
+            .iter()
+            .any(|text| text.contains("Looking at the export now.")),
+        "{after_turn:#}"
+    );
+    assert_eq!(texts(&after_turn, "rules"), ["Rule one.\n"]);
+
+    app.append(
+        &token,
+        &event(
+            "task_update",
+            json!({"task_id": "T-1", "status": "open", "title": "Fix the export"}),
+            &[],
+        ),
+    )
+    .await;
+    wait_projected(&app.pool, "acme").await;
+    let after_task = app.acb(&token, ask.clone()).await;
+    assert_eq!(after_task["provenance"]["cache"], "miss");
+    assert!(
+        texts(&after_task, "task_state")
+            .iter()
+            .any(|text| text.contains("Fix the export")),
+        "{after_task:#}"
+    );
+
+    app.append(
+        &token,
+        &event(
+            "decision",
+            json!({"decision": "Export pages of 200 rows", "key": "page-size", "scope": "project"}),
+            &[&said],
+        ),
+    )
+    .await;
+    wait_projected(&app.pool, "acme").await;
+    let after_decision = app.acb(&token, ask.clone()).await;
+    assert_eq!(after_decision["provenance"]["cache"], "miss");
+    assert!(
+        texts(&after_decision, "decision_ledger")
+            .iter()
+            .any(|text| text.contains("Export pages of 200 rows")),
+        "{after_decision:#}"
+    );
+    assert_eq!(
+        app.acb(&token, ask.clone()).await["provenance"]["cache"],
+        "hit"
+    );
+
+    // A rebuild in another process, after a message no bundle has seen: its
+    // projections were made again, so the state is read again, though the
+    // events since the cached state could not have changed it.
+    app.append(&token, &message("s1", "Still on the export."))
+        .await;
+    wait_projected(&app.pool, "acme").await;
+    let (code, _, stderr) =
+        crate::helpers::memd_cli(&app.database_url().await, &["rebuild", "--tenant", "acme"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let mut after_rebuild = Value::Null;
+    for _ in 0..100 {
+        after_rebuild = app.acb(&token, ask.clone()).await;
+        if after_rebuild["provenance"]["cache"] == "miss" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        after_rebuild["provenance"]["cache"], "miss",
+        "{after_rebuild:#}"
+    );
+}
+
 #[sqlx::test]
 async fn bad_requests_are_refused_by_field(_: PgPoolOptions, connect: PgConnectOptions) {
     let app = spawn_daemon(connect).await;
