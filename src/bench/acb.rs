@@ -19,7 +19,7 @@ use super::{
         Measurement, ScratchDatabase, bench_database, drive, environment, percentile,
         report_header, start_daemon, wait_embedded, wait_projected, write_report,
     },
-    histories::{History, load},
+    histories::{History, chat_message, load},
 };
 use crate::{
     db,
@@ -334,12 +334,22 @@ fn turn_session(writer: usize) -> String {
 
 const TURN_SESSIONS: &str = "turn-";
 
-/// The message an agent appends at the start of turn `i`.
+/// The message an agent appends at the start of turn `i`: a message of the
+/// history's own kind and words (its numbers past the history's), so that
+/// the tenant's newest chunks still speak as its history does. Messages in
+/// other words would turn the history's everyday terms rare in the sample
+/// [`retrieve::candidate_pool`] tells common terms by, which is another
+/// measurement (see `bench/2026-11-28-agent-turns/`).
 fn turn_message(writer: usize, i: u64) -> Value {
-    json!({"session_id": turn_session(writer), "channel": "private",
-           "actor": {"type": "agent", "id": "bench"}, "agent_id": "bench", "kind": "message",
-           "content": {"text": format!("Turn {i}: looking at account {} before answering.", (writer as u64 * 31 + i) % 311)}})
+    let mut message = chat_message(TURN_NUMBERS + writer as u64 * 1_000_000, i);
+    message["session_id"] = json!(turn_session(writer));
+    message["agent_id"] = json!("bench");
+    message
 }
+
+/// Where the numbers in turns' messages start (the history's run to its
+/// size).
+const TURN_NUMBERS: u64 = 1_000_000_000;
 
 /// Where the ticket numbers of [`Ask::NewQuestion`] start.
 const NEW_TICKETS: u64 = 100_000_000;

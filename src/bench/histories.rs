@@ -94,6 +94,14 @@ pub async fn load(
 const STATUSES: [&str; 3] = ["open", "doing", "done"];
 const VIEWS: [&str; 3] = ["identity", "rules", "preferences"];
 
+/// The `n`th message of the chat history's kind (its events that are
+/// messages, in order, from `first`): what an agent of that history says,
+/// in its words.
+pub(super) fn chat_message(first: u64, n: u64) -> Value {
+    let i = first + n / 40 * 50 + n % 40;
+    chat_event(i, None)
+}
+
 fn chat_event(i: u64, evidence: Option<&str>) -> Value {
     let refs: Vec<&str> = evidence.into_iter().collect();
     let (actor, kind, content, refs) = match i % 50 {
