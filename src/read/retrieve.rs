@@ -488,6 +488,26 @@ pub const COMMON_SAMPLE: i64 = 200;
 /// chunks holding any common term it costs next to nothing.
 const COMMON_SHARE: f64 = 0.02;
 
+/// Blocks of chunks at evenly spaced seqs of the tenant's whole history,
+/// looked at when the newest did not settle a term: an agent whose recent
+/// chunks speak other words than its history (a new task, a long tool
+/// output) would otherwise have the history's everyday terms counted, and
+/// a GIN index is read only by a bitmap scan, which takes in every match
+/// before the count's limit applies (37k of them, 40 ms a term, at 100k
+/// events). Blocks of consecutive chunks, not single ones: each block is
+/// one walk down the seq index (32 single probes cost 1.2 ms a statement).
+const SPREAD_BLOCKS: i64 = 4;
+/// Chunks per block: the spread sample is [`SPREAD_BLOCKS`] × this.
+const SPREAD_BLOCK: i64 = 8;
+/// A term is common by the spread sample when at least this many of its
+/// chunks hold it...
+const SPREAD_HITS: i64 = 3;
+/// ...and the matches they stand for (held share × the history's seqs)
+/// exceed the term's share of the pool this many times over: what the
+/// spread sample settles is far from the line, and near it the count
+/// decides, as before. A tenant of a few thousand chunks never gets there.
+const SPREAD_MARGIN: i64 = 4;
+
 /// The candidate pool for `lexemes`, at most `pool_max` chunks, and which
 /// lexemes were common (fetched together): [`common_lexemes`], then
 /// [`candidates`].
@@ -512,8 +532,10 @@ pub async fn candidate_pool(
 /// chunks the channel may see than its share of a pool of `pool_max`, so
 /// fetching its newest matches on their own would read all of them to keep
 /// a few. Held by 2% of the newest [`COMMON_SAMPLE`] chunks settles it at
-/// once; any other term's matches are counted, up to the share + 1 (a rare
-/// term's few rows, read again by [`candidates`] from the cache). Read from
+/// once; else held often enough by chunks spread over the whole history
+/// ([`SPREAD_BLOCKS`]); any other term's matches are counted, up to the
+/// share + 1 (a rare term's few rows, read again by [`candidates`] from the
+/// cache). Read from
 /// the tenant's own chunks only (the same log gives the same answer, and no
 /// other tenant's memory has a say), in one statement. `queries` are the
 /// lexemes as [`lexeme_query`] writes them.
@@ -537,13 +559,35 @@ async fn common_lexemes(
     // index) only when the sample did not settle it, as a subquery in a
     // CASE branch runs only when that branch is reached.
     let visible = visible(scope);
+    // The spread sample, like the sample, is read only if a CASE branch
+    // reaches it: when the newest chunks settle every term it costs nothing.
+    // Its blocks start at the middles of equal stretches of the history and
+    // take each event's first chunk (seq alone orders them, so a block is
+    // one walk down the seq index, with no sort).
     let sql = format!(
         "WITH sample AS MATERIALIZED (
               SELECT c.tsv FROM projections.chunks c WHERE {visible}
-               ORDER BY c.seq DESC, c.part DESC LIMIT ${sample})
+               ORDER BY c.seq DESC, c.part DESC LIMIT ${sample}),
+              span AS MATERIALIZED (
+              SELECT min(c.seq) AS lo, max(c.seq) AS hi FROM projections.chunks c
+               WHERE c.tenant_id = $1),
+              spread AS MATERIALIZED (
+              SELECT s.tsv FROM span CROSS JOIN generate_series(0, {SPREAD_BLOCKS} - 1) AS g (i)
+               CROSS JOIN LATERAL (
+                   SELECT c.tsv FROM projections.chunks c
+                    WHERE {visible} AND c.part = 0
+                      AND c.seq <= span.hi - (span.hi - span.lo) * (2 * g.i + 1) / (2 * {SPREAD_BLOCKS})
+                    ORDER BY c.seq DESC LIMIT {SPREAD_BLOCK}) AS s)
          SELECT CASE WHEN (SELECT count(*) FROM sample) = ${sample}
                       AND (SELECT count(*) FROM sample WHERE sample.tsv @@ l.q)
                           >= ${sample} * {COMMON_SHARE}
+                     THEN true
+                     WHEN (SELECT count(*) FROM sample) = ${sample}
+                      AND (SELECT count(*) FROM spread WHERE spread.tsv @@ l.q)
+                          >= (SELECT greatest({SPREAD_HITS}, ${share}::float8 * {SPREAD_MARGIN}
+                                                 * {SPREAD_BLOCKS} * {SPREAD_BLOCK}
+                                                 / (span.hi - span.lo + 1))
+                                FROM span)
                      THEN true
                      ELSE (SELECT count(*) FROM (SELECT FROM projections.chunks c
                             WHERE {visible} AND c.tsv @@ l.q LIMIT ${share} + 1) AS m)

@@ -1067,6 +1067,76 @@ async fn common_query_terms_share_one_branch_and_a_rare_terms_old_matches_still_
     );
 }
 
+/// A tenant whose newest chunks speak other words than its history: the
+/// history's everyday term is still common (settled by chunks spread over
+/// the whole history, not by counting its matches), while a term held by a
+/// few dozen old chunks, often enough in the spread sample but with fewer
+/// matches than its share, is not.
+#[sqlx::test]
+async fn a_term_common_only_in_older_history_is_common_and_a_few_old_matches_are_not(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let (token, small) = (app.tenant("acme").await, app.tenant("small").await);
+    for tenant in [&token, &small] {
+        let put = app
+            .client
+            .put(format!("{}/api/v1/policy", app.base_url))
+            .bearer_auth(tenant)
+            .json(&json!({"candidate_pool_max": 200}))
+            .send()
+            .await
+            .unwrap();
+        assert!(put.status().is_success());
+    }
+    let batch = |n: usize, text: &dyn Fn(usize) -> String| -> Value {
+        json!({"events": (0..n).map(|i| message("s", &text(i))).collect::<Vec<_>>()})
+    };
+    for part in 0..2 {
+        app.append(
+            &token,
+            &batch(500, &|i| format!("Export job {} finished.", part * 500 + i)),
+        )
+        .await;
+    }
+    app.append(
+        &small,
+        &batch(60, &|i| format!("Ledger entry {i} reconciled.")),
+    )
+    .await;
+    for tenant in [&token, &small] {
+        app.append(
+            tenant,
+            &batch(300, &|i| format!("Weather note {i}: sunny and mild.")),
+        )
+        .await;
+    }
+    wait_projected(&app.pool, "acme").await;
+    wait_projected(&app.pool, "small").await;
+
+    let acb = app
+        .acb(
+            &token,
+            json!({"session_id": "today", "query_text": "export"}),
+        )
+        .await;
+    assert_eq!(
+        acb["provenance"]["common_terms"],
+        json!(["export"]),
+        "{acb:#}"
+    );
+    // 60 matches, fewer than a share of 200: not common, though the spread
+    // sample holds it (about 60 / 360 of 32 chunks).
+    let acb = app
+        .acb(
+            &small,
+            json!({"session_id": "today", "query_text": "ledger"}),
+        )
+        .await;
+    assert_eq!(acb["provenance"]["common_terms"], json!([]), "{acb:#}");
+}
+
 #[sqlx::test]
 async fn every_part_of_a_long_superseded_decision_or_conflicting_summary_stays_out(
     _: PgPoolOptions,
