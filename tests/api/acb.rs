@@ -1127,7 +1127,7 @@ async fn a_term_common_only_in_older_history_is_common_and_a_few_old_matches_are
         "{acb:#}"
     );
     // 60 matches, fewer than a share of 200: not common, though the spread
-    // sample holds it (about 60 / 360 of 32 chunks).
+    // sample holds it (its last block of eight falls among the 60).
     let acb = app
         .acb(
             &small,
