@@ -117,6 +117,17 @@ struct CachedState {
 struct Entries {
     states: HashMap<String, CachedState>,
     policies: HashMap<String, Arc<Policy>>,
+    /// How many times an entry was dropped. A bundle notes it before it
+    /// reads the database and keeps what it read only if it has not moved:
+    /// otherwise a rebuild or a new policy, heard while the read was on its
+    /// way, would be undone by putting back what was read before it.
+    drops: u64,
+}
+
+impl Entries {
+    fn dropped(&mut self) {
+        self.drops = self.drops.wrapping_add(1);
+    }
 }
 
 pub struct ReadCache {
@@ -146,11 +157,14 @@ impl ReadCache {
         tenant: &str,
         projected_seq: i64,
     ) -> Result<(Arc<TenantState>, bool), sqlx::Error> {
-        let cached = self
-            .lock()
-            .states
-            .get(tenant)
-            .map(|entry| (entry.through, entry.state.clone()));
+        let (cached, drops) = {
+            let entries = self.lock();
+            let cached = entries
+                .states
+                .get(tenant)
+                .map(|entry| (entry.through, entry.state.clone()));
+            (cached, entries.drops)
+        };
         if let Some((through, state)) = cached {
             if through >= projected_seq {
                 return Ok((state, true));
@@ -158,23 +172,25 @@ impl ReadCache {
             if projected_seq - through <= MAX_EVENTS_ASKED
                 && !changed_between(pool, tenant, through, projected_seq).await?
             {
-                self.hold(tenant, projected_seq, &state);
+                self.hold(tenant, projected_seq, &state, drops);
                 return Ok((state, true));
             }
         }
         let state = Arc::new(load(pool, keyring, counter, tenant).await?);
-        self.hold(tenant, projected_seq, &state);
+        self.hold(tenant, projected_seq, &state, drops);
         Ok((state, false))
     }
 
     /// Keeps `state` as the tenant's up to `through`, unless an entry that
-    /// holds further came in meanwhile.
-    fn hold(&self, tenant: &str, through: i64, state: &Arc<TenantState>) {
+    /// holds further came in meanwhile, or an entry was dropped since the
+    /// caller saw `drops` (what it read may be what the drop was about).
+    fn hold(&self, tenant: &str, through: i64, state: &Arc<TenantState>, drops: u64) {
         let mut entries = self.lock();
-        if entries
-            .states
-            .get(tenant)
-            .is_none_or(|entry| entry.through < through)
+        if entries.drops == drops
+            && entries
+                .states
+                .get(tenant)
+                .is_none_or(|entry| entry.through < through)
         {
             entries.states.insert(
                 tenant.to_owned(),
@@ -187,20 +203,33 @@ impl ReadCache {
     }
 
     pub async fn policy(&self, pool: &PgPool, tenant: &str) -> Result<Arc<Policy>, sqlx::Error> {
-        if let Some(policy) = self.lock().policies.get(tenant) {
-            return Ok(policy.clone());
-        }
+        let drops = {
+            let entries = self.lock();
+            if let Some(policy) = entries.policies.get(tenant) {
+                return Ok(policy.clone());
+            }
+            entries.drops
+        };
         let policy = Arc::new(policy::load(pool, tenant).await?);
-        self.lock()
-            .policies
-            .insert(tenant.to_owned(), policy.clone());
+        self.keep_policy(tenant, &policy, drops);
         Ok(policy)
+    }
+
+    /// Keeps a policy read after the caller saw `drops`, unless an entry
+    /// was dropped since (it may have been this policy, stored anew).
+    fn keep_policy(&self, tenant: &str, policy: &Arc<Policy>, drops: u64) {
+        let mut entries = self.lock();
+        if entries.drops == drops {
+            entries.policies.insert(tenant.to_owned(), policy.clone());
+        }
     }
 
     /// Drops the tenant's cached policy: this daemon stored a new one, and
     /// its own next bundle must not wait for the notification to use it.
     pub fn forget_policy(&self, tenant: &str) {
-        self.lock().policies.remove(tenant);
+        let mut entries = self.lock();
+        entries.policies.remove(tenant);
+        entries.dropped();
     }
 
     /// Waits until projections of `tenant` reach `seq` (as notifications
@@ -219,30 +248,39 @@ impl ReadCache {
         let mut entries = self.lock();
         entries.states.clear();
         entries.policies.clear();
+        entries.dropped();
     }
 
     fn heard_of(&self, channel: &str, payload: &str) {
         if channel == POLICY_CHANNEL {
-            self.lock().policies.remove(payload);
+            let mut entries = self.lock();
+            entries.policies.remove(payload);
+            entries.dropped();
             return;
         }
         let Some((tenant, seq)) = payload.rsplit_once(':') else {
             return;
         };
         let Ok(seq) = seq.parse::<i64>() else {
-            self.lock().states.remove(tenant);
+            let mut entries = self.lock();
+            entries.states.remove(tenant);
+            entries.dropped();
             return;
         };
         {
             // Projections moving on leave the entry to be checked against
             // the events between; going back (a rebuild) drops it.
+            // A rebuild's seq 0 counts even when no entry is kept: a
+            // bundle reading the state meanwhile may have read it before.
             let mut entries = self.lock();
-            if entries
-                .states
-                .get(tenant)
-                .is_some_and(|entry| seq <= entry.through)
+            if seq == 0
+                || entries
+                    .states
+                    .get(tenant)
+                    .is_some_and(|entry| seq <= entry.through)
             {
                 entries.states.remove(tenant);
+                entries.dropped();
             }
         }
         self.projected.send_modify(|seqs| {
@@ -536,5 +574,60 @@ impl TaskRow {
             sensitivity: self.sensitivity,
             owner: self.owner,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn some_state() -> Arc<TenantState> {
+        Arc::new(TenantState::default())
+    }
+
+    #[test]
+    fn a_state_read_before_a_rebuild_is_not_kept_after_it() {
+        let cache = ReadCache::default();
+        let drops = cache.lock().drops;
+        // A bundle is reading the state when the rebuild's notice arrives,
+        // before any entry was kept.
+        cache.heard_of(PROJECTED_CHANNEL, "acme:0");
+        cache.hold("acme", 10, &some_state(), drops);
+        assert!(!cache.lock().states.contains_key("acme"));
+
+        // Read after the notice, the state is kept.
+        let drops = cache.lock().drops;
+        cache.hold("acme", 10, &some_state(), drops);
+        assert_eq!(cache.lock().states["acme"].through, 10);
+
+        // A bundle that saw the entry at 10 is checking the events up to
+        // 12 when a rebuild drops it: what it checked is not put back.
+        let drops = cache.lock().drops;
+        cache.heard_of(PROJECTED_CHANNEL, "acme:0");
+        cache.hold("acme", 12, &some_state(), drops);
+        assert!(!cache.lock().states.contains_key("acme"));
+    }
+
+    #[test]
+    fn a_policy_read_before_a_new_one_is_stored_is_not_kept() {
+        let cache = ReadCache::default();
+        let drops = cache.lock().drops;
+        cache.heard_of(POLICY_CHANNEL, "acme");
+        cache.keep_policy("acme", &Arc::new(Policy::default()), drops);
+        assert!(!cache.lock().policies.contains_key("acme"));
+
+        let drops = cache.lock().drops;
+        cache.keep_policy("acme", &Arc::new(Policy::default()), drops);
+        assert!(cache.lock().policies.contains_key("acme"));
+    }
+
+    #[test]
+    fn projections_moving_on_leave_a_state_being_read_to_be_kept() {
+        let cache = ReadCache::default();
+        let drops = cache.lock().drops;
+        cache.heard_of(PROJECTED_CHANNEL, "acme:11");
+        cache.heard_of(PROJECTED_CHANNEL, "other:3");
+        cache.hold("acme", 10, &some_state(), drops);
+        assert_eq!(cache.lock().states["acme"].through, 10);
     }
 }
