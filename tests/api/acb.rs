@@ -989,15 +989,8 @@ async fn common_query_terms_share_one_branch_and_a_rare_terms_old_matches_still_
     let app = spawn_daemon(connect).await;
     let token = app.tenant("acme").await;
     let small = app.tenant("small").await;
-    let put = app
-        .client
-        .put(format!("{}/api/v1/policy", app.base_url))
-        .bearer_auth(&token)
-        .json(&json!({"candidate_pool_max": 200}))
-        .send()
-        .await
-        .unwrap();
-    assert!(put.status().is_success());
+    app.put_policy(&token, &json!({"candidate_pool_max": 200}))
+        .await;
     // The oldest event holds the rare word; 1,500 newer ones the common one.
     app.append(
         &token,
@@ -1080,15 +1073,8 @@ async fn a_term_common_only_in_older_history_is_common_and_a_few_old_matches_are
     let app = spawn_daemon(connect).await;
     let (token, small) = (app.tenant("acme").await, app.tenant("small").await);
     for tenant in [&token, &small] {
-        let put = app
-            .client
-            .put(format!("{}/api/v1/policy", app.base_url))
-            .bearer_auth(tenant)
-            .json(&json!({"candidate_pool_max": 200}))
-            .send()
-            .await
-            .unwrap();
-        assert!(put.status().is_success());
+        app.put_policy(tenant, &json!({"candidate_pool_max": 200}))
+            .await;
     }
     let batch = |n: usize, text: &dyn Fn(usize) -> String| -> Value {
         json!({"events": (0..n).map(|i| message("s", &text(i))).collect::<Vec<_>>()})

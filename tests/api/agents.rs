@@ -147,15 +147,10 @@ async fn an_agents_token_never_reaches_another_agents_private_memory(
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     assert_eq!(body["error"]["code"], "agent_mismatch");
     // Nor act as an operator.
-    let response = app
-        .client
-        .put(format!("{}/api/v1/policy", app.base_url))
-        .bearer_auth(&beta)
-        .json(&json!({"retrieved_max": 5}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    let (status, _) = app
+        .put_json("/api/v1/policy", &beta, &json!({"retrieved_max": 5}))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
 
     // Bundles: retrieval (by words and by meaning, from another session),
     // the session's recent window, and the decision ledger; in the private

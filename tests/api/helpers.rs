@@ -183,6 +183,33 @@ impl TestApp {
         response
     }
 
+    pub async fn put_json(&self, path: &str, token: &str, body: &Value) -> (StatusCode, Value) {
+        let response = self
+            .client
+            .put(format!("{}{path}", self.base_url))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .expect("request sent");
+        let status = response.status();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn get_json(&self, path: &str, token: &str) -> (StatusCode, Value) {
+        let response = self.get(path, token).await;
+        let status = response.status();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Stores `policy` (fields absent take their defaults) for the token's
+    /// tenant and insists on success, returning the stored policy.
+    pub async fn put_policy(&self, token: &str, policy: &Value) -> Value {
+        let (status, stored) = self.put_json("/api/v1/policy", token, policy).await;
+        assert!(status.is_success(), "policy not stored: {status} {stored}");
+        stored
+    }
+
     pub async fn get(&self, path: &str, token: &str) -> reqwest::Response {
         self.client
             .get(format!("{}{path}", self.base_url))

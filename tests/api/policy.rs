@@ -5,28 +5,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::helpers::{TestApp, event, memd_cli, message, spawn_daemon, wait_projected};
-
-impl TestApp {
-    pub async fn put_json(&self, path: &str, token: &str, body: &Value) -> (StatusCode, Value) {
-        let response = self
-            .client
-            .put(format!("{}{path}", self.base_url))
-            .bearer_auth(token)
-            .json(body)
-            .send()
-            .await
-            .expect("request sent");
-        let status = response.status();
-        (status, response.json().await.unwrap_or(Value::Null))
-    }
-
-    pub async fn get_json(&self, path: &str, token: &str) -> (StatusCode, Value) {
-        let response = self.get(path, token).await;
-        let status = response.status();
-        (status, response.json().await.unwrap_or(Value::Null))
-    }
-}
+use crate::helpers::{event, memd_cli, message, spawn_daemon, wait_projected};
 
 #[sqlx::test]
 async fn a_tenant_edits_its_policy_and_bundles_follow_it(
@@ -113,8 +92,7 @@ async fn a_tenant_edits_its_policy_and_bundles_follow_it(
     let (_, still) = app.get_json("/api/v1/policy", &token).await;
     assert_eq!(still, stored, "a refused policy changes nothing");
     assert_eq!(version(&app.get("/api/v1/policy", &token).await), "1");
-    app.put_json("/api/v1/policy", &token, &json!({"max_tokens": 7000}))
-        .await;
+    app.put_policy(&token, &json!({"max_tokens": 7000})).await;
     assert_eq!(version(&app.get("/api/v1/policy", &token).await), "2");
     let acb = app.acb(&token, json!({"query_text": "export"})).await;
     assert_eq!(acb["provenance"]["policy_version"], 2);

@@ -251,7 +251,7 @@ async fn sessions_chunk_caps_and_superseded_decisions_are_forgotten(
     );
 
     // Only the newest chunk.
-    app.put_json("/api/v1/policy", &token, &policy(json!({"max_chunks": 1})))
+    app.put_policy(&token, &policy(json!({"max_chunks": 1})))
         .await;
     let texts = evidence(&app.acb(&token, ask.clone()).await);
     assert_eq!(texts, ["Queue workers moved to PostgreSQL."]);

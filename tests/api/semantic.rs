@@ -85,16 +85,12 @@ async fn eight_bit_vectors_find_memory_by_meaning_too(_: PgPoolOptions, connect:
 /// few dozen memories fills its share of the lexical side, so older
 /// memories holding it are found by meaning alone.
 async fn small_pool(app: &TestApp, token: &str) {
-    app.client
-        .put(format!("{}/api/v1/policy", app.base_url))
-        .bearer_auth(token)
-        .json(&json!({"candidate_pool_max": 20, "retrieved_max": 20,
-                      "scoring": {"semantic_candidates": 10}}))
-        .send()
-        .await
-        .unwrap()
-        .error_for_status()
-        .unwrap();
+    app.put_policy(
+        token,
+        &json!({"candidate_pool_max": 20, "retrieved_max": 20,
+                "scoring": {"semantic_candidates": 10}}),
+    )
+    .await;
 }
 
 /// A chunk the lexical side did not reach (its word is common, so only the
@@ -368,15 +364,8 @@ async fn finds_memory_by_meaning(connect: PgConnectOptions, embedder: &str) {
 
     // The same question with semantic retrieval off in the policy: only
     // the words count, and the answer is no better than the chatter.
-    app.client
-        .put(format!("{}/api/v1/policy", app.base_url))
-        .bearer_auth(&token)
-        .json(&json!({"scoring": {"semantic_weight": 0.0}}))
-        .send()
-        .await
-        .unwrap()
-        .error_for_status()
-        .unwrap();
+    app.put_policy(&token, &json!({"scoring": {"semantic_weight": 0.0}}))
+        .await;
     let lexical = app
         .acb(
             &token,
