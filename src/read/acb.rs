@@ -679,7 +679,7 @@ async fn assemble(reader: &Reader, tenant: &str, request: AcbRequest) -> Result<
             tenant,
             question,
             &head.lexemes,
-            head.head_seq,
+            (head.head_seq, head.projected_seq),
             &head.embedding,
             visibility,
             &scope,

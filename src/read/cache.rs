@@ -39,8 +39,10 @@ use crate::invalidation::Invalidated;
 use super::{
     bundle::Item,
     policy::{self, POLICY_CHANNEL, Policy},
+    privacy::Visibility,
     retrieve,
 };
+use crate::domain::event::Channel;
 
 /// A cached item and what privacy filters look at.
 #[derive(Debug, Clone)]
@@ -113,10 +115,49 @@ struct CachedState {
     state: Arc<TenantState>,
 }
 
+/// Which query terms are common in a tenant's chunks up to one seq
+/// ([`retrieve::common_lexemes`], [`retrieve::judged_through`]): a verdict
+/// depends only on that part of the log, who asks (privacy decides which
+/// chunks count) and the term's share of the pool, so while that seq
+/// stands (an agent writing between its questions, several agents asking
+/// one tenant) the statement that reads the newest chunks and counts a
+/// term's matches runs once per term. A later seq starts the tenant's
+/// verdicts afresh.
+struct CommonTerms {
+    through: i64,
+    verdicts: HashMap<TermKey, bool>,
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct TermKey {
+    channel: Channel,
+    agent: Option<String>,
+    share: usize,
+    query: String,
+}
+
+impl TermKey {
+    fn new(visibility: Visibility<'_>, share: usize, query: &str) -> Self {
+        Self {
+            channel: visibility.channel,
+            agent: visibility.agent.map(str::to_owned),
+            share,
+            query: query.to_owned(),
+        }
+    }
+}
+
+/// Verdicts kept per tenant (about 300 KB), and tenants with verdicts kept
+/// (about 80 MB at most): past either, what is kept starts over (a
+/// bundle's few terms then cost one statement again).
+const MAX_TERMS_KEPT: usize = 2_048;
+const MAX_TENANTS_WITH_TERMS: usize = 256;
+
 #[derive(Default)]
 struct Entries {
     states: HashMap<String, CachedState>,
     policies: HashMap<String, Arc<Policy>>,
+    common: HashMap<String, CommonTerms>,
     /// How many times an entry was dropped. A bundle notes it before it
     /// reads the database and keeps what it read only if it has not moved:
     /// otherwise a rebuild or a new policy, heard while the read was on its
@@ -224,6 +265,78 @@ impl ReadCache {
         }
     }
 
+    /// The verdicts kept for `queries` ([`retrieve::common_lexemes`]) of a
+    /// question asked with `visibility`, each term's share `share`, as of
+    /// the tenant's chunks up to `through`; `None` where none is kept. And
+    /// the drop count that [`Self::keep_common`] wants.
+    pub fn common_terms(
+        &self,
+        tenant: &str,
+        through: i64,
+        visibility: Visibility<'_>,
+        share: usize,
+        queries: &[String],
+    ) -> (Vec<Option<bool>>, u64) {
+        let entries = self.lock();
+        let kept = entries
+            .common
+            .get(tenant)
+            .filter(|terms| terms.through == through);
+        let verdicts = queries
+            .iter()
+            .map(|query| {
+                kept.and_then(|terms| {
+                    terms
+                        .verdicts
+                        .get(&TermKey::new(visibility, share, query))
+                        .copied()
+                })
+            })
+            .collect();
+        (verdicts, entries.drops)
+    }
+
+    /// Keeps verdicts read as [`Self::common_terms`] describes, unless an
+    /// entry was dropped since the caller saw `drops` (a rebuild may have
+    /// changed the chunks they were read from) or the tenant's verdicts
+    /// already stand for a later seq.
+    pub fn keep_common<'q>(
+        &self,
+        tenant: &str,
+        through: i64,
+        visibility: Visibility<'_>,
+        share: usize,
+        verdicts: impl IntoIterator<Item = (&'q String, bool)>,
+        drops: u64,
+    ) {
+        let mut entries = self.lock();
+        if entries.drops != drops {
+            return;
+        }
+        if !entries.common.contains_key(tenant) && entries.common.len() >= MAX_TENANTS_WITH_TERMS {
+            entries.common.clear();
+        }
+        let terms = entries
+            .common
+            .entry(tenant.to_owned())
+            .or_insert_with(|| CommonTerms {
+                through,
+                verdicts: HashMap::new(),
+            });
+        if terms.through > through {
+            return;
+        }
+        if terms.through < through || terms.verdicts.len() >= MAX_TERMS_KEPT {
+            terms.through = through;
+            terms.verdicts.clear();
+        }
+        for (query, common) in verdicts {
+            terms
+                .verdicts
+                .insert(TermKey::new(visibility, share, query), common);
+        }
+    }
+
     /// Drops the tenant's cached policy: this daemon stored a new one, and
     /// its own next bundle must not wait for the notification to use it.
     pub fn forget_policy(&self, tenant: &str) {
@@ -248,6 +361,7 @@ impl ReadCache {
         let mut entries = self.lock();
         entries.states.clear();
         entries.policies.clear();
+        entries.common.clear();
         entries.dropped();
     }
 
@@ -264,6 +378,7 @@ impl ReadCache {
         let Ok(seq) = seq.parse::<i64>() else {
             let mut entries = self.lock();
             entries.states.remove(tenant);
+            entries.common.remove(tenant);
             entries.dropped();
             return;
         };
@@ -280,6 +395,7 @@ impl ReadCache {
                     .is_some_and(|entry| seq <= entry.through)
             {
                 entries.states.remove(tenant);
+                entries.common.remove(tenant);
                 entries.dropped();
             }
         }
@@ -619,6 +735,50 @@ mod tests {
         let drops = cache.lock().drops;
         cache.keep_policy("acme", &Arc::new(Policy::default()), drops);
         assert!(cache.lock().policies.contains_key("acme"));
+    }
+
+    #[test]
+    fn common_term_verdicts_serve_the_seq_who_asks_and_the_share_they_were_read_for() {
+        let cache = ReadCache::default();
+        let private = Visibility::new(Channel::Private);
+        let public = Visibility::new(Channel::Public);
+        let queries = ["'export'".to_owned(), "'zeppelin'".to_owned()];
+        let (kept, drops) = cache.common_terms("acme", 10, private, 100, &queries);
+        assert_eq!(kept, [None, None]);
+        cache.keep_common("acme", 10, private, 100, [(&queries[0], true)], drops);
+
+        let kept = |through, visibility, share| {
+            cache
+                .common_terms("acme", through, visibility, share, &queries)
+                .0
+        };
+        assert_eq!(kept(10, private, 100), [Some(true), None]);
+        // Another seq, channel, agent or share: not what was read.
+        assert_eq!(kept(11, private, 100), [None, None]);
+        assert_eq!(kept(10, public, 100), [None, None]);
+        assert_eq!(
+            kept(10, private.for_agent(Some("coder")), 100),
+            [None, None]
+        );
+        assert_eq!(kept(10, private, 50), [None, None]);
+        assert_eq!(
+            cache.common_terms("other", 10, private, 100, &queries).0,
+            [None, None]
+        );
+
+        // Verdicts for a later seq start the tenant's afresh; an earlier
+        // seq's do not replace them.
+        let drops = cache.lock().drops;
+        cache.keep_common("acme", 12, private, 100, [(&queries[1], false)], drops);
+        cache.keep_common("acme", 11, private, 100, [(&queries[0], false)], drops);
+        assert_eq!(kept(12, private, 100), [None, Some(false)]);
+        assert_eq!(kept(10, private, 100), [None, None]);
+
+        // A rebuild drops them, and what was read before it is not kept.
+        cache.heard_of(PROJECTED_CHANNEL, "acme:0");
+        assert_eq!(kept(12, private, 100), [None, None]);
+        cache.keep_common("acme", 12, private, 100, [(&queries[1], true)], drops);
+        assert_eq!(kept(12, private, 100), [None, None]);
     }
 
     #[test]

@@ -298,6 +298,82 @@ struct RowsFrom {
     database: usize,
 }
 
+/// The lexical side of the pool: which of the question's terms are common
+/// in the tenant's chunks up to [`retrieve::judged_through`] the projected
+/// seq (verdicts the read cache kept for that seq are not asked again),
+/// then the candidates.
+async fn lexical_pool(
+    reader: &Reader,
+    tenant: &str,
+    lexemes: &[String],
+    visibility: Visibility<'_>,
+    scope: &Scope,
+    pool_max: usize,
+    projected_seq: i64,
+) -> Result<(Vec<bool>, Vec<Candidate>), sqlx::Error> {
+    let through = retrieve::judged_through(projected_seq);
+    let queries = retrieve::lexeme_queries(lexemes, &reader.keyring);
+    let share = retrieve::share(queries.len(), pool_max);
+    // Filters and retention narrow which chunks count, per request: their
+    // verdicts are not kept. Nor while projections are being rebuilt (no
+    // seq to hold them to).
+    let common = if scope.is_whole() && through > 0 {
+        let cache = &reader.cache;
+        let (kept, drops) = cache.common_terms(tenant, through, visibility, share, &queries);
+        let asked: Vec<String> = queries
+            .iter()
+            .zip(&kept)
+            .filter(|(_, kept)| kept.is_none())
+            .map(|(query, _)| query.clone())
+            .collect();
+        let found = retrieve::common_lexemes(
+            &reader.pool,
+            tenant,
+            &asked,
+            visibility,
+            scope,
+            share,
+            through,
+        )
+        .await?;
+        cache.keep_common(
+            tenant,
+            through,
+            visibility,
+            share,
+            asked.iter().zip(found.iter().copied()),
+            drops,
+        );
+        let mut found = found.into_iter();
+        kept.into_iter()
+            .map(|kept| kept.or_else(|| found.next()).unwrap_or(false))
+            .collect()
+    } else {
+        let through = if through > 0 { through } else { i64::MAX };
+        retrieve::common_lexemes(
+            &reader.pool,
+            tenant,
+            &queries,
+            visibility,
+            scope,
+            share,
+            through,
+        )
+        .await?
+    };
+    let found = retrieve::candidates(
+        &reader.pool,
+        tenant,
+        &queries,
+        &common,
+        visibility,
+        scope,
+        pool_max,
+    )
+    .await?;
+    Ok((common, found))
+}
+
 /// Vector candidates a bundle asks for: the policy's, at most half the pool.
 fn semantic_wanted(policy: &Policy) -> usize {
     (policy.scoring.semantic_candidates as usize).min(policy.candidate_pool_max as usize / 2)
@@ -309,7 +385,7 @@ pub async fn candidates(
     tenant: &str,
     question: Result<Question, String>,
     lexemes: &[String],
-    head_seq: i64,
+    (head_seq, projected_seq): (i64, i64),
     embedding: &EmbeddingHead,
     visibility: Visibility<'_>,
     scope: &Scope,
@@ -331,14 +407,14 @@ pub async fn candidates(
     } else {
         pool_max
     };
-    let lexical = retrieve::candidate_pool(
-        &reader.pool,
-        &reader.keyring,
+    let lexical = lexical_pool(
+        reader,
         tenant,
         lexemes,
         visibility,
         scope,
         lexical_max,
+        projected_seq,
     );
     let question = match question {
         Ok(question) => question,

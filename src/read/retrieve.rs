@@ -410,6 +410,14 @@ pub struct Scope {
     pub forgetting: Forgetting,
 }
 
+impl Scope {
+    /// Whether the pool may hold any chunk privacy lets through: no kind
+    /// excluded, no filter, nothing forgotten.
+    pub fn is_whole(&self) -> bool {
+        self.excluded_kinds.is_empty() && self.filters.is_empty() && self.forgetting.is_empty()
+    }
+}
+
 /// The chunks of tenant `$1` that the scope allows (`$4`, the filters, `$6`
 /// to `$12`) and retention keeps (`$13` to `$19`), as [`bind_scope`] binds
 /// them, and, unless `privacy` is false, that the channel (`$2`, `$3`) and
@@ -520,12 +528,17 @@ pub async fn candidate_pool(
     scope: &Scope,
     pool_max: usize,
 ) -> Result<(Vec<bool>, Vec<Candidate>), sqlx::Error> {
-    // Each lexeme as a tsquery (with its blinded form for sealed chunks),
-    // once for both statements.
-    let queries: Vec<String> = lexemes.iter().map(|l| lexeme_query(l, keyring)).collect();
-    let common = common_lexemes(pool, tenant, &queries, visibility, scope, pool_max).await?;
+    let queries = lexeme_queries(lexemes, keyring);
+    let share = share(queries.len(), pool_max);
+    let common = common_lexemes(pool, tenant, &queries, visibility, scope, share, i64::MAX).await?;
     let found = candidates(pool, tenant, &queries, &common, visibility, scope, pool_max).await?;
     Ok((common, found))
+}
+
+/// Each lexeme as a tsquery (with its blinded form for sealed chunks), as
+/// [`common_lexemes`] and [`candidates`] take them.
+pub fn lexeme_queries(lexemes: &[String], keyring: &Keyring) -> Vec<String> {
+    lexemes.iter().map(|l| lexeme_query(l, keyring)).collect()
 }
 
 /// Whether each lexeme is common in the tenant's memory: it matches more
@@ -536,16 +549,20 @@ pub async fn candidate_pool(
 /// ([`SPREAD_BLOCKS`]); any other term's matches are counted, up to the
 /// share + 1 (a rare term's few rows, read again by [`candidates`] from the
 /// cache). Read from
-/// the tenant's own chunks only (the same log gives the same answer, and no
-/// other tenant's memory has a say), in one statement. `queries` are the
-/// lexemes as [`lexeme_query`] writes them.
-async fn common_lexemes(
+/// the tenant's own chunks up to seq `through` only (the same log gives the
+/// same answer, and no other tenant's memory has a say), in one statement.
+/// `queries` are the lexemes as [`lexeme_query`] writes them; `share` is
+/// each one's share of the pool ([`share`]). Each verdict depends on its
+/// own lexeme alone, so a caller may ask for some of a question's lexemes
+/// and keep the others' from before.
+pub async fn common_lexemes(
     pool: &PgPool,
     tenant: &str,
     queries: &[String],
     visibility: Visibility<'_>,
     scope: &Scope,
-    pool_max: usize,
+    share: usize,
+    through: i64,
 ) -> Result<Vec<bool>, sqlx::Error> {
     if queries.is_empty() {
         return Ok(Vec::new());
@@ -566,11 +583,11 @@ async fn common_lexemes(
     // one walk down the seq index, with no sort).
     let sql = format!(
         "WITH sample AS MATERIALIZED (
-              SELECT c.tsv FROM projections.chunks c WHERE {visible}
+              SELECT c.tsv FROM projections.chunks c WHERE {visible} AND c.seq <= ${through}
                ORDER BY c.seq DESC, c.part DESC LIMIT ${sample}),
               span AS MATERIALIZED (
               SELECT min(c.seq) AS lo, max(c.seq) AS hi FROM projections.chunks c
-               WHERE c.tenant_id = $1),
+               WHERE c.tenant_id = $1 AND c.seq <= ${through}),
               spread AS MATERIALIZED (
               SELECT s.tsv FROM span CROSS JOIN generate_series(0, {SPREAD_BLOCKS} - 1) AS g (i)
                CROSS JOIN LATERAL (
@@ -590,7 +607,8 @@ async fn common_lexemes(
                                 FROM span)
                      THEN true
                      ELSE (SELECT count(*) FROM (SELECT FROM projections.chunks c
-                            WHERE {visible} AND c.tsv @@ l.q LIMIT ${share} + 1) AS m)
+                            WHERE {visible} AND c.tsv @@ l.q AND c.seq <= ${through}
+                            LIMIT ${share} + 1) AS m)
                           > ${share}
                 END
            FROM unnest(${queries}::tsquery[]) WITH ORDINALITY AS l (q, o)
@@ -598,6 +616,7 @@ async fn common_lexemes(
         sample = SCOPE_PARAMS + 1,
         share = SCOPE_PARAMS + 2,
         queries = SCOPE_PARAMS + 3,
+        through = SCOPE_PARAMS + 4,
     );
     let rows = bind_scope(
         sqlx::query(sqlx::AssertSqlSafe(sql)),
@@ -606,15 +625,37 @@ async fn common_lexemes(
         scope,
     )
     .bind(COMMON_SAMPLE)
-    .bind(share(queries.len(), pool_max) as i64)
+    .bind(share as i64)
     .bind(queries)
+    .bind(through)
     .fetch_all(pool)
     .await?;
     rows.iter().map(|row| row.try_get::<bool, _>(0)).collect()
 }
 
+/// The seq up to which a tenant's chunks judge which terms are common
+/// ([`common_lexemes`]), given its projected seq: rounded down to a step of
+/// a 256th of the history (a power of two, at most [`MAX_JUDGED_STEP`]
+/// events), exact below 512 events. A verdict is a guess at how often a
+/// term occurs, which a few hundred newer events do not change, and it
+/// stays a function of the log; what the step buys is that an agent which
+/// writes between its questions keeps the verdicts its earlier questions
+/// paid for ([`super::cache::ReadCache::common_terms`]) until the step is
+/// passed, instead of asking again after every event.
+pub fn judged_through(projected_seq: i64) -> i64 {
+    if projected_seq <= 0 {
+        return projected_seq;
+    }
+    let magnitude = 1_i64 << (63 - projected_seq.leading_zeros());
+    let step = (magnitude / 256).clamp(1, MAX_JUDGED_STEP);
+    projected_seq - projected_seq % step
+}
+
+/// The largest step of [`judged_through`], in events.
+const MAX_JUDGED_STEP: i64 = 256;
+
 /// Each lexeme's share of a pool of `pool_max` candidates.
-fn share(lexemes: usize, pool_max: usize) -> usize {
+pub fn share(lexemes: usize, pool_max: usize) -> usize {
     (pool_max / lexemes.max(1)).max(1)
 }
 
@@ -627,7 +668,7 @@ fn share(lexemes: usize, pool_max: usize) -> usize {
 /// brings more distinct chunks than a branch each, for half the rows read.
 /// Every branch orders by seq, then part: the same log gives the same pool.
 /// `queries` are the lexemes as [`lexeme_query`] writes them.
-async fn candidates(
+pub async fn candidates(
     pool: &PgPool,
     tenant: &str,
     queries: &[String],
@@ -1415,6 +1456,27 @@ pub async fn shown(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn common_terms_are_judged_at_a_step_of_the_history_at_most_256_events() {
+        for (projected, judged) in [
+            (0, 0),
+            (1, 1),
+            (305, 305),
+            (511, 511),
+            (512, 512),
+            (555, 554),
+            (1_000, 1_000),
+            (1_001, 1_000),
+            (65_535, 65_408),
+            (100_000, 99_840),
+            (100_255, 100_096),
+            (100_256, 100_096),
+            (1_000_123, 999_936),
+        ] {
+            assert_eq!(judged_through(projected), judged, "{projected}");
+        }
+    }
 
     /// A remembered row is matched against each question's lexemes as
     /// `tsv @@ lexeme` would match it, in the clear or blinded (a sealed

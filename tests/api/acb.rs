@@ -1060,6 +1060,56 @@ async fn common_query_terms_share_one_branch_and_a_rare_terms_old_matches_still_
     );
 }
 
+/// Which terms are common is kept per judged seq (the projected seq itself
+/// in a tenant this small): the same question again, or from a daemon that
+/// kept nothing, gets the same bundle, and events that make a rare term
+/// common are seen at once.
+#[sqlx::test]
+async fn common_term_verdicts_are_kept_until_the_judged_seq_moves(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let mut app = spawn_daemon(connect.clone()).await;
+    let token = app.tenant("acme").await;
+    app.put_policy(&token, &json!({"candidate_pool_max": 200}))
+        .await;
+    let zeppelins: Vec<Value> = (0..5)
+        .map(|i| message("old", &format!("Zeppelin hangar {i} was inspected.")))
+        .collect();
+    app.append(&token, &json!({ "events": zeppelins })).await;
+    let chatter: Vec<Value> = (0..300)
+        .map(|i| message("chatter", &format!("Export job {i} finished.")))
+        .collect();
+    app.append(&token, &json!({ "events": chatter })).await;
+    wait_projected(&app.pool, "acme").await;
+
+    let ask = json!({"session_id": "today", "query_text": "zeppelin export", "max_tokens": 4000});
+    let first = app.acb(&token, ask.clone()).await;
+    assert_eq!(first["provenance"]["common_terms"], json!(["export"]));
+    let again = app.acb(&token, ask.clone()).await;
+    assert_eq!(again["provenance"]["common_terms"], json!(["export"]));
+    assert_eq!(again["sections"], first["sections"]);
+    app.stop().await;
+
+    let mut app = spawn_daemon(connect).await;
+    let fresh = app.acb(&token, ask.clone()).await;
+    assert_eq!(fresh["provenance"]["common_terms"], json!(["export"]));
+    assert_eq!(fresh["sections"], first["sections"]);
+
+    // The newest chunks now hold "zeppelin": common.
+    let zeppelins: Vec<Value> = (0..250)
+        .map(|i| message("new", &format!("Zeppelin flight {i} landed.")))
+        .collect();
+    app.append(&token, &json!({ "events": zeppelins })).await;
+    wait_projected(&app.pool, "acme").await;
+    let after = app.acb(&token, ask).await;
+    assert_eq!(
+        after["provenance"]["common_terms"],
+        json!(["export", "zeppelin"])
+    );
+    app.stop().await;
+}
+
 /// A tenant whose newest chunks speak other words than its history: the
 /// history's everyday term is still common (settled by chunks spread over
 /// the whole history, not by counting its matches), while a term held by a
