@@ -15,16 +15,8 @@ use crate::helpers::{
 
 impl TestApp {
     pub async fn post_acb(&self, token: &str, body: &Value) -> (StatusCode, Value) {
-        let response = self
-            .client
-            .post(format!("{}/api/v1/acb/build", self.base_url))
-            .bearer_auth(token)
-            .json(body)
-            .send()
+        self.send_json(reqwest::Method::POST, "/api/v1/acb/build", token, body)
             .await
-            .expect("request sent");
-        let status = response.status();
-        (status, response.json().await.unwrap_or(Value::Null))
     }
 
     /// Builds a bundle and insists on success.

@@ -12,16 +12,8 @@ use crate::{
 
 impl TestApp {
     pub async fn post_handoff(&self, token: &str, body: &Value) -> (StatusCode, Value) {
-        let response = self
-            .client
-            .post(format!("{}/api/v1/handoffs", self.base_url))
-            .bearer_auth(token)
-            .json(body)
-            .send()
+        self.send_json(reqwest::Method::POST, "/api/v1/handoffs", token, body)
             .await
-            .expect("request sent");
-        let status = response.status();
-        (status, response.json().await.unwrap_or(Value::Null))
     }
 }
 

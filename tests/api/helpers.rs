@@ -162,18 +162,30 @@ impl TestApp {
             .to_string()
     }
 
-    pub async fn post_events(&self, token: &str, body: &Value) -> (StatusCode, Value) {
+    /// Sends `body` as JSON with `token` and returns the status and the
+    /// JSON answer (`Null` when the answer is not JSON).
+    pub async fn send_json(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: &str,
+        body: &Value,
+    ) -> (StatusCode, Value) {
         let response = self
             .client
-            .post(format!("{}/api/v1/events", self.base_url))
+            .request(method, format!("{}{path}", self.base_url))
             .bearer_auth(token)
             .json(body)
             .send()
             .await
             .expect("request sent");
         let status = response.status();
-        let body = response.json().await.unwrap_or(Value::Null);
-        (status, body)
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn post_events(&self, token: &str, body: &Value) -> (StatusCode, Value) {
+        self.send_json(reqwest::Method::POST, "/api/v1/events", token, body)
+            .await
     }
 
     /// Appends and insists on success, returning the response body.
@@ -184,16 +196,8 @@ impl TestApp {
     }
 
     pub async fn put_json(&self, path: &str, token: &str, body: &Value) -> (StatusCode, Value) {
-        let response = self
-            .client
-            .put(format!("{}{path}", self.base_url))
-            .bearer_auth(token)
-            .json(body)
-            .send()
+        self.send_json(reqwest::Method::PUT, path, token, body)
             .await
-            .expect("request sent");
-        let status = response.status();
-        (status, response.json().await.unwrap_or(Value::Null))
     }
 
     pub async fn get_json(&self, path: &str, token: &str) -> (StatusCode, Value) {
