@@ -169,6 +169,14 @@ impl Entries {
     fn dropped(&mut self) {
         self.drops = self.drops.wrapping_add(1);
     }
+
+    /// Drops what is kept of the tenant's projections: its state and its
+    /// term verdicts.
+    fn forget_projected(&mut self, tenant: &str) {
+        self.states.remove(tenant);
+        self.common.remove(tenant);
+        self.dropped();
+    }
 }
 
 pub struct ReadCache {
@@ -376,10 +384,7 @@ impl ReadCache {
             return;
         };
         let Ok(seq) = seq.parse::<i64>() else {
-            let mut entries = self.lock();
-            entries.states.remove(tenant);
-            entries.common.remove(tenant);
-            entries.dropped();
+            self.lock().forget_projected(tenant);
             return;
         };
         {
@@ -394,9 +399,7 @@ impl ReadCache {
                     .get(tenant)
                     .is_some_and(|entry| seq <= entry.through)
             {
-                entries.states.remove(tenant);
-                entries.common.remove(tenant);
-                entries.dropped();
+                entries.forget_projected(tenant);
             }
         }
         self.projected.send_modify(|seqs| {

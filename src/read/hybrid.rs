@@ -316,51 +316,41 @@ async fn lexical_pool(
     let share = retrieve::share(queries.len(), pool_max);
     // Filters and retention narrow which chunks count, per request: their
     // verdicts are not kept. Nor while projections are being rebuilt (no
-    // seq to hold them to).
-    let common = if scope.is_whole() && through > 0 {
+    // seq to hold them to, so none bounds the statement either).
+    let kept_here = scope.is_whole() && through > 0;
+    let (kept, drops) = if kept_here {
         let cache = &reader.cache;
-        let (kept, drops) = cache.common_terms(tenant, through, visibility, share, &queries);
-        let asked: Vec<String> = queries
-            .iter()
-            .zip(&kept)
-            .filter(|(_, kept)| kept.is_none())
-            .map(|(query, _)| query.clone())
-            .collect();
-        let found = retrieve::common_lexemes(
-            &reader.pool,
-            tenant,
-            &asked,
-            visibility,
-            scope,
-            share,
-            through,
-        )
-        .await?;
-        cache.keep_common(
-            tenant,
-            through,
-            visibility,
-            share,
-            asked.iter().zip(found.iter().copied()),
-            drops,
-        );
-        let mut found = found.into_iter();
-        kept.into_iter()
-            .map(|kept| kept.or_else(|| found.next()).unwrap_or(false))
-            .collect()
+        cache.common_terms(tenant, through, visibility, share, &queries)
     } else {
-        let through = if through > 0 { through } else { i64::MAX };
-        retrieve::common_lexemes(
-            &reader.pool,
-            tenant,
-            &queries,
-            visibility,
-            scope,
-            share,
-            through,
-        )
-        .await?
+        (vec![None; queries.len()], 0)
     };
+    let asked: Vec<String> = queries
+        .iter()
+        .zip(&kept)
+        .filter(|(_, kept)| kept.is_none())
+        .map(|(query, _)| query.clone())
+        .collect();
+    let found = retrieve::common_lexemes(
+        &reader.pool,
+        tenant,
+        &asked,
+        visibility,
+        scope,
+        share,
+        if through > 0 { through } else { i64::MAX },
+    )
+    .await?;
+    if kept_here {
+        let verdicts = asked.iter().zip(found.iter().copied());
+        reader
+            .cache
+            .keep_common(tenant, through, visibility, share, verdicts, drops);
+    }
+    let mut found = found.into_iter();
+    let common: Vec<bool> = kept
+        .into_iter()
+        .map(|kept| kept.or_else(|| found.next()).unwrap_or(false))
+        .collect();
     let found = retrieve::candidates(
         &reader.pool,
         tenant,

@@ -518,7 +518,8 @@ const SPREAD_MARGIN: i64 = 4;
 
 /// The candidate pool for `lexemes`, at most `pool_max` chunks, and which
 /// lexemes were common (fetched together): [`common_lexemes`], then
-/// [`candidates`].
+/// [`candidates`], every term judged afresh, as `bench acb` has PostgreSQL
+/// alone do it (bundles keep their verdicts: `hybrid::lexical_pool`).
 pub async fn candidate_pool(
     pool: &PgPool,
     keyring: &Keyring,
