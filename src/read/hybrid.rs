@@ -206,7 +206,8 @@ pub fn start_question(
                 Current::Ready(index) => {
                     let vectors = index.read().await;
                     let visibility = Visibility::new(channel).for_agent(agent.as_deref());
-                    let searched = vectors.searched(&vector, wanted, visibility, &scope);
+                    let searched =
+                        vectors.searched_through(&vector, wanted, visibility, &scope, seq);
                     let (neighbours, compared) = (searched.neighbours, searched.rows_read);
                     let count = vectors.len();
                     drop(vectors);

@@ -775,3 +775,118 @@ async fn after_a_restart_a_large_index_loads_in_the_background_and_bundles_do_no
     }
     app.stop().await;
 }
+
+/// A bundle reads the embeddings cursor with the log's head, and another
+/// bundle may bring the vector index past that cursor before the first one
+/// searches (agents appending and asking at once). The index is kept as it
+/// is, where it used to start over from zero (every vector of the tenant
+/// read again in the background while bundles went lexical: 11 s at a
+/// million chunks, over and over under load), and the older bundle's search
+/// leaves out what came after its cursor. A projection that really went
+/// back (rebuilt) is read again.
+#[sqlx::test]
+async fn an_index_past_a_bundles_cursor_is_kept_and_searched_only_up_to_that_cursor(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    use memd::{
+        domain::event::Channel,
+        read::{
+            privacy::Visibility,
+            retrieve::Scope,
+            vectors::{Current, VectorIndex},
+        },
+    };
+    use memd_projectors::embed::{Embedder, HashedEmbedder};
+
+    const TABLE: &str = "embeddings_hashed";
+    let mut app = spawn_daemon_with(connect, semantic("hashed")).await;
+    let token = app.tenant("acme").await;
+    let cursor = async |app: &TestApp| -> (i64, i32) {
+        sqlx::query_as(
+            "SELECT seq, version FROM projections.cursors WHERE tenant_id = 'acme' AND projector = $1",
+        )
+        .bind(TABLE)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+    };
+    let notes = |from: usize| {
+        let events: Vec<Value> = (from..from + 10)
+            .map(|i| {
+                said(
+                    "s1",
+                    "public",
+                    "none",
+                    &format!("Lighthouse keeper note {i}."),
+                )
+            })
+            .collect();
+        json!({ "events": events })
+    };
+    app.append(&token, &notes(0)).await;
+    wait_projected(&app.pool, "acme").await;
+    wait_embedded(&app, "acme", "hashed").await;
+    let (earlier, version) = cursor(&app).await;
+    app.append(&token, &notes(10)).await;
+    wait_projected(&app.pool, "acme").await;
+    wait_embedded(&app, "acme", "hashed").await;
+    let (newest, _) = cursor(&app).await;
+    assert!(newest > earlier);
+    // The index is the test's own: nothing else moves the cursor now.
+    app.stop().await;
+    let rows_through = async |seq: i64| -> usize {
+        let count: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM projections.embeddings_hashed WHERE tenant_id = 'acme' AND seq <= $1",
+        )
+        .bind(seq)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+        count as usize
+    };
+    let (first_rows, all_rows) = (rows_through(earlier).await, rows_through(newest).await);
+    assert!(first_rows >= 10 && all_rows > first_rows);
+
+    let index = VectorIndex::default();
+    let ready = async |seq: i64, version: i32| match index
+        .current(&app.pool, "acme", TABLE, seq, version)
+        .await
+        .unwrap()
+    {
+        Current::Ready(entry) => entry,
+        Current::Loading { .. } => panic!("the index started loading again at cursor {seq}"),
+    };
+    // One bundle brings the index to the newest cursor, then one that read
+    // the cursor before it searches.
+    let held = ready(newest, version).await.read().await.len();
+    assert_eq!(held, all_rows);
+    let entry = ready(earlier, version).await;
+    let vectors = entry.read().await;
+    assert_eq!((vectors.len(), vectors.loaded_seq), (held, newest));
+    let question = HashedEmbedder
+        .embed(&["Which note did the lighthouse keeper write?"])
+        .unwrap()
+        .remove(0);
+    let visibility = Visibility::new(Channel::Public);
+    let k = all_rows + 5;
+    let through = vectors.searched_through(&question, k, visibility, &Scope::default(), earlier);
+    assert_eq!(through.neighbours.len(), first_rows, "the first ten notes");
+    assert!(through.neighbours.iter().all(|n| n.position.0 <= earlier));
+    let all = vectors.searched_through(&question, k, visibility, &Scope::default(), newest);
+    assert_eq!(all.neighbours.len(), all_rows);
+    drop(vectors);
+
+    // The projection went back (a rebuild in progress): read again.
+    sqlx::query(
+        "UPDATE projections.cursors SET seq = $1 WHERE tenant_id = 'acme' AND projector = $2",
+    )
+    .bind(earlier)
+    .bind(TABLE)
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let entry = ready(earlier, version).await;
+    let vectors = entry.read().await;
+    assert_eq!((vectors.len(), vectors.loaded_seq), (first_rows, earlier));
+}

@@ -443,6 +443,37 @@ impl TenantVectors {
         }
     }
 
+    /// [`Self::searched`] as the index stood at the projection's seq
+    /// `through`, which it may have passed: a bundle reads the cursor with
+    /// the log's head, and another bundle may catch the index up before
+    /// this one searches. The rows past `through` are hidden from the
+    /// search, as a filter hides rows, so such a bundle finds no chunk past
+    /// its own cursor and, by a full scan, exactly what the index held at
+    /// `through` gives (by lists, the lists as they are now). Afresh: the
+    /// searches kept for questions asked again are of the newest rows.
+    pub fn searched_through(
+        &self,
+        query: &[f32],
+        k: usize,
+        visibility: Visibility<'_>,
+        scope: &Scope,
+        through: i64,
+    ) -> Searched {
+        let rows = self.positions.partition_point(|p| p.0 <= through);
+        if rows == self.len() {
+            return self.searched(query, k, visibility, scope);
+        }
+        let Some(mut plan) = self.plan(Method::Lists, query, k, visibility, scope) else {
+            return Searched::default();
+        };
+        plan.passes.below = Some(rows);
+        let (selection, rows_read) = self.select(&plan, None);
+        Searched {
+            neighbours: self.neighbours(&self.rescored(&selection.rows, query, k)),
+            rows_read,
+        }
+    }
+
     /// [`Self::search`] by `method`, with what it read, afresh.
     pub fn search_by(
         &self,
@@ -766,6 +797,9 @@ struct RowTest<'a> {
     sessions: Vec<bool>,
     tag_sets: Vec<bool>,
     forgetting: Option<&'a Forgetting>,
+    /// Rows from this one on are hidden (added after the seq searched
+    /// through, [`TenantVectors::searched_through`]).
+    below: Option<usize>,
 }
 
 impl<'a> RowTest<'a> {
@@ -784,17 +818,21 @@ impl<'a> RowTest<'a> {
             tag_sets: each(&|f| vectors.tag_sets.each(|tags| f.allows_tags(tags))),
             filters,
             forgetting: (!scope.forgetting.is_empty()).then_some(&scope.forgetting),
+            below: None,
         }
     }
 
     /// Whether every row passes (no filters, nothing forgotten).
     fn passes_all(&self) -> bool {
-        self.filters.is_none() && self.forgetting.is_none()
+        self.filters.is_none() && self.forgetting.is_none() && self.below.is_none()
     }
 
     /// Whether the filters hold for `row` and retention keeps it: the
     /// filters narrow the search, not its results.
     fn row(&self, row: usize) -> bool {
+        if self.below.is_some_and(|below| row >= below) {
+            return false;
+        }
         let v = self.vectors;
         if let Some(filters) = self.filters
             && !(filters.allows_time(v.ts_us[row])
@@ -1008,15 +1046,22 @@ impl VectorIndex {
         if entry.loading.load(Ordering::Acquire) {
             return Ok(Current::Loading { behind: cursor_seq });
         }
-        let behind = {
+        let (loaded_seq, loaded_version) = {
             let vectors = entry.vectors.read().await;
-            if vectors.loaded_version == cursor_version && vectors.loaded_seq <= cursor_seq {
-                cursor_seq - vectors.loaded_seq
-            } else {
-                cursor_seq
-            }
+            (vectors.loaded_seq, vectors.loaded_version)
+        };
+        let reset = loaded_version != cursor_version
+            || (loaded_seq > cursor_seq
+                && rebuilt_since(pool, tenant, table, loaded_seq, loaded_version).await?);
+        let behind = if reset {
+            cursor_seq
+        } else {
+            (cursor_seq - loaded_seq).max(0)
         };
         if behind == 0 {
+            // Caught up, or past this bundle's cursor (another bundle,
+            // which read the cursor later, caught it up): the search leaves
+            // out what came after the cursor ([`TenantVectors::searched_through`]).
             return Ok(Current::Ready(entry));
         }
         if behind > INLINE_CATCH_UP_EVENTS {
@@ -1024,10 +1069,16 @@ impl VectorIndex {
                 let (pool, tenant, loading) = (pool.clone(), tenant.to_owned(), entry.clone());
                 tokio::spawn(async move {
                     let started = std::time::Instant::now();
-                    let loaded =
-                        catch_up(&loading, &pool, &tenant, table, cursor_seq, cursor_version)
-                            .await
-                            .map_err(|err| err.to_string());
+                    let loaded = catch_up(
+                        &loading,
+                        &pool,
+                        &tenant,
+                        table,
+                        (cursor_seq, cursor_version),
+                        reset,
+                    )
+                    .await
+                    .map_err(|err| err.to_string());
                     let count = loading.vectors.read().await.len();
                     let ms = started.elapsed().as_millis() as u64;
                     match loaded {
@@ -1049,7 +1100,15 @@ impl VectorIndex {
             }
             return Ok(Current::Loading { behind });
         }
-        catch_up(&entry, pool, tenant, table, cursor_seq, cursor_version).await?;
+        catch_up(
+            &entry,
+            pool,
+            tenant,
+            table,
+            (cursor_seq, cursor_version),
+            reset,
+        )
+        .await?;
         Ok(Current::Ready(entry))
     }
 
@@ -1073,17 +1132,19 @@ impl VectorIndex {
 }
 
 /// Brings `entry` up to the projection's cursor, reading the rows past
-/// what it holds (all of them after a reset or a version change).
+/// what it holds (all of them after a `reset` or a version change). An
+/// index already at or past the cursor is left as it is: another bundle
+/// caught it up meanwhile, and going back would mean reading every row.
 async fn catch_up(
     entry: &Entry,
     pool: &PgPool,
     tenant: &str,
     table: &'static str,
-    cursor_seq: i64,
-    cursor_version: i32,
+    (cursor_seq, cursor_version): (i64, i32),
+    reset: bool,
 ) -> Result<(), sqlx::Error> {
     let mut vectors = entry.vectors.write().await;
-    if vectors.loaded_version != cursor_version || vectors.loaded_seq > cursor_seq {
+    if reset || vectors.loaded_version != cursor_version {
         *vectors = TenantVectors {
             loaded_version: cursor_version,
             ..TenantVectors::with_tuning(vectors.tuning)
@@ -1142,6 +1203,27 @@ async fn catch_up(
     Ok(())
 }
 
+/// Whether the embeddings projection `table` went back below `loaded_seq`
+/// (a rebuild or a reset: its vectors are to be read again), asked when a
+/// bundle's cursor is behind what the index holds. Usually it did not: the
+/// bundle read the cursor before another bundle caught the index up.
+async fn rebuilt_since(
+    pool: &PgPool,
+    tenant: &str,
+    table: &'static str,
+    loaded_seq: i64,
+    loaded_version: i32,
+) -> Result<bool, sqlx::Error> {
+    let cursor: Option<(i64, i32)> = sqlx::query_as(
+        "SELECT seq, version FROM projections.cursors WHERE tenant_id = $1 AND projector = $2",
+    )
+    .bind(tenant)
+    .bind(table)
+    .fetch_optional(pool)
+    .await?;
+    Ok(cursor.is_none_or(|(seq, version)| seq < loaded_seq || version != loaded_version))
+}
+
 /// Every vector of `tenant` in the embeddings table `table`, with its
 /// lists: what a daemon holds after loading the tenant (`bench vectors`).
 pub async fn load_tenant(
@@ -1154,7 +1236,7 @@ pub async fn load_tenant(
         vectors: RwLock::new(TenantVectors::with_tuning(tuning)),
         ..Entry::default()
     };
-    catch_up(&entry, pool, tenant, table, i64::MAX, 0).await?;
+    catch_up(&entry, pool, tenant, table, (i64::MAX, 0), true).await?;
     Ok(entry.vectors.into_inner())
 }
 
@@ -1842,6 +1924,58 @@ mod list_tests {
             );
         }
         (topics, rows)
+    }
+
+    #[test]
+    fn a_search_through_an_earlier_seq_finds_what_the_index_held_at_it() {
+        // A bundle that read the projection's cursor at seq 2,000, searching
+        // an index another bundle has since brought to 3,000.
+        let (topics, rows) = with_private(3_000);
+        let through = 2_000;
+        let (mut now, mut then) = (TenantVectors::default(), TenantVectors::default());
+        let (mut now_lists, mut then_lists) = (
+            TenantVectors::with_tuning(SMALL),
+            TenantVectors::with_tuning(SMALL),
+        );
+        for (position, class, filtered, vector) in &rows {
+            for index in [&mut now, &mut now_lists] {
+                index.push(*position, class.clone(), filtered.clone(), vector);
+            }
+            if position.0 <= through {
+                for index in [&mut then, &mut then_lists] {
+                    index.push(*position, class.clone(), filtered.clone(), vector);
+                }
+            }
+        }
+        for index in [&mut now, &mut then, &mut now_lists, &mut then_lists] {
+            index.settle();
+        }
+        assert!(now.lists.is_none() && now_lists.lists.is_some());
+        let alpha = Visibility::new(Channel::Private).for_agent(Some("alpha"));
+        let scope = Scope::default();
+        let mut noise = Noise(23);
+        let mut newer_were_nearest = 0;
+        for topic in topics.iter().take(12) {
+            let query = noise.near(topic, 0.6);
+            let newest = now.search(&query, 25, alpha, &scope);
+            newer_were_nearest += newest.iter().filter(|n| n.position.0 > through).count();
+            // By a full scan, exactly the earlier index's answer.
+            let found = now.searched_through(&query, 25, alpha, &scope, through);
+            assert_eq!(found.neighbours, then.search(&query, 25, alpha, &scope));
+            // By lists, nothing past the seq either.
+            let listed = now_lists.searched_through(&query, 25, alpha, &scope, through);
+            assert!(!listed.neighbours.is_empty());
+            assert!(listed.neighbours.iter().all(|n| n.position.0 <= through));
+            // Through the newest row (or past it), the usual search.
+            for seq in [3_000, i64::MAX] {
+                let all = now.searched_through(&query, 25, alpha, &scope, seq);
+                assert_eq!(all.neighbours, newest);
+            }
+        }
+        assert!(
+            newer_were_nearest > 0,
+            "the rows left out were among the nearest"
+        );
     }
 
     #[test]
