@@ -1424,13 +1424,10 @@ pub async fn shown(
     if chunk_ids.is_empty() {
         return Ok(HashMap::new());
     }
+    // A function, planned once per connection (its migration says why).
     let rows = sqlx::query(
-        "SELECT c.chunk_id, c.text, c.session_id, c.actor_id, c.line_start, c.line_end,
-                CASE WHEN c.kind = 'tool_result'
-                     THEN (SELECT e.artifact_id FROM public.events e
-                            WHERE e.tenant_id = $1 AND e.seq = c.seq) END AS artifact_id
-           FROM unnest($2::text[]) AS u (chunk_id)
-           JOIN projections.chunks c ON c.tenant_id = $1 AND c.chunk_id = u.chunk_id",
+        "SELECT chunk_id, text, session_id, actor_id, line_start, line_end, artifact_id
+           FROM public.memd_shown_chunks($1, $2)",
     )
     .bind(tenant)
     .bind(chunk_ids)
