@@ -24,7 +24,6 @@ use memd_projectors::{StoredEvent, render};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sqlx::Row;
-use tracing::Instrument;
 
 use super::{
     PROJECTED_SEQ, Reader,
@@ -508,14 +507,13 @@ pub async fn build_acb(
     tenant: &str,
     request: AcbRequest,
 ) -> Result<Acb, AcbError> {
-    // Outside the request's span: sqlx polls its row streams in the span
-    // current when the query started, entering and leaving it once per row,
-    // and for the thousand or so rows of a retrieval bundle that was a
-    // tenth of the daemon's CPU under load. Errors are still logged in the
-    // request's span, where the handler turns them into responses.
-    assemble(reader, tenant, request)
-        .instrument(tracing::Span::none())
-        .await
+    // sqlx polls its row streams in the span current when a query started
+    // (the handler's), entering and leaving it once per row: with the
+    // logging filter `telemetry` installs for levels by target that costs
+    // a thread-local push and pop. (Instrumenting this future with
+    // `Span::none()` does not leave the handler's span: entering no span
+    // changes nothing.)
+    assemble(reader, tenant, request).await
 }
 
 async fn assemble(reader: &Reader, tenant: &str, request: AcbRequest) -> Result<Acb, AcbError> {
