@@ -2,28 +2,24 @@
 //! stdout is their output (`memd tenant create`) stay clean.
 
 use tracing_subscriber::{
-    EnvFilter, filter::Targets, layer::SubscriberExt, util::SubscriberInitExt,
+    EnvFilter, Layer, Registry, filter::Targets, layer::SubscriberExt, util::SubscriberInitExt,
 };
 
 /// `RUST_LOG` overrides `default_filter`; directives that cannot be read
 /// leave `default_filter` in force.
 pub fn init(default_filter: &str) {
-    let filter = std::env::var("RUST_LOG")
+    let Some(filter) = std::env::var("RUST_LOG")
         .ok()
         .and_then(|directives| Filter::read(&directives))
-        .or_else(|| Filter::read(default_filter));
-    // A second init (tests) is harmless: keep the first subscriber.
-    let _ = match filter {
-        Some(Filter::Targets(targets)) => tracing_subscriber::registry()
-            .with(targets)
-            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
-            .try_init(),
-        Some(Filter::Env(filter)) => tracing_subscriber::registry()
-            .with(filter)
-            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
-            .try_init(),
-        None => return,
+        .or_else(|| Filter::read(default_filter))
+    else {
+        return;
     };
+    // A second init (tests) is harmless: keep the first subscriber.
+    let _ = tracing_subscriber::registry()
+        .with(filter.layer())
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .try_init();
 }
 
 /// Levels by target when that is all the directives say (`info,sqlx=warn`),
@@ -49,6 +45,13 @@ impl Filter {
         EnvFilter::try_new(directives)
             .ok()
             .map(|filter| Filter::Env(Box::new(filter)))
+    }
+
+    fn layer(self) -> Box<dyn Layer<Registry> + Send + Sync> {
+        match self {
+            Filter::Targets(targets) => Box::new(targets),
+            Filter::Env(filter) => filter,
+        }
     }
 }
 

@@ -507,16 +507,6 @@ pub async fn build_acb(
     tenant: &str,
     request: AcbRequest,
 ) -> Result<Acb, AcbError> {
-    // sqlx polls its row streams in the span current when a query started
-    // (the handler's), entering and leaving it once per row: with the
-    // logging filter `telemetry` installs for levels by target that costs
-    // a thread-local push and pop. (Instrumenting this future with
-    // `Span::none()` does not leave the handler's span: entering no span
-    // changes nothing.)
-    assemble(reader, tenant, request).await
-}
-
-async fn assemble(reader: &Reader, tenant: &str, request: AcbRequest) -> Result<Acb, AcbError> {
     let _building = reader.building.start();
     let started = Instant::now();
     let mut stopwatch = Stopwatch(started);
