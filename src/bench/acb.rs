@@ -12,9 +12,11 @@
 use std::{fmt::Write as _, path::Path, time::Duration};
 
 use memd_projectors::seal::Keyring;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{
+    cpu::CpuTimes,
     harness::{
         Measurement, ScratchDatabase, bench_database, drive, environment, percentile,
         report_header, start_daemon, wait_embedded, wait_projected, write_report,
@@ -78,6 +80,45 @@ struct Row {
     clients: usize,
     m: Measurement,
     seen: Seen,
+    /// CPU the scenario used, of this process and of PostgreSQL.
+    cpu: Option<CpuTimes>,
+}
+
+/// What the bench reads of a bundle. Its clients skip the rest as they
+/// parse (the sections and omissions, most of the bytes), as a load
+/// generator should: a JSON tree of every bundle cost the clients as much
+/// CPU as the daemon spent serialising it, on the two cores the daemon and
+/// PostgreSQL share (a fifth of the process's samples on the fast path).
+#[derive(Deserialize)]
+struct Answer {
+    token_used_est: f64,
+    provenance: AnswerProvenance,
+}
+
+#[derive(Deserialize)]
+struct AnswerProvenance {
+    candidate_pool_size: f64,
+    cache: String,
+    semantic: AnswerSemantic,
+    stages_ms: AnswerStages,
+}
+
+#[derive(Deserialize)]
+struct AnswerSemantic {
+    used: bool,
+    question_embedded: bool,
+    rows_read: f64,
+    reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct AnswerStages {
+    prepare: f64,
+    candidates: f64,
+    rank: f64,
+    choose: f64,
+    pack: f64,
+    render: f64,
 }
 
 /// The stages of `provenance.stages_ms`, in order.
@@ -99,24 +140,25 @@ struct Seen {
 }
 
 impl Seen {
-    fn add(&mut self, acb: &Value) {
+    fn add(&mut self, acb: &Answer) {
         self.bundles += 1;
-        let semantic = &acb["provenance"]["semantic"];
-        if semantic["used"] == true {
-            self.semantic += 1;
-        }
-        if semantic["question_embedded"] == true {
-            self.embedded += 1;
-        }
-        self.rows_read += semantic["rows_read"].as_f64().unwrap_or(0.0);
-        self.tokens += acb["token_used_est"].as_f64().unwrap_or(0.0);
-        self.pool += acb["provenance"]["candidate_pool_size"]
-            .as_f64()
-            .unwrap_or(0.0);
-        for (sum, stage) in self.stages_ms.iter_mut().zip(STAGES) {
-            *sum += acb["provenance"]["stages_ms"][stage]
-                .as_f64()
-                .unwrap_or(0.0);
+        let (provenance, semantic) = (&acb.provenance, &acb.provenance.semantic);
+        self.semantic += usize::from(semantic.used);
+        self.embedded += usize::from(semantic.question_embedded);
+        self.rows_read += semantic.rows_read;
+        self.tokens += acb.token_used_est;
+        self.pool += provenance.candidate_pool_size;
+        let stages = &provenance.stages_ms;
+        let times = [
+            stages.prepare,
+            stages.candidates,
+            stages.rank,
+            stages.choose,
+            stages.pack,
+            stages.render,
+        ];
+        for (sum, ms) in self.stages_ms.iter_mut().zip(times) {
+            *sum += ms;
         }
     }
 
@@ -212,7 +254,9 @@ async fn measure(
             eprintln!("{size} vector index loaded {waited:.1} s after the first bundle");
         }
         for clients in [1, 32] {
+            let before = CpuTimes::now();
             let (m, pool_size) = candidate_statements(&pool, &tenant, clients, options).await?;
+            let cpu = used_since(before);
             eprintln!(
                 "{size} candidate statement x{clients}: p50 {:.1} ms, p95 {:.1} ms",
                 m.percentile_ms(50.0),
@@ -228,6 +272,7 @@ async fn measure(
                     pool: pool_size,
                     ..Seen::default()
                 },
+                cpu,
             });
         }
         for (scenario, ask) in [
@@ -237,8 +282,10 @@ async fn measure(
             (TURN, Ask::Turn),
         ] {
             for clients in [1, 32] {
+                let before = CpuTimes::now();
                 let (m, seen) =
                     bundles(&daemon.base_url, &token, &session, ask, clients, options).await;
+                let cpu = used_since(before);
                 eprintln!(
                     "{size} {scenario} x{clients}: p50 {:.1} ms, p95 {:.1} ms",
                     m.percentile_ms(50.0),
@@ -250,6 +297,7 @@ async fn measure(
                     clients,
                     m,
                     seen,
+                    cpu,
                 });
             }
         }
@@ -458,7 +506,7 @@ async fn bundles(
                         .await?
                         .error_for_status()?;
                 }
-                let acb: Value = client
+                let acb: Answer = client
                     .post(&url)
                     .bearer_auth(&token)
                     .json(&body)
@@ -491,7 +539,7 @@ async fn vectors_loaded(
     let client = reqwest::Client::new();
     let started = std::time::Instant::now();
     loop {
-        let acb: Value = client
+        let acb: Answer = client
             .post(format!("{base}/api/v1/acb/build"))
             .bearer_auth(token)
             .json(&body(session, Ask::Question, 0, options.max_tokens))
@@ -500,11 +548,11 @@ async fn vectors_loaded(
             .error_for_status()?
             .json()
             .await?;
-        let semantic = &acb["provenance"]["semantic"];
-        if semantic["used"] == true {
+        let semantic = &acb.provenance.semantic;
+        if semantic.used {
             return Ok(started.elapsed().as_secs_f64());
         }
-        let reason = semantic["reason"].as_str().unwrap_or_default();
+        let reason = semantic.reason.as_deref().unwrap_or_default();
         anyhow::ensure!(
             reason.contains("loading") && started.elapsed() < Duration::from_secs(1800),
             "bundles do not use vector candidates: {reason}"
@@ -529,7 +577,7 @@ async fn cold(
         let pool = db::connect(scratch.options.clone(), 16).await?;
         let daemon = start_daemon(pool.clone(), options.semantic.clone()).await?;
         let at = std::time::Instant::now();
-        let acb: Value = client
+        let acb: Answer = client
             .post(format!("{}/api/v1/acb/build", daemon.base_url))
             .bearer_auth(token)
             .json(&body(
@@ -546,7 +594,7 @@ async fn cold(
         latencies.push(at.elapsed());
         seen.add(&acb);
         anyhow::ensure!(
-            acb["provenance"]["cache"] == "miss",
+            acb.provenance.cache == "miss",
             "a restarted daemon hit its cache"
         );
         daemon.stop().await?;
@@ -562,7 +610,15 @@ async fn cold(
         clients: 1,
         m: Measurement::from_latencies(latencies, started.elapsed()),
         seen,
+        cpu: None,
     })
+}
+
+/// The CPU used since `before` was read (`None` without `/proc`).
+fn used_since(before: Option<CpuTimes>) -> Option<CpuTimes> {
+    CpuTimes::now()
+        .zip(before)
+        .map(|(now, then)| now.since(&then))
 }
 
 fn render(rows: &[Row], options: &Options, environment: &str) -> String {
@@ -575,7 +631,7 @@ fn render(rows: &[Row], options: &Options, environment: &str) -> String {
          candidates; *hybrid bundles* counts those that did). \
          One tenant's chat history ({}), loaded up to each size and fully projected and embedded; views identity and rules. \
          Every bundle has `max_tokens` {} and goes over HTTP to the daemon in this process; latency is the whole \
-         round trip, measured by the client. Fast path: `intent: continue` in the newest session. Retrieval path: \
+         round trip, measured by the client, which reads only the provenance and token count of each answer (skipping sections and omissions as it parses). Fast path: `intent: continue` in the newest session. Retrieval path: \
          questions about accounts, exports, jobs and decisions, varied per request (most come back: two of five \
          kinds are one text each, two cycle through 311 accounts, so their vectors come from the daemon's cache); \
          *every question new*: the same questions, each with a ticket number no other request of the run carries \
@@ -658,6 +714,33 @@ fn render(rows: &[Row], options: &Options, environment: &str) -> String {
             stages.join(" | "),
             row.seen.mean(row.seen.embedded as f64),
             row.seen.mean(row.seen.rows_read)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nCPU per bundle (per run of the two statements, for PostgreSQL alone), read from `/proc` over each \
+         scenario: *this process* is the daemon with the bench's HTTP clients (for PostgreSQL alone, the \
+         statements' client side); *PostgreSQL* is every `postgres` process on the machine. Under 32 clients \
+         the two cores are busy, so the bundles a second follow from the sum, and the sum moves less than the \
+         rate when the machine's speed changes between runs:\n\n\
+         | events | scenario | clients | this process, ms | PostgreSQL, ms | both, ms |\n|---:|---|---:|---:|---:|---:|"
+    );
+    for row in rows {
+        let Some(cpu) = row.cpu else { continue };
+        let per = |used: Duration| used.as_secs_f64() * 1e3 / row.m.operations.max(1) as f64;
+        let postgres = cpu.postgres.map(per);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {:.2} | {} | {} |",
+            row.size,
+            row.scenario,
+            row.clients,
+            per(cpu.memd),
+            postgres.map_or_else(|| "n/a".to_owned(), |ms| format!("{ms:.2}")),
+            postgres.map_or_else(
+                || "n/a".to_owned(),
+                |ms| format!("{:.2}", ms + per(cpu.memd))
+            ),
         );
     }
     out
