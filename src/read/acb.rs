@@ -4,7 +4,8 @@
 //!    in one round trip; with `"consistency": "strong"`, wait (bounded) for
 //!    projections to reach the log's head first.
 //! 2. Take the tenant's views, active decisions and tasks from the cache.
-//! 3. Read the session's recent events from the log itself.
+//! 3. Read the session's recent events from the log itself
+//!    ([`super::recent`]: only those past what an earlier bundle kept).
 //! 4. Unless the intent is a fast-path one (or there is no query), retrieve
 //!    evidence in three stages: the candidate pool ([`super::hybrid`]), its
 //!    ranking ([`super::retrieve::rank`]), and the choice
@@ -20,9 +21,9 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
-use memd_projectors::{StoredEvent, render};
+
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use sqlx::Row;
 
 use super::{
@@ -35,6 +36,7 @@ use super::{
     hybrid::{self, EmbeddingHead, SemanticReport},
     policy::{Policy, Scoring, SectionName},
     privacy::{Filters, Visibility},
+    recent::{self, RecentReport, WINDOW_KINDS},
     retention::Forgetting,
     retrieve::{self, Candidate, Scope},
 };
@@ -42,8 +44,6 @@ use crate::domain::{FieldError, event::Channel, limits};
 
 /// Longest `query_text` accepted.
 pub const MAX_QUERY_BYTES: usize = 16 * 1024;
-/// Parts (~400 tokens each) of one tool output the recent window shows.
-const RECENT_TOOL_OUTPUT_PARTS: usize = 1;
 /// Ids listed per omission; `count` says how many there were.
 const OMISSION_IDS_SHOWN: usize = 100;
 /// Words that make a query ask for how decisions changed, not just what
@@ -253,6 +253,9 @@ pub struct Provenance {
     pub consistency: ConsistencyReport,
     /// Whether the tenant's views, decisions and tasks came from memory.
     pub cache: &'static str,
+    /// How the recent window was read: its events, and how many of them
+    /// came from the log rather than memory.
+    pub recent_window: RecentReport,
     pub encoding: &'static str,
     pub elapsed_ms: f64,
     /// Where `elapsed_ms` went, stage by stage.
@@ -370,7 +373,7 @@ impl Omissions {
         }
     }
 
-    fn privacy(&mut self, section: SectionName, id: String) {
+    pub(super) fn privacy(&mut self, section: SectionName, id: String) {
         self.add("privacy", Some(section), id, Map::new());
     }
 }
@@ -394,6 +397,9 @@ struct Head {
     /// head, so that a bundle with none, nearly every bundle, spends no
     /// round trip of its own on it.
     handoff_id: Option<String>,
+    /// The seq of the session's newest event the recent window could
+    /// show (0: none): a window kept that far needs nothing from the log.
+    session_seq: i64,
 }
 
 async fn head(
@@ -416,7 +422,10 @@ async fn head(
                 (SELECT p.handoff_id FROM projections.handoffs p
                   WHERE p.tenant_id = h.tenant_id AND p.to_agent = $7 AND p.session_id = $8
                     AND ($9::text IS NULL OR p.handoff_id = $9)
-                  ORDER BY p.seq DESC LIMIT 1) AS handoff_id
+                  ORDER BY p.seq DESC LIMIT 1) AS handoff_id,
+                (SELECT max(e.seq) FROM public.events e
+                  WHERE e.tenant_id = h.tenant_id AND e.session_id = $8
+                    AND e.kind IN {WINDOW_KINDS}) AS session_seq
            FROM public.tenant_heads h
            LEFT JOIN public.embedder_choice ch ON ch.tenant_id = h.tenant_id
            CROSS JOIN LATERAL (SELECT coalesce(ch.active, $6) AS embedder) AS e
@@ -448,6 +457,7 @@ async fn head(
         projected_seq: row.try_get::<Option<i64>, _>("projected_seq")?.unwrap_or(0),
         lexemes: row.try_get("lexemes")?,
         handoff_id: row.try_get("handoff_id")?,
+        session_seq: row.try_get::<Option<i64>, _>("session_seq")?.unwrap_or(0),
     })
 }
 
@@ -606,21 +616,21 @@ pub async fn build_acb(
     let task_ids: HashSet<String> = tasks.iter().map(|t| t.id.clone()).collect();
 
     // The recent window, from the log.
-    let recent = match &request.session_id {
+    let (recent, recent_report) = match &request.session_id {
         Some(session) => {
-            recent_window(
+            recent::recent_window(
                 reader,
                 tenant,
                 session,
                 handoff.as_ref().map_or(0, |h| h.seq),
                 &policy,
                 visibility,
-                head.projected_seq,
+                (head.projected_seq, head.session_seq),
                 &mut omissions,
             )
             .await?
         }
-        None => Vec::new(),
+        None => Default::default(),
     };
     let recent_chunks: HashSet<String> = recent.iter().map(|item| item.id.clone()).collect();
 
@@ -776,6 +786,7 @@ pub async fn build_acb(
                 waited_ms: waited.as_secs_f64() * 1e3,
             },
             cache: if cached { "hit" } else { "miss" },
+            recent_window: recent_report,
             encoding: reader.counter.encoding().name(),
             elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
             stages_ms: stages,
@@ -1048,220 +1059,10 @@ async fn decision_rows(
     Ok(rows)
 }
 
-/// The session's newest events, newest first, as items (one per chunk).
-/// A receiving agent sees only what came after its packet.
-#[allow(clippy::too_many_arguments)]
-async fn recent_window(
-    reader: &Reader,
-    tenant: &str,
-    session: &str,
-    after_seq: i64,
-    policy: &Policy,
-    visibility: Visibility<'_>,
-    projected_seq: i64,
-    omissions: &mut Omissions,
-) -> Result<Vec<Item>, sqlx::Error> {
-    if policy.recent_window_events == 0 {
-        return Ok(Vec::new());
-    }
-    // Content only of events the projections have not reached: the others
-    // are shown from their chunks, read in the same statement (one round
-    // trip, not two), and a tool result's content is up to 64 KiB.
-    let rows: Vec<RecentEvent> = sqlx::query_as(
-        "SELECT e.*, c.chunk_ids, c.texts, c.token_ests, c.sources, c.line_starts, c.line_ends
-           FROM (SELECT seq, event_id, created_at, ts, session_id, channel, actor_type,
-                        actor_id, agent_id, subject_id, kind, sensitivity, tags,
-                        CASE WHEN seq > $5 THEN content ELSE 'null' END AS content, refs,
-                        artifact_id
-                   FROM public.events
-                  WHERE tenant_id = $1 AND session_id = $2 AND seq > $3
-                    AND kind IN ('message', 'tool_result', 'decision', 'summary', 'task_update')
-                  ORDER BY seq DESC LIMIT $4) AS e
-           LEFT JOIN LATERAL (
-                SELECT array_agg(c.chunk_id ORDER BY c.part) AS chunk_ids,
-                       array_agg(c.text ORDER BY c.part) AS texts,
-                       array_agg(c.token_est ORDER BY c.part) AS token_ests,
-                       array_agg(c.source ORDER BY c.part) AS sources,
-                       array_agg(c.line_start ORDER BY c.part) AS line_starts,
-                       array_agg(c.line_end ORDER BY c.part) AS line_ends
-                  FROM projections.chunks c
-                 WHERE c.tenant_id = $1 AND c.event_id = e.event_id AND e.seq <= $5) AS c ON true
-          ORDER BY e.seq DESC",
-    )
-    .bind(tenant)
-    .bind(session)
-    .bind(after_seq)
-    .bind(i64::from(policy.recent_window_events))
-    .bind(projected_seq)
-    .fetch_all(&reader.pool)
-    .await?;
-    let keyring = memd_projectors::event::subject_keyring(
-        &reader.pool,
-        &reader.keyring,
-        tenant,
-        rows.iter()
-            .filter(|row| row.event.seq > projected_seq)
-            .filter_map(|row| row.event.subject_id.as_deref()),
-    )
-    .await?;
-    let mut shown = Vec::new();
-    for row in rows {
-        let mut event = row.event;
-        if event.seq > projected_seq {
-            memd_projectors::event::open(&keyring, tenant, &mut event)?;
-            if event.erased {
-                continue;
-            }
-        }
-        if !visibility.owner_allows(&event.channel, event.agent_id.as_deref()) {
-            // Another agent's private memory: not even named.
-            continue;
-        }
-        if !visibility.allows(&event.channel, &event.sensitivity) {
-            omissions.privacy(SectionName::RecentWindow, event.event_id);
-            continue;
-        }
-        let mut stored = Vec::new();
-        if let (Some(ids), Some(texts), Some(tokens), Some(sources), Some(starts), Some(ends)) = (
-            row.chunk_ids,
-            row.texts,
-            row.token_ests,
-            row.sources,
-            row.line_starts,
-            row.line_ends,
-        ) {
-            for (((((chunk_id, mut text), token_est), source), line_start), line_end) in ids
-                .into_iter()
-                .zip(texts)
-                .zip(tokens)
-                .zip(sources)
-                .zip(starts)
-                .zip(ends)
-            {
-                reader.keyring.open_in_place(tenant, &mut text)?;
-                stored.push(StoredChunk {
-                    chunk_id,
-                    text,
-                    token_est,
-                    source,
-                    line_start,
-                    line_end,
-                });
-            }
-        }
-        shown.push((event, stored));
-    }
-    let mut items = Vec::new();
-    for (event, stored) in &mut shown {
-        // Projected events have their chunks, counted at projection; the
-        // others (projections lag) are chunked and counted now, the same way.
-        let mut parts: Vec<StoredChunk> = if event.seq <= projected_seq {
-            std::mem::take(stored)
-        } else {
-            reader
-                .chunker
-                .chunks_of(event)
-                .into_iter()
-                .map(|chunk| StoredChunk {
-                    chunk_id: chunk.chunk_id,
-                    text: chunk.text,
-                    token_est: chunk.token_est,
-                    source: chunk.source,
-                    line_start: chunk.line_start,
-                    line_end: chunk.line_end,
-                })
-                .collect()
-        };
-        // A long tool output shows its head here, not all of it: one large
-        // read must not crowd the rest of the conversation out of the
-        // window. Its other parts stay retrievable as evidence.
-        if event.kind == "tool_result" && parts.len() > RECENT_TOOL_OUTPUT_PARTS {
-            let shown_parts = RECENT_TOOL_OUTPUT_PARTS;
-            let total = parts.len();
-            for part in parts.drain(shown_parts..) {
-                omissions.add(
-                    "truncated_tool_output",
-                    Some(SectionName::RecentWindow),
-                    part.chunk_id,
-                    details(&[
-                        ("event_id", json!(event.event_id)),
-                        ("parts_shown", json!(shown_parts)),
-                        ("parts", json!(total)),
-                        ("artifact_id", json!(event.artifact_id)),
-                    ]),
-                );
-            }
-        }
-        // Newest first overall: an event's later parts before its earlier ones.
-        parts.reverse();
-        // A chunk the projections have not written yet cannot be looked up:
-        // such an item cites its event alone, which can.
-        let chunk_exists = event.seq <= projected_seq;
-        for part in parts {
-            let chunk_id = part.chunk_id;
-            let refs = if chunk_exists {
-                vec![chunk_id.clone(), event.event_id.clone()]
-            } else {
-                vec![event.event_id.clone()]
-            };
-            let meta = render::chunk_meta(
-                &event.actor_id,
-                &event.kind,
-                part.source.as_deref(),
-                part.line_start.zip(part.line_end),
-                event.ts,
-            );
-            items.push(Item {
-                kind: "event",
-                id: chunk_id.clone(),
-                meta,
-                text: render::body(&part.text),
-                tokens: part.token_est.max(0) as usize,
-                refs,
-                fields: details(&[
-                    ("chunk_id", json!(chunk_id)),
-                    ("event_id", json!(event.event_id)),
-                    ("kind", json!(event.kind)),
-                    (
-                        "actor",
-                        json!({"type": event.actor_type, "id": event.actor_id}),
-                    ),
-                    ("seq", json!(event.seq)),
-                    ("ts", json!(event.ts)),
-                ]),
-            });
-        }
-    }
-    Ok(items)
-}
-
-/// A recent event, and its chunks' columns (by part) once projected.
-#[derive(Debug, sqlx::FromRow)]
-struct RecentEvent {
-    #[sqlx(flatten)]
-    event: StoredEvent,
-    chunk_ids: Option<Vec<String>>,
-    texts: Option<Vec<String>>,
-    token_ests: Option<Vec<i32>>,
-    sources: Option<Vec<Option<String>>>,
-    line_starts: Option<Vec<Option<i32>>>,
-    line_ends: Option<Vec<Option<i32>>>,
-}
-
-/// A chunk of a recent event.
-#[derive(Debug)]
-struct StoredChunk {
-    chunk_id: String,
-    text: String,
-    token_est: i32,
-    source: Option<String>,
-    line_start: Option<i32>,
-    line_end: Option<i32>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn history_is_asked_for_in_words() {

@@ -40,6 +40,7 @@ use super::{
     bundle::Item,
     policy::{self, POLICY_CHANNEL, Policy},
     privacy::Visibility,
+    recent::{KeptWindow, WindowKey, Windows},
     retrieve,
 };
 use crate::domain::event::Channel;
@@ -158,6 +159,8 @@ struct Entries {
     states: HashMap<String, CachedState>,
     policies: HashMap<String, Arc<Policy>>,
     common: HashMap<String, CommonTerms>,
+    /// The part of sessions' recent windows that projections had reached.
+    windows: Windows,
     /// How many times an entry was dropped. A bundle notes it before it
     /// reads the database and keeps what it read only if it has not moved:
     /// otherwise a rebuild or a new policy, heard while the read was on its
@@ -170,11 +173,12 @@ impl Entries {
         self.drops = self.drops.wrapping_add(1);
     }
 
-    /// Drops what is kept of the tenant's projections: its state and its
-    /// term verdicts.
+    /// Drops what is kept of the tenant's projections: its state, its term
+    /// verdicts and its sessions' recent windows.
     fn forget_projected(&mut self, tenant: &str) {
         self.states.remove(tenant);
         self.common.remove(tenant);
+        self.windows.forget(tenant);
         self.dropped();
     }
 }
@@ -345,6 +349,25 @@ impl ReadCache {
         }
     }
 
+    /// The part of a session's recent window kept by an earlier bundle
+    /// ([`super::recent`]), and the drop count that [`Self::keep_window`]
+    /// wants.
+    pub fn window(&self, key: &WindowKey) -> (Option<Arc<KeptWindow>>, u64) {
+        let mut entries = self.lock();
+        (entries.windows.get(key), entries.drops)
+    }
+
+    /// Keeps the part of a window that projections have reached, unless an
+    /// entry was dropped since the caller saw `drops` (a rebuild may have
+    /// changed the chunks it was read from) or the window kept for `key`
+    /// already reaches further.
+    pub fn keep_window(&self, key: WindowKey, window: KeptWindow, drops: u64) {
+        let mut entries = self.lock();
+        if entries.drops == drops {
+            entries.windows.keep(key, window);
+        }
+    }
+
     /// Drops the tenant's cached policy: this daemon stored a new one, and
     /// its own next bundle must not wait for the notification to use it.
     pub fn forget_policy(&self, tenant: &str) {
@@ -370,6 +393,7 @@ impl ReadCache {
         entries.states.clear();
         entries.policies.clear();
         entries.common.clear();
+        entries.windows.clear();
         entries.dropped();
     }
 

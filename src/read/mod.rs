@@ -12,6 +12,7 @@
 //! - [`semantic`], [`vectors`]: embedders, question vectors, the in-memory
 //!   vector index; [`hybrid`]: the union of lexical and semantic candidates.
 //! - [`cache`]: the per-tenant fast-path state and its invalidation.
+//! - [`recent`]: the recent window, from the log, past what was kept.
 //! - [`handoff`]: packets between agents.
 //! - [`bundle`]: packing under the budget, rendering.
 //! - [`acb`]: the build itself.
@@ -26,6 +27,7 @@ pub mod handoff;
 pub mod hybrid;
 pub mod policy;
 pub mod privacy;
+pub mod recent;
 pub mod replica;
 pub mod retention;
 pub mod retrieve;

@@ -666,14 +666,22 @@ fn run(assertion: &Assertion, facts: &Facts) -> Result<Outcome, Outcome> {
         }
         Assertion::AcbRepeatable { acb } => {
             let built = facts.acb(acb)?;
-            // What legitimately differs between two builds of one bundle.
+            // What legitimately differs between two builds of one bundle:
+            // ids, timings, and what was read from memory rather than from
+            // PostgreSQL (the tenant's state, the recent window).
             let stable = |answer: &Value| {
                 let mut answer = answer.clone();
                 if let Some(fields) = answer.as_object_mut() {
                     fields.remove("acb_id");
                 }
                 if let Some(provenance) = answer["provenance"].as_object_mut() {
-                    for volatile in ["elapsed_ms", "stages_ms", "cache", "consistency"] {
+                    for volatile in [
+                        "elapsed_ms",
+                        "stages_ms",
+                        "cache",
+                        "recent_window",
+                        "consistency",
+                    ] {
                         provenance.remove(volatile);
                     }
                 }
@@ -1085,6 +1093,7 @@ mod tests {
         again["acb_id"] = json!("acb_other");
         again["provenance"]["elapsed_ms"] = json!(9.5);
         again["provenance"]["stages_ms"]["rank"] = json!(0.7);
+        again["provenance"]["recent_window"] = json!({"events": 3, "read": 0});
         facts.acbs.get_mut("q").unwrap().answers.push(again);
         passes_then_fails("  - {type: acb_repeatable, acb: q}", facts, |f| {
             f.acbs.get_mut("q").unwrap().answers[1]["sections"][1]["items"][0]["handle"] =

@@ -27,6 +27,7 @@ mod projections;
 mod projector_runtime;
 mod proofs;
 mod rebuild;
+mod recent;
 mod replica;
 mod retention;
 mod roles;
