@@ -120,6 +120,13 @@ class Omission(TypedDict):
     section: NotRequired[Optional[str]]
 
 
+class RecentReport(TypedDict):
+    """How a bundle's recent window was read."""
+
+    events: int
+    read: int
+
+
 class Provenance(TypedDict):
     """How a bundle was made. Nested reports are left as plain dicts."""
 
@@ -142,6 +149,7 @@ class Provenance(TypedDict):
     lag_events: int
     consistency: Dict[str, Any]
     cache: str
+    recent_window: RecentReport
     encoding: str
     elapsed_ms: float
     stages_ms: Dict[str, float]
@@ -271,6 +279,7 @@ SCHEMAS: Dict[str, Any] = {
     "AcbRequest": AcbRequest,
     "Section": Section,
     "Omission": Omission,
+    "RecentReport": RecentReport,
     "Provenance": Provenance,
     "Acb": Acb,
     "StoredEvent": StoredEvent,
