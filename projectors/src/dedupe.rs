@@ -97,10 +97,18 @@ pub fn encode(words: &[u64]) -> Vec<u8> {
 
 /// A stored word set back (trailing bytes short of a hash are ignored).
 pub fn decode(bytes: &[u8]) -> Vec<u64> {
-    bytes
-        .chunks_exact(8)
-        .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-        .collect()
+    let mut words = Vec::with_capacity(bytes.len() / 8);
+    decode_into(bytes, &mut words);
+    words
+}
+
+/// [`decode`], appending to `words`.
+pub fn decode_into(bytes: &[u8], words: &mut Vec<u64>) {
+    words.extend(
+        bytes
+            .chunks_exact(8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))),
+    );
 }
 
 /// |a ∩ b| / |a ∪ b| of two sorted sets; two empty sets are not similar.

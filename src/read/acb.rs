@@ -16,7 +16,7 @@
 //! Privacy filters apply at every source before anything is ranked.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashSet,
     time::{Duration, Instant},
 };
 
@@ -325,7 +325,7 @@ pub(super) struct Omissions {
     /// By reason and section, then by what tells the details apart: looked
     /// up without building a key, as a pool of near-duplicates looks up the
     /// same few omissions a thousand times.
-    index: HashMap<(&'static str, Option<SectionName>), HashMap<String, usize>>,
+    index: foldhash::HashMap<(&'static str, Option<SectionName>), foldhash::HashMap<String, usize>>,
 }
 
 impl Omissions {
@@ -337,20 +337,38 @@ impl Omissions {
         details: Map<String, Value>,
     ) {
         let key = serde_json::to_string(&details).unwrap_or_default();
-        self.add_keyed(reason, section, id, &key, || details);
+        if let Some(listed) = self.counted(reason, section, &key, || details) {
+            listed.push(id);
+        }
     }
 
     /// [`Omissions::add`] for callers that know what tells their details
-    /// apart (`key`): the details are built only for a new omission. A
-    /// bundle may collapse a thousand near-duplicates into a few kept items.
+    /// apart (`key`): the details are built only for a new omission, and
+    /// the id copied only while the omission still lists ids. A bundle may
+    /// collapse a thousand near-duplicates into a few kept items.
     pub(super) fn add_keyed(
         &mut self,
         reason: &'static str,
         section: Option<SectionName>,
-        id: String,
+        id: &str,
         key: &str,
         details: impl FnOnce() -> Map<String, Value>,
     ) {
+        if let Some(listed) = self.counted(reason, section, key, details) {
+            listed.push(id.to_owned());
+        }
+    }
+
+    /// Counts one more id left out for `reason` in `section` with the
+    /// details `key` tells apart, and gives the ids listed when there is
+    /// room for it.
+    fn counted(
+        &mut self,
+        reason: &'static str,
+        section: Option<SectionName>,
+        key: &str,
+        details: impl FnOnce() -> Map<String, Value>,
+    ) -> Option<&mut Vec<String>> {
         let index = self.index.entry((reason, section)).or_default();
         let at = match index.get(key) {
             Some(at) => *at,
@@ -368,9 +386,7 @@ impl Omissions {
         };
         let omission = &mut self.list[at];
         omission.count += 1;
-        if omission.candidates.len() < OMISSION_IDS_SHOWN {
-            omission.candidates.push(id);
-        }
+        (omission.candidates.len() < OMISSION_IDS_SHOWN).then_some(&mut omission.candidates)
     }
 
     pub(super) fn privacy(&mut self, section: SectionName, id: String) {
@@ -632,7 +648,8 @@ pub async fn build_acb(
         }
         None => Default::default(),
     };
-    let recent_chunks: HashSet<String> = recent.iter().map(|item| item.id.clone()).collect();
+    let recent_chunks: foldhash::HashSet<String> =
+        recent.iter().map(|item| item.id.clone()).collect();
 
     // Retrieval.
     let history = request

@@ -35,7 +35,7 @@ pub(super) struct Evidence {
     with_history: bool,
     /// What other sections already show: the recent window's chunks and
     /// the active tasks.
-    in_recent_window: HashSet<String>,
+    in_recent_window: foldhash::HashSet<String>,
     active_tasks: HashSet<String>,
     /// The tenant's state the bundle shows: which decisions are active.
     state: Arc<TenantState>,
@@ -43,10 +43,16 @@ pub(super) struct Evidence {
     /// What was chosen, best first; shown as items by [`Evidence::finish`].
     kept: Vec<Candidate>,
     pub(super) items: Vec<Item>,
-    /// Content hashes and word sets of what was kept, for dedupe.
-    hashes: HashMap<[u8; 32], String>,
+    /// Content hashes and word sets of what was kept, for dedupe. A pool
+    /// of a thousand near-duplicates looks each of its candidates up here,
+    /// so these hash with foldhash, not SipHash, and what was chosen is
+    /// known by position (seq, part: unique in a tenant, as its chunk id).
+    hashes: foldhash::HashMap<[u8; 32], String>,
     words: Vec<(String, Vec<u64>)>,
-    chosen: HashSet<String>,
+    chosen: foldhash::HashSet<(i64, i32)>,
+    /// The word set of the candidate being looked at, decoded here rather
+    /// than into a new vector for every candidate.
+    candidate_words: Vec<u64>,
     pub(super) collapsed: usize,
     /// Decisions the query retrieved, by best rank.
     pub(super) decision_rank: HashMap<String, usize>,
@@ -63,7 +69,7 @@ impl Evidence {
         token_limit: usize,
         policy: &Policy,
         with_history: bool,
-        in_recent_window: HashSet<String>,
+        in_recent_window: foldhash::HashSet<String>,
         active_tasks: HashSet<String>,
         state: Arc<TenantState>,
     ) -> Self {
@@ -151,7 +157,7 @@ impl Evidence {
         let section = Some(SectionName::RetrievedEvidence);
         let rank = self.considered;
         self.considered += 1;
-        if self.chosen.contains(candidate.chunk_id()) {
+        if self.chosen.contains(&(candidate.seq, candidate.part)) {
             return;
         }
         if candidate.kind == Some(Kind::Decision) {
@@ -213,7 +219,7 @@ impl Evidence {
             omissions.add_keyed(
                 "duplicate",
                 section,
-                candidate.chunk_id().to_owned(),
+                candidate.chunk_id(),
                 "kept_in recent_window",
                 || details(&[("kept_in", json!("recent_window"))]),
             );
@@ -226,7 +232,7 @@ impl Evidence {
             omissions.add_keyed(
                 "duplicate",
                 section,
-                candidate.chunk_id().to_owned(),
+                candidate.chunk_id(),
                 &format!("kept_in task_state {task}"),
                 || details(&[("kept_in", json!("task_state")), ("task_id", json!(task))]),
             );
@@ -234,37 +240,25 @@ impl Evidence {
         }
         let content_hash = candidate.content_hash();
         if let Some(kept) = self.hashes.get(&content_hash) {
-            let kept = kept.clone();
-            self.collapse(omissions, candidate.chunk_id().to_owned(), &kept);
+            collapse(&mut self.collapsed, omissions, candidate.chunk_id(), kept);
             return;
         }
-        let words = candidate.words();
+        candidate.words_into(&mut self.candidate_words);
+        let words = &self.candidate_words;
         if let Some((kept, _)) = self
             .words
             .iter()
-            .find(|(_, kept)| dedupe::jaccard(kept, &words) >= self.duplicate_similarity)
+            .find(|(_, kept)| dedupe::jaccard(kept, words) >= self.duplicate_similarity)
         {
-            let kept = kept.clone();
-            self.collapse(omissions, candidate.chunk_id().to_owned(), &kept);
+            collapse(&mut self.collapsed, omissions, candidate.chunk_id(), kept);
             return;
         }
         let chunk_id = candidate.chunk_id();
         self.hashes.insert(content_hash, chunk_id.to_owned());
-        self.words.push((chunk_id.to_owned(), words));
-        self.chosen.insert(chunk_id.to_owned());
+        self.words.push((chunk_id.to_owned(), words.clone()));
+        self.chosen.insert((candidate.seq, candidate.part));
         self.tokens += candidate.token_est.max(0) as usize;
         self.kept.push(candidate);
-    }
-
-    fn collapse(&mut self, omissions: &mut Omissions, chunk_id: String, kept: &str) {
-        self.collapsed += 1;
-        omissions.add_keyed(
-            "duplicate",
-            Some(SectionName::RetrievedEvidence),
-            chunk_id,
-            kept,
-            || details(&[("kept", json!(kept))]),
-        );
     }
 
     /// Reads what the kept chunks show (one round trip) and makes them
@@ -325,6 +319,18 @@ impl Evidence {
         }
         Ok(())
     }
+}
+
+/// A candidate that repeats `kept`, collapsed into it.
+fn collapse(collapsed: &mut usize, omissions: &mut Omissions, chunk_id: &str, kept: &str) {
+    *collapsed += 1;
+    omissions.add_keyed(
+        "duplicate",
+        Some(SectionName::RetrievedEvidence),
+        chunk_id,
+        kept,
+        || details(&[("kept", json!(kept))]),
+    );
 }
 
 fn round(x: f64) -> f64 {

@@ -182,13 +182,15 @@ impl Candidate {
         }
     }
 
-    /// Its content words, as projected ([`memd_projectors::dedupe`]).
-    pub fn words(&self) -> Vec<u64> {
+    /// Its content words, as projected ([`memd_projectors::dedupe`]),
+    /// into `words` (cleared first).
+    pub fn words_into(&self, words: &mut Vec<u64>) {
+        words.clear();
         match &self.details {
             Details::Row { rows, index } => {
-                dedupe::decode(Details::bytes(&rows[*index], column::WORDS))
+                dedupe::decode_into(Details::bytes(&rows[*index], column::WORDS), words)
             }
-            Details::Owned(owned) => owned.words.clone(),
+            Details::Owned(owned) => words.extend_from_slice(&owned.words),
         }
     }
 
