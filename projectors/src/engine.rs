@@ -290,6 +290,7 @@ impl Engine {
                 .await?;
         }
         let mut cursors = Vec::with_capacity(rows.len());
+        let mut went_back = false;
         for (name, seq, version) in rows {
             let Some(projector) = self.projectors.iter().find(|p| p.name() == name) else {
                 continue;
@@ -305,6 +306,7 @@ impl Engine {
                     "projector version changed: replaying the tenant's log"
                 );
                 reset(tx, projector.as_ref(), tenant).await?;
+                went_back = true;
                 0
             };
             cursors.push(Cursor {
@@ -313,6 +315,17 @@ impl Engine {
                 until: i64::MAX,
                 spent: std::time::Duration::ZERO,
             });
+        }
+        if went_back {
+            // Announced at commit, as a rebuild announces it: readers that
+            // derived something from the old projections drop it. A reader
+            // takes only this notice as projections going back; a notice of
+            // a seq it has already read past is the usual late news.
+            sqlx::query("SELECT pg_notify($1, $2 || ':0')")
+                .bind(self.channel)
+                .bind(tenant)
+                .execute(&mut *tx)
+                .await?;
         }
         Ok(cursors)
     }

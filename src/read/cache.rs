@@ -12,7 +12,8 @@
 //! pin): an agent's messages and tool calls, most of a live tenant's log,
 //! cannot, and the entry then stands for the new seq without the four
 //! statements and the token counting of a reload. A `memd_projected`
-//! notification that goes back (a rebuild) drops the entry.
+//! notification of seq 0, which a rebuild or a projector's new version
+//! sends when projections go back, drops the entry.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -411,20 +412,19 @@ impl ReadCache {
             self.lock().forget_projected(tenant);
             return;
         };
-        {
-            // Projections moving on leave the entry to be checked against
-            // the events between; going back (a rebuild) drops it.
-            // A rebuild's seq 0 counts even when no entry is kept: a
-            // bundle reading the state meanwhile may have read it before.
-            let mut entries = self.lock();
-            if seq == 0
-                || entries
-                    .states
-                    .get(tenant)
-                    .is_some_and(|entry| seq <= entry.through)
-            {
-                entries.forget_projected(tenant);
-            }
+        if seq == 0 {
+            // Projections went back: a rebuild, or a projector's new
+            // version replaying the log, announces seq 0 at commit. It
+            // counts even when no entry is kept: a bundle reading the
+            // state meanwhile may have read it before. Any other notice is
+            // of projections moving on, which leaves the entries to be
+            // checked against the events between; it often arrives after a
+            // bundle read the cursors it announces and kept what it read
+            // through that seq, so a seq at or below an entry's is no sign
+            // of going back (taken as one, it dropped the state, the term
+            // verdicts and the recent windows on most bundles of a tenant
+            // being written to).
+            self.lock().forget_projected(tenant);
         }
         self.projected.send_modify(|seqs| {
             let known = seqs.entry(tenant.to_owned()).or_insert(seq);
@@ -806,6 +806,26 @@ mod tests {
         assert_eq!(kept(12, private, 100), [None, None]);
         cache.keep_common("acme", 12, private, 100, [(&queries[1], true)], drops);
         assert_eq!(kept(12, private, 100), [None, None]);
+    }
+
+    #[test]
+    fn a_late_notice_of_a_seq_already_kept_drops_nothing() {
+        let cache = ReadCache::default();
+        let drops = cache.lock().drops;
+        cache.hold("acme", 10, &some_state(), drops);
+        let private = Visibility::new(Channel::Private);
+        let queries = ["'export'".to_owned()];
+        cache.keep_common("acme", 10, private, 100, [(&queries[0], true)], drops);
+        // The notices of the projections reaching 9, then 10, arrive after
+        // a bundle had read the cursors at 10 and kept what it read.
+        cache.heard_of(PROJECTED_CHANNEL, "acme:9");
+        cache.heard_of(PROJECTED_CHANNEL, "acme:10");
+        assert_eq!(cache.lock().drops, drops);
+        assert_eq!(cache.lock().states["acme"].through, 10);
+        assert_eq!(
+            cache.common_terms("acme", 10, private, 100, &queries).0,
+            [Some(true)]
+        );
     }
 
     #[test]

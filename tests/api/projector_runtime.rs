@@ -333,3 +333,51 @@ async fn workers_reconnect_after_losing_their_connections_and_catch_up(
     runtime.shutdown().await;
     assert_exactly_once(&pool, "acme", 20).await;
 }
+
+/// A projector whose version changed replays the tenant's log from zero, and
+/// says so at commit as a rebuild does (`<tenant>:0`): readers drop what
+/// they derived from the old projections on that notice alone, not on a
+/// late notice of a seq they already read.
+#[sqlx::test]
+async fn a_projector_of_a_new_version_announces_that_projections_went_back(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let pool = setup(connect, &["acme"]).await;
+    let runtime = Runtime::spawn(pool.clone(), Arc::new(counting_engine()), fast_poll(true));
+    append_messages(&pool, "acme", 3).await;
+    wait_for_cursor(&pool, "acme", 3).await;
+    runtime.shutdown().await;
+
+    let mut listener = sqlx::postgres::PgListener::connect_with(&pool)
+        .await
+        .unwrap();
+    listener
+        .listen(memd_projectors::PROJECTED_CHANNEL)
+        .await
+        .unwrap();
+    // The cursor was written by an older version of the projector.
+    sqlx::query("UPDATE projections.cursors SET version = 0 WHERE projector = 'counting'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let runtime = Runtime::spawn(pool.clone(), Arc::new(counting_engine()), fast_poll(true));
+    append_messages(&pool, "acme", 1).await;
+    let mut heard = Vec::new();
+    while !heard.contains(&"acme:4".to_owned()) {
+        let notice = tokio::time::timeout(Duration::from_secs(30), listener.recv())
+            .await
+            .expect("no notice of the projections within 30 s")
+            .unwrap();
+        heard.push(notice.payload().to_owned());
+    }
+    runtime.shutdown().await;
+    assert_eq!(
+        heard.first().map(String::as_str),
+        Some("acme:0"),
+        "{heard:?}"
+    );
+    // Replayed from zero: the three events before the change are applied
+    // again (a reset empties the projector's tables), then the new one.
+    assert_exactly_once(&pool, "acme", 4).await;
+}
