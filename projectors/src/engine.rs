@@ -317,15 +317,7 @@ impl Engine {
             });
         }
         if went_back {
-            // Announced at commit, as a rebuild announces it: readers that
-            // derived something from the old projections drop it. A reader
-            // takes only this notice as projections going back; a notice of
-            // a seq it has already read past is the usual late news.
-            sqlx::query("SELECT pg_notify($1, $2 || ':0')")
-                .bind(self.channel)
-                .bind(tenant)
-                .execute(&mut *tx)
-                .await?;
+            announce_went_back(tx, tenant, self.channel).await?;
         }
         Ok(cursors)
     }
@@ -376,6 +368,24 @@ pub(crate) async fn apply(
         cursor.spent += started.elapsed();
         cursor.seq = slice[slice.len() - 1].seq;
     }
+    Ok(())
+}
+
+/// Announces (at commit) on `channel` that the tenant's projections went
+/// back: seq 0, sent by a rebuild and by a projector of a new version that
+/// replays the log. Readers drop what they derived from the old projections
+/// on this notice alone; a notice of a seq they have already read past is
+/// the usual late news of projections moving on.
+pub(crate) async fn announce_went_back(
+    tx: &mut PgConnection,
+    tenant: &str,
+    channel: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_notify($1, $2 || ':0')")
+        .bind(channel)
+        .bind(tenant)
+        .execute(tx)
+        .await?;
     Ok(())
 }
 

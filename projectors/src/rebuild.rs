@@ -12,7 +12,7 @@ use sqlx::{PgConnection, PgPool};
 use tokio::sync::mpsc;
 
 use crate::{
-    engine::{Cursor, Engine, ProjectError, Wait, apply, save_cursors},
+    engine::{Cursor, Engine, ProjectError, Wait, announce_went_back, apply, save_cursors},
     event::{StoredEvent, read_after},
     projector::reset,
     schema::Schema,
@@ -69,11 +69,7 @@ pub async fn rebuild(
         // tenant's projections went back to nothing and were made again,
         // so what a reader derived from them (its cached state) is dropped
         // even where the new cursors equal the old ones.
-        sqlx::query("SELECT pg_notify($1, $2 || ':0')")
-            .bind(engine.channel())
-            .bind(&tenant)
-            .execute(&mut *tx)
-            .await?;
+        announce_went_back(&mut tx, &tenant, engine.channel()).await?;
         save_cursors(&mut tx, &tenant, &cursors, engine.channel()).await?;
         tx.commit().await?;
         done.push(TenantRebuild {

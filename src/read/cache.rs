@@ -413,17 +413,14 @@ impl ReadCache {
             return;
         };
         if seq == 0 {
-            // Projections went back: a rebuild, or a projector's new
-            // version replaying the log, announces seq 0 at commit. It
-            // counts even when no entry is kept: a bundle reading the
-            // state meanwhile may have read it before. Any other notice is
-            // of projections moving on, which leaves the entries to be
-            // checked against the events between; it often arrives after a
-            // bundle read the cursors it announces and kept what it read
-            // through that seq, so a seq at or below an entry's is no sign
-            // of going back (taken as one, it dropped the state, the term
-            // verdicts and the recent windows on most bundles of a tenant
-            // being written to).
+            // Projections went back (`memd_projectors::engine::
+            // announce_went_back`). It counts even when no entry is kept: a
+            // bundle reading the state meanwhile may have read it before.
+            // Any other notice is of projections moving on, which leaves
+            // the entries to be checked against the events between: it
+            // often arrives after a bundle read the cursors it announces
+            // and kept what it read, so a seq at or below an entry's is no
+            // sign of going back.
             self.lock().forget_projected(tenant);
         }
         self.projected.send_modify(|seqs| {
