@@ -6,6 +6,7 @@ use std::{fmt::Write as _, path::Path, sync::Arc, time::Duration};
 use anyhow::Context;
 use serde_json::{Value, json};
 
+use super::cpu::CpuTimes;
 use super::harness::{
     Measurement, ScratchDatabase, drive, environment, report_header, start_daemon,
     start_daemon_without_projections, write_report,
@@ -25,6 +26,19 @@ struct Row {
     writers: usize,
     per_request: usize,
     m: Measurement,
+    /// CPU used during the scenario: this process (the bench's clients and,
+    /// for memd's scenarios, the daemon) and PostgreSQL's processes.
+    cpu: Option<CpuTimes>,
+}
+
+impl Row {
+    /// CPU per event in µs: (this process, PostgreSQL).
+    fn cpu_per_event_us(&self) -> Option<(f64, Option<f64>)> {
+        let cpu = self.cpu?;
+        let events = self.m.events.max(1) as f64;
+        let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / events;
+        Some((per(cpu.memd), cpu.postgres.map(per)))
+    }
 }
 
 pub async fn run(
@@ -104,20 +118,34 @@ async fn measure(
     let url = Arc::new(format!("{}/api/v1/events", daemon.base_url));
 
     let mut rows = Vec::new();
+    // Each scenario's CPU, from the end of the one before to its last
+    // answer (scenarios run back to back, so projection a scenario leaves
+    // unfinished counts in the next): with two cores shared by everything,
+    // what a path costs in CPU is steadier than its rate.
+    let mut cpu_before = CpuTimes::now();
     let mut record = |scenario: &str, writers: usize, per_request: usize, m: Measurement| {
-        eprintln!(
-            "{scenario:<44} writers={writers:<3} {:>9.0} events/s  p50 {:.2} ms  p95 {:.2} ms  errors {}",
-            m.events_per_second(),
-            m.percentile_ms(50.0),
-            m.percentile_ms(95.0),
-            m.errors
-        );
-        rows.push(Row {
+        let cpu_after = CpuTimes::now();
+        let cpu = cpu_after
+            .zip(cpu_before)
+            .map(|(after, before)| after.since(&before));
+        cpu_before = CpuTimes::now();
+        let row = Row {
             scenario: scenario.to_string(),
             writers,
             per_request,
             m,
-        });
+            cpu,
+        };
+        let (own, postgres) = row.cpu_per_event_us().unwrap_or((0.0, None));
+        eprintln!(
+            "{scenario:<44} writers={writers:<3} {:>9.0} events/s  p50 {:.2} ms  p95 {:.2} ms  errors {}  CPU/event {own:.0} µs + PostgreSQL {:.0} µs",
+            row.m.events_per_second(),
+            row.m.percentile_ms(50.0),
+            row.m.percentile_ms(95.0),
+            row.m.errors,
+            postgres.unwrap_or(0.0),
+        );
+        rows.push(row);
     };
 
     // Raw PostgreSQL: the ceiling memd is compared with.
@@ -250,10 +278,9 @@ async fn post(
     Ok(())
 }
 
-fn find<'a>(rows: &'a [Row], scenario: &str, writers: usize) -> Option<&'a Measurement> {
+fn find<'a>(rows: &'a [Row], scenario: &str, writers: usize) -> Option<&'a Row> {
     rows.iter()
         .find(|r| r.scenario == scenario && r.writers == writers)
-        .map(|r| &r.m)
 }
 
 fn render(
@@ -278,14 +305,24 @@ fn render(
     );
     let _ = writeln!(
         out,
-        "| scenario | writers | events/request | requests | events/s | p50 ms | p95 ms | p99 ms | errors |"
+        "| scenario | writers | events/request | requests | events/s | p50 ms | p95 ms | p99 ms | errors | CPU µs/event: bench process | CPU µs/event: PostgreSQL |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        out,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for row in rows {
         let m = &row.m;
+        let (own, postgres) = match row.cpu_per_event_us() {
+            Some((own, postgres)) => (
+                format!("{own:.0}"),
+                postgres.map_or("-".to_owned(), |p| format!("{p:.0}")),
+            ),
+            None => ("-".to_owned(), "-".to_owned()),
+        };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} |",
+            "| {} | {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {own} | {postgres} |",
             row.scenario,
             row.writers,
             row.per_request,
@@ -342,16 +379,27 @@ fn render(
             8,
         ),
     ];
-    let _ = writeln!(out, "| case | memd events/s | raw events/s | ratio |");
-    let _ = writeln!(out, "|---|---:|---:|---:|");
+    let _ = writeln!(
+        out,
+        "| case | memd events/s | raw events/s | ratio | memd CPU µs/event | raw CPU µs/event |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
+    // All CPU of the machine's two processes that matter: the bench
+    // process (clients, and memd's daemon) and PostgreSQL.
+    let total_cpu = |row: &Row| match row.cpu_per_event_us() {
+        Some((own, Some(postgres))) => format!("{:.0}", own + postgres),
+        _ => "-".to_owned(),
+    };
     for (label, memd, mw, raw, rw) in ratios {
         if let (Some(a), Some(b)) = (find(rows, memd, mw), find(rows, raw, rw)) {
             let _ = writeln!(
                 out,
-                "| {label} | {:.0} | {:.0} | {:.2} |",
-                a.events_per_second(),
-                b.events_per_second(),
-                a.events_per_second() / b.events_per_second()
+                "| {label} | {:.0} | {:.0} | {:.2} | {} | {} |",
+                a.m.events_per_second(),
+                b.m.events_per_second(),
+                a.m.events_per_second() / b.m.events_per_second(),
+                total_cpu(a),
+                total_cpu(b),
             );
         }
     }
