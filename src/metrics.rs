@@ -123,6 +123,7 @@ pub struct Metrics {
     tenants: Gauge,
     log_events: Gauge,
     pool_connections: Family<Labels, Gauge>,
+    append_pool_connections: Family<Labels, Gauge>,
     pool_max: Gauge,
     // Kept by the standby monitor (`--read-database-url`).
     bundle_reads: Family<Labels, Counter>,
@@ -160,6 +161,7 @@ impl Metrics {
             tenants: Gauge::default(),
             log_events: Gauge::default(),
             pool_connections: Family::default(),
+            append_pool_connections: Family::default(),
             pool_max: Gauge::default(),
             bundle_reads: Family::default(),
             standby_readable: Gauge::default(),
@@ -260,8 +262,13 @@ impl Metrics {
         );
         r.register(
             "db_pool_max_connections",
-            "The most connections this daemon's pool opens",
+            "The most connections this daemon's pool opens (its append pool may open as many)",
             metrics.pool_max.clone(),
+        );
+        r.register(
+            "db_append_pool_connections",
+            "This daemon's PostgreSQL connections for appends, a pool of their own, by state (in_use, idle)",
+            metrics.append_pool_connections.clone(),
         );
         r.register(
             "bundle_reads",
@@ -369,23 +376,29 @@ impl Metrics {
 
     /// The text Prometheus scrapes: the figures read from the database
     /// now through `reads` (`projectors`: the current projections' names
-    /// and versions, the embeddings' included), the `daemon` pool's
-    /// connections, then everything encoded.
+    /// and versions, the embeddings' included), the `daemon` and `appends`
+    /// pools' connections, then everything encoded.
     pub async fn render(
         &self,
         reads: &PgPool,
         daemon: &PgPool,
+        appends: &PgPool,
         projectors: &[(String, i32)],
     ) -> Result<String, sqlx::Error> {
         self.read_database(reads, projectors).await?;
-        let idle = daemon.num_idle() as i64;
-        let open = i64::from(daemon.size());
-        self.pool_connections
-            .get_or_create(&vec![("state", "idle".to_owned())])
-            .set(idle);
-        self.pool_connections
-            .get_or_create(&vec![("state", "in_use".to_owned())])
-            .set((open - idle).max(0));
+        for (gauge, pool) in [
+            (&self.pool_connections, daemon),
+            (&self.append_pool_connections, appends),
+        ] {
+            let idle = pool.num_idle() as i64;
+            let open = i64::from(pool.size());
+            gauge
+                .get_or_create(&vec![("state", "idle".to_owned())])
+                .set(idle);
+            gauge
+                .get_or_create(&vec![("state", "in_use".to_owned())])
+                .set((open - idle).max(0));
+        }
         let mut text = String::new();
         encode(&mut text, &self.registry).expect("writing to a String cannot fail");
         Ok(text)
@@ -483,18 +496,20 @@ struct Scrape {
     metrics: Arc<Metrics>,
     /// Reads the database's figures (a connection of its own).
     reads: PgPool,
-    /// The daemon's pool, whose connections are reported.
+    /// The daemon's pools, whose connections are reported.
     daemon: PgPool,
+    appends: PgPool,
     projectors: Arc<Vec<(String, i32)>>,
 }
 
 /// The metrics listener's routes: `GET /metrics` alone. `reads` queries the
-/// database at each scrape; `daemon` is the pool whose connections are
-/// counted.
+/// database at each scrape; `daemon` and `appends` are the pools whose
+/// connections are counted.
 pub fn router(
     metrics: Arc<Metrics>,
     reads: PgPool,
     daemon: PgPool,
+    appends: PgPool,
     projectors: Vec<(String, i32)>,
 ) -> Router {
     Router::new()
@@ -503,6 +518,7 @@ pub fn router(
             metrics,
             reads,
             daemon,
+            appends,
             projectors: Arc::new(projectors),
         })
 }
@@ -510,7 +526,12 @@ pub fn router(
 async fn scrape(State(scrape): State<Scrape>) -> Response {
     let rendered = scrape
         .metrics
-        .render(&scrape.reads, &scrape.daemon, &scrape.projectors)
+        .render(
+            &scrape.reads,
+            &scrape.daemon,
+            &scrape.appends,
+            &scrape.projectors,
+        )
         .await;
     match rendered {
         Ok(text) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),

@@ -157,6 +157,8 @@ pub struct Daemon {
     /// The metrics listener and its routes, when metrics are served.
     metrics: Option<(TcpListener, axum::Router)>,
     pool: PgPool,
+    /// Appends' own pool ([`crate::db::for_appends`]), closed when serving ends.
+    appends: PgPool,
     projection: Option<ProjectionConfig>,
     reader: Arc<Reader>,
     tokens: Arc<TokenCache>,
@@ -166,6 +168,7 @@ pub struct Daemon {
 impl Daemon {
     pub async fn bind(config: &ServeConfig, pool: PgPool) -> std::io::Result<Self> {
         let listener = TcpListener::bind(&config.listen).await?;
+        let appends = crate::db::for_appends(&pool);
         let semantic = Arc::new(Semantic::load(&config.semantic));
         let reader = Arc::new(Reader::new(
             pool.clone(),
@@ -187,8 +190,13 @@ impl Daemon {
                     .max_connections(1)
                     .acquire_timeout(Duration::from_secs(5))
                     .connect_lazy_with((*pool.connect_options()).clone());
-                let router =
-                    crate::metrics::router(metrics.clone(), scrape_pool, pool.clone(), projectors);
+                let router = crate::metrics::router(
+                    metrics.clone(),
+                    scrape_pool,
+                    pool.clone(),
+                    appends.clone(),
+                    projectors,
+                );
                 Some((listener, router))
             }
             None => None,
@@ -204,7 +212,7 @@ impl Daemon {
         let state = ApiState {
             replica,
             reader: reader.clone(),
-            appender: Arc::new(Appender::new(pool.clone(), config.keyring.clone())),
+            appender: Arc::new(Appender::new(appends.clone(), config.keyring.clone())),
             pool: pool.clone(),
             redactor: config.redactor.clone(),
             tokens: tokens.clone(),
@@ -220,6 +228,7 @@ impl Daemon {
                 mcp::service(state, config.max_body_bytes),
             ),
             pool,
+            appends,
             // One key for the whole daemon: what it appends, projects and reads.
             projection: config
                 .projection
@@ -304,6 +313,7 @@ impl Daemon {
                 runtime.shutdown().await;
             }
         }
+        self.appends.close().await;
         served
     }
 }

@@ -202,7 +202,7 @@ impl Engine {
         tenant: &str,
         batch_size: i64,
     ) -> Result<Step, ProjectError> {
-        let mut tx = Schema::live().begin(pool).await?;
+        let mut tx = Schema::live().begin_step(pool).await?;
         let mut cursors = self.lock_cursors(&mut tx, tenant, Wait::SkipLocked).await?;
         if cursors.is_empty() {
             return Ok(Step::Busy);

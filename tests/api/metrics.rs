@@ -283,6 +283,24 @@ async fn metrics_count_appends_bundles_refusals_and_read_lag_from_the_database(
         Some(20.0)
     );
     assert!(value(&samples, "memd_db_pool_connections", &[("state", "idle")]).is_some());
+    // Appends have a pool of their own (planned once, `db::for_appends`),
+    // and it has served this test's appends.
+    let appends_open = value(
+        &samples,
+        "memd_db_append_pool_connections",
+        &[("state", "idle")],
+    )
+    .unwrap_or(0.0)
+        + value(
+            &samples,
+            "memd_db_append_pool_connections",
+            &[("state", "in_use")],
+        )
+        .unwrap_or(0.0);
+    assert!(
+        appends_open >= 1.0,
+        "the append pool has {appends_open} connections"
+    );
     assert_eq!(
         value(&samples, "memd_rate_limited_requests_total", &[]),
         None

@@ -87,9 +87,9 @@ fn counting_engine() -> Engine {
     Engine::new(vec![Arc::new(Counting)])
 }
 
-async fn append_messages(pool: &PgPool, tenant: &str, count: usize) {
+fn messages(count: usize) -> Vec<NewEvent> {
     let redactor = Redactor::default();
-    let events = (0..count)
+    (0..count)
         .map(|i| {
             let request: EventRequest = serde_json::from_value(json!({
                 "session_id": "s1", "channel": "private",
@@ -99,7 +99,11 @@ async fn append_messages(pool: &PgPool, tenant: &str, count: usize) {
             .unwrap();
             NewEvent::parse(request, &redactor).unwrap()
         })
-        .collect();
+        .collect()
+}
+
+async fn append_messages(pool: &PgPool, tenant: &str, count: usize) {
+    let events = messages(count);
     write::append(
         pool,
         &memd_projectors::seal::Keyring::none(),
@@ -240,6 +244,62 @@ async fn insert_raw(conn: &mut PgConnection, tenant: &str, seq: i64) {
     .execute(conn)
     .await
     .unwrap();
+}
+
+/// How often the prepared statements of `pool`'s one connection whose text
+/// holds `like` were run with a plan for any values (generic) and with one
+/// made for the values (custom): `pg_prepared_statements` of that session.
+async fn plans(pool: &PgPool, like: &str) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT coalesce(sum(generic_plans), 0)::bigint, coalesce(sum(custom_plans), 0)::bigint
+           FROM pg_prepared_statements WHERE statement LIKE $1",
+    )
+    .bind(format!("%{like}%"))
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// A single append and the live step that projects it each run their
+/// statements on a plan made once: left to choose, PostgreSQL plans them
+/// anew at every run, which cost single appends as much as running them.
+/// A connection each, so the session's plan counts are the statements'.
+#[sqlx::test]
+async fn appends_and_live_steps_plan_their_statements_once(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    setup(connect.clone(), &["acme"]).await;
+    let one = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(connect)
+        .await
+        .unwrap();
+    let appends = db::for_appends(&one);
+    let appender = write::Appender::new(appends.clone(), memd_projectors::seal::Keyring::none());
+    let engine = counting_engine();
+    let acme = TenantId::parse("acme").unwrap();
+    for seq in 1..=8 {
+        appender.append(&acme, messages(1)).await.unwrap();
+        assert_eq!(
+            engine.step(&one, "acme").await.unwrap(),
+            Step::Advanced {
+                from: seq - 1,
+                to: seq
+            }
+        );
+    }
+    // The first append reads the head the long way; the other seven are
+    // the one statement that extends the head it left.
+    let (generic, custom) = plans(&appends, "UPDATE tenant_heads").await;
+    assert_eq!(custom, 0, "the append statement was planned for its values");
+    assert!(generic >= 7, "the append statement ran {generic} times");
+    for statement in ["INSERT INTO applied", "FROM cursors"] {
+        let (generic, custom) = plans(&one, statement).await;
+        assert_eq!(custom, 0, "{statement}: planned for its values");
+        assert!(generic >= 8, "{statement} ran {generic} times");
+    }
+    assert_exactly_once(&one, "acme", 8).await;
 }
 
 #[sqlx::test]
