@@ -46,7 +46,11 @@ impl Schema {
     /// events appended since the last: each prepared statement is planned
     /// once for whatever values it gets (`plan_cache_mode =
     /// force_generic_plan`). The statements insert and update by key, so
-    /// the one plan also suits a step that catches up a full batch.
+    /// the one plan also suits a step that catches up a full batch. The
+    /// reads of the log may be the exception: with eight writers on one
+    /// tenant they ran at about 0.2 ms a call on the one plan against
+    /// 0.03–0.06 ms planned for their values
+    /// (`bench/2026-12-03-generic-plans/`), not yet separated from the gain.
     ///
     /// Left to choose, PostgreSQL plans these statements anew at every
     /// execution: it knows the length of an array it is given as a value
