@@ -6,6 +6,7 @@ mod admin_jobs;
 mod agents;
 mod append_only;
 mod bench_acb;
+mod bench_append;
 mod browser;
 mod chain;
 mod checkpoints;
