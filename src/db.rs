@@ -79,19 +79,21 @@ pub async fn connect_waiting_at_most(
         .await
 }
 
-/// A pool for appends beside `pool`: the same database, size and acquire
-/// timeout, connecting only as appends need it, whose sessions plan each
-/// prepared statement once for whatever values it gets
+/// A pool for single-event appends beside `pool`: the same database, size
+/// and acquire timeout, connecting only as appends need it, whose sessions
+/// plan each prepared statement once for whatever values it gets
 /// (`plan_cache_mode = force_generic_plan`).
 ///
 /// Left to choose, PostgreSQL planned the one-statement append anew at
 /// every execution, 0.36 ms of planning beside 0.95 ms of running it
 /// (pg_stat_statements over single appends): it knows the length of an
 /// array given as a value but not of a parameter, so the plan for any
-/// values looks ten times dearer and is never chosen. Appends insert rows
-/// and update a head by key, so one plan fits every append. Bundles keep
-/// `pool`, planned by their values: which search terms are common decides
-/// their plans.
+/// values looks ten times dearer and is never chosen. Appends of several
+/// events (batches, merged requests) stay on `pool`, planned for their
+/// values: planning is shared by their rows, and with every statement of
+/// the appender planned once they ran slower (`AppendPools`,
+/// `bench/2026-12-04-warm-start/`). Bundles keep `pool` too: which search
+/// terms are common decides their plans.
 pub fn for_appends(pool: &PgPool) -> PgPool {
     let options = (*pool.connect_options())
         .clone()

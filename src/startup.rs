@@ -36,7 +36,7 @@ use crate::{
         semantic::{Semantic, SemanticConfig},
     },
     tenants::TokenCache,
-    write::Appender,
+    write::{AppendPools, Appender},
 };
 
 /// What `memd serve` runs with, past parsing flags and environment.
@@ -157,7 +157,7 @@ pub struct Daemon {
     /// The metrics listener and its routes, when metrics are served.
     metrics: Option<(TcpListener, axum::Router)>,
     pool: PgPool,
-    /// Appends' own pool ([`crate::db::for_appends`]), closed when serving ends.
+    /// Single-event appends' own pool ([`crate::db::for_appends`]), closed when serving ends.
     appends: PgPool,
     projection: Option<ProjectionConfig>,
     reader: Arc<Reader>,
@@ -212,7 +212,13 @@ impl Daemon {
         let state = ApiState {
             replica,
             reader: reader.clone(),
-            appender: Arc::new(Appender::new(appends.clone(), config.keyring.clone())),
+            appender: Arc::new(Appender::new(
+                AppendPools {
+                    by_values: pool.clone(),
+                    planned_once: appends.clone(),
+                },
+                config.keyring.clone(),
+            )),
             pool: pool.clone(),
             redactor: config.redactor.clone(),
             tokens: tokens.clone(),

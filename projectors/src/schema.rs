@@ -46,11 +46,14 @@ impl Schema {
     /// events appended since the last: each prepared statement is planned
     /// once for whatever values it gets (`plan_cache_mode =
     /// force_generic_plan`). The statements insert and update by key, so
-    /// the one plan also suits a step that catches up a full batch. The
-    /// reads of the log may be the exception: with eight writers on one
-    /// tenant they ran at about 0.2 ms a call on the one plan against
-    /// 0.03–0.06 ms planned for their values
-    /// (`bench/2026-12-03-generic-plans/`), not yet separated from the gain.
+    /// the one plan also suits a step that catches up a full batch.
+    ///
+    /// A plan made once is made for the tables as the session first finds
+    /// them: on a new database, before autovacuum's first ANALYZE (a minute
+    /// or so after the first fifty events), the reads of the log may be
+    /// planned through another index than the primary key and scan the
+    /// tenant's whole log until that ANALYZE has them planned again
+    /// (`bench/2026-12-04-warm-start/`).
     ///
     /// Left to choose, PostgreSQL plans these statements anew at every
     /// execution: it knows the length of an array it is given as a value

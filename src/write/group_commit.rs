@@ -40,7 +40,7 @@ struct Pending {
 
 /// The write side's entry point for the API: appends through per-tenant writers.
 pub struct Appender {
-    pool: PgPool,
+    pools: AppendPools,
     /// Seals high and secret events before they are hashed and stored.
     keyring: Keyring,
     writers: Arc<Mutex<HashMap<TenantId, mpsc::Sender<Pending>>>>,
@@ -67,10 +67,32 @@ impl Heads {
     }
 }
 
+/// The connections appends run on, by how many events one statement carries.
+#[derive(Clone)]
+pub struct AppendPools {
+    /// Sessions that plan each statement for its values: several events'
+    /// rows pay for their planning, and the plan counts them.
+    pub by_values: PgPool,
+    /// Sessions that plan each statement once (`db::planned_once`): for a
+    /// single event, planning the append statement for its values cost as
+    /// much as running it.
+    pub planned_once: PgPool,
+}
+
+impl AppendPools {
+    fn for_events(&self, events: usize) -> &PgPool {
+        if events == 1 {
+            &self.planned_once
+        } else {
+            &self.by_values
+        }
+    }
+}
+
 impl Appender {
-    pub fn new(pool: PgPool, keyring: Keyring) -> Self {
+    pub fn new(pools: AppendPools, keyring: Keyring) -> Self {
         Self {
-            pool,
+            pools,
             keyring,
             writers: Arc::default(),
             heads: Heads::default(),
@@ -106,7 +128,7 @@ impl Appender {
         writers.insert(tenant.clone(), sender.clone());
         tokio::spawn(run_writer(
             Writer {
-                pool: self.pool.clone(),
+                pools: self.pools.clone(),
                 keyring: self.keyring.clone(),
                 tenant: tenant.clone(),
                 heads: self.heads.clone(),
@@ -121,7 +143,7 @@ impl Appender {
 
 /// What a tenant's writer task appends with.
 struct Writer {
-    pool: PgPool,
+    pools: AppendPools,
     keyring: Keyring,
     tenant: TenantId,
     heads: Heads,
@@ -132,7 +154,8 @@ impl Writer {
     /// head on failure, so the next append asks the database).
     async fn append(&self, events: Vec<NewEvent>) -> Result<Vec<Appended>, AppendError> {
         let known = self.heads.get(&self.tenant);
-        match append_after(&self.pool, &self.keyring, &self.tenant, events, known).await {
+        let pool = self.pools.for_events(events.len());
+        match append_after(pool, &self.keyring, &self.tenant, events, known).await {
             Ok((appended, head)) => {
                 self.heads.set(&self.tenant, Some(head));
                 Ok(appended)

@@ -5,4 +5,4 @@ mod append;
 mod group_commit;
 
 pub use append::{AppendError, Appended, NOTIFY_CHANNEL, append};
-pub use group_commit::Appender;
+pub use group_commit::{AppendPools, Appender};

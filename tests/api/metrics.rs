@@ -283,8 +283,8 @@ async fn metrics_count_appends_bundles_refusals_and_read_lag_from_the_database(
         Some(20.0)
     );
     assert!(value(&samples, "memd_db_pool_connections", &[("state", "idle")]).is_some());
-    // Appends have a pool of their own (planned once, `db::for_appends`),
-    // and it has served this test's appends.
+    // Single-event appends have a pool of their own (planned once,
+    // `db::for_appends`), and it has served this test's appends.
     let appends_open = value(
         &samples,
         "memd_db_append_pool_connections",

@@ -276,7 +276,13 @@ async fn appends_and_live_steps_plan_their_statements_once(
         .await
         .unwrap();
     let appends = db::for_appends(&one);
-    let appender = write::Appender::new(appends.clone(), memd_projectors::seal::Keyring::none());
+    let appender = write::Appender::new(
+        write::AppendPools {
+            by_values: one.clone(),
+            planned_once: appends.clone(),
+        },
+        memd_projectors::seal::Keyring::none(),
+    );
     let engine = counting_engine();
     let acme = TenantId::parse("acme").unwrap();
     for seq in 1..=8 {
@@ -300,6 +306,15 @@ async fn appends_and_live_steps_plan_their_statements_once(
         assert!(generic >= 8, "{statement} ran {generic} times");
     }
     assert_exactly_once(&one, "acme", 8).await;
+
+    // Several events in one statement are planned for their values: their
+    // rows pay for it, and the plan counts them.
+    appender.append(&acme, messages(3)).await.unwrap();
+    let (_, custom) = plans(&one, "UPDATE tenant_heads").await;
+    assert_eq!(
+        custom, 1,
+        "a batch's append statement was planned for its values"
+    );
 }
 
 #[sqlx::test]
