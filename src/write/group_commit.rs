@@ -73,7 +73,7 @@ pub struct AppendPools {
     /// Sessions that plan each statement for its values: several events'
     /// rows pay for their planning, and the plan counts them.
     pub by_values: PgPool,
-    /// Sessions that plan each statement once (`db::planned_once`): for a
+    /// Sessions that plan each statement once (`db::for_appends`): for a
     /// single event, planning the append statement for its values cost as
     /// much as running it.
     pub planned_once: PgPool,
