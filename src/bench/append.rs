@@ -272,8 +272,7 @@ async fn warm_up(
         // Also analyzes, once every projection has caught up.
         super::harness::wait_projected(pool).await
     } else {
-        sqlx::query("VACUUM (ANALYZE)").execute(pool).await?;
-        Ok(())
+        super::harness::analyze(pool).await
     }
 }
 

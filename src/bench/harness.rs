@@ -211,13 +211,17 @@ pub async fn wait_projected(pool: &PgPool) -> anyhow::Result<()> {
             .await?
             .is_empty()
         {
-            // What autovacuum does within a minute or so of a bulk load;
-            // measuring before it would time plans made for an empty table.
-            sqlx::query("VACUUM (ANALYZE)").execute(pool).await?;
-            return Ok(());
+            return analyze(pool).await;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// What autovacuum does within a minute or so of a bulk load; measuring
+/// before it would time plans made for empty tables.
+pub async fn analyze(pool: &PgPool) -> anyhow::Result<()> {
+    sqlx::query("VACUUM (ANALYZE)").execute(pool).await?;
+    Ok(())
 }
 
 /// The first lines of every report: which benchmark, the command that
