@@ -267,7 +267,7 @@ impl Metrics {
         );
         r.register(
             "db_append_pool_connections",
-            "This daemon's PostgreSQL connections for single-event appends, a pool of their own, by state (in_use, idle)",
+            "This daemon's PostgreSQL connections for single-event appends without an idempotency key, a pool of their own, by state (in_use, idle)",
             metrics.append_pool_connections.clone(),
         );
         r.register(

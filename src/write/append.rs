@@ -147,21 +147,42 @@ SELECT count(*) AS inserted, pg_notify($21, $1 || ':' || $19::text) FROM inserte
 );
 
 /// [`INSERT_EVENTS`] in one autocommitted statement, storing nothing unless
-/// the head is still `($23, $24)`, none of the idempotency keys is taken, and
-/// PostgreSQL renders each content exactly as sent.
-const INSERT_EVENTS_AFTER_HEAD: &str = concat!(
-    "WITH head AS (
+/// the head is still `($24, $25)` and PostgreSQL renders each content
+/// exactly as sent; `$keys_taken` adds a condition on the idempotency keys.
+macro_rules! insert_events_after_head {
+    ($keys_taken:literal) => {
+        concat!(
+            "WITH head AS (
     UPDATE tenant_heads SET seq = $19, hash = $20, created_at = $2
-     WHERE tenant_id = $1 AND seq = $24 AND hash = $25
-       AND NOT EXISTS (SELECT 1 FROM events e
-                        WHERE e.tenant_id = $1 AND e.idempotency_key = ANY ($15::text[]))
+     WHERE tenant_id = $1 AND seq = $24 AND hash = $25",
+            $keys_taken,
+            "
        AND (SELECT bool_and(c::jsonb::text = c) FROM unnest($13::text[]) AS c)
     RETURNING pg_notify($21, $1 || ':' || $19::text)
 ), inserted AS (",
-    insert_event_rows!("head,"),
-    "
+            insert_event_rows!("head,"),
+            "
 )
 SELECT count(*) AS inserted FROM inserted"
+        )
+    };
+}
+
+/// [`insert_events_after_head`] for events without an idempotency key: no
+/// key to look up. Single events run it on sessions that plan it once for
+/// any values (`db::for_appends`), and a plan for any keys may look them up
+/// by scanning the tenant's whole log in the `(tenant_id, idempotency_key)`
+/// index (PostgreSQL prices a parameter array at ten elements): one append
+/// then read every earlier event of its tenant (`bench/2026-12-04-profile/`).
+const INSERT_EVENTS_AFTER_HEAD: &str = insert_events_after_head!("");
+
+/// [`insert_events_after_head`] when some event has a key: stores nothing
+/// if any key is taken. Planned for its values (`AppendPools`), which look
+/// each key up in the index.
+const INSERT_EVENTS_AFTER_HEAD_KEYED: &str = insert_events_after_head!(
+    "
+       AND NOT EXISTS (SELECT 1 FROM events e
+                        WHERE e.tenant_id = $1 AND e.idempotency_key = ANY ($15::text[]))"
 );
 
 const INSERT_ARTIFACTS: &str = r#"
@@ -601,7 +622,7 @@ impl Batch {
         }
     }
 
-    /// Binds the parameters [`INSERT_EVENTS`] and [`INSERT_EVENTS_AFTER_HEAD`] share.
+    /// Binds the parameters [`INSERT_EVENTS`] and [`insert_events_after_head`] share.
     fn bind_rows<'q>(
         &'q self,
         query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
@@ -645,8 +666,13 @@ impl Batch {
         if self.rows.seq.is_empty() {
             return Ok(Some(self));
         }
+        let statement = if self.rows.idempotency_key.iter().any(Option::is_some) {
+            INSERT_EVENTS_AFTER_HEAD_KEYED
+        } else {
+            INSERT_EVENTS_AFTER_HEAD
+        };
         let inserted: i64 = self
-            .bind_rows(sqlx::query(INSERT_EVENTS_AFTER_HEAD), tenant)
+            .bind_rows(sqlx::query(statement), tenant)
             .bind(head.seq)
             .bind(head.hash.to_vec())
             .fetch_one(pool)

@@ -67,11 +67,12 @@ impl Heads {
     }
 }
 
-/// The connections appends run on, by how many events one statement carries.
+/// The connections appends run on, by what one statement carries.
 #[derive(Clone)]
 pub struct AppendPools {
     /// Sessions that plan each statement for its values: several events'
-    /// rows pay for their planning, and the plan counts them.
+    /// rows pay for their planning, and the plan counts them; and the
+    /// idempotency keys an append looks up are looked up in the index.
     pub by_values: PgPool,
     /// Sessions that plan each statement once (`db::for_appends`): for a
     /// single event, planning the append statement for its values cost as
@@ -80,11 +81,14 @@ pub struct AppendPools {
 }
 
 impl AppendPools {
-    fn for_events(&self, events: usize) -> &PgPool {
-        if events == 1 {
-            &self.planned_once
-        } else {
-            &self.by_values
+    /// Single events without an idempotency key run on `planned_once`;
+    /// the rest on `by_values`. A plan made once for any keys may look
+    /// them up by reading all of the tenant's keys, if the tenant's log was
+    /// short when it was made (see `write::append`).
+    fn for_events(&self, events: &[NewEvent]) -> &PgPool {
+        match events {
+            [event] if event.idempotency_key.is_none() => &self.planned_once,
+            _ => &self.by_values,
         }
     }
 }
@@ -154,7 +158,7 @@ impl Writer {
     /// head on failure, so the next append asks the database).
     async fn append(&self, events: Vec<NewEvent>) -> Result<Vec<Appended>, AppendError> {
         let known = self.heads.get(&self.tenant);
-        let pool = self.pools.for_events(events.len());
+        let pool = self.pools.for_events(&events);
         match append_after(pool, &self.keyring, &self.tenant, events, known).await {
             Ok((appended, head)) => {
                 self.heads.set(&self.tenant, Some(head));

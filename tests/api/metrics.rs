@@ -189,16 +189,16 @@ async fn metrics_count_appends_bundles_refusals_and_read_lag_from_the_database(
     let token = app.tenant("acme").await;
 
     // Three stored events in two requests, one idempotent replay, one refusal.
-    let mut first = message("s1", "we chose PostgreSQL for the queue");
-    first["idempotency_key"] = json!("k1");
-    app.append(&token, &first).await;
+    app.append(&token, &message("s1", "we chose PostgreSQL for the queue"))
+        .await;
+    let mut keyed = message("s1", "the export runs nightly");
+    keyed["idempotency_key"] = json!("k1");
     app.append(
         &token,
-        &json!({"events": [message("s1", "the export runs nightly"),
-                           message("s1", "page sizes are 500 rows")]}),
+        &json!({"events": [keyed.clone(), message("s1", "page sizes are 500 rows")]}),
     )
     .await;
-    let (status, _) = app.post_events(&token, &first).await;
+    let (status, _) = app.post_events(&token, &keyed).await;
     assert_eq!(status, StatusCode::OK, "a replay");
     let (status, _) = app.post_events(&token, &json!({"session_id": "s1"})).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
@@ -283,8 +283,8 @@ async fn metrics_count_appends_bundles_refusals_and_read_lag_from_the_database(
         Some(20.0)
     );
     assert!(value(&samples, "memd_db_pool_connections", &[("state", "idle")]).is_some());
-    // Single-event appends have a pool of their own (planned once,
-    // `db::for_appends`), and it has served this test's appends.
+    // Single events without an idempotency key have a pool of their own
+    // (planned once, `db::for_appends`), and it has served this test's first.
     let appends_open = value(
         &samples,
         "memd_db_append_pool_connections",
