@@ -315,6 +315,29 @@ async fn appends_and_live_steps_plan_their_statements_once(
         custom, 1,
         "a batch's append statement was planned for its values"
     );
+
+    // Appends without a key never look keys up. A single event with one is
+    // planned for its values: a plan made once for any keys could read all
+    // of the tenant's (bench/2026-12-04-profile/).
+    let key_lookup = "e.idempotency_key = ANY";
+    assert_eq!(plans(&appends, key_lookup).await, (0, 0));
+    assert_eq!(plans(&one, key_lookup).await, (0, 0));
+    let mut keyed = messages(1);
+    keyed[0].idempotency_key = Some("turn-1".to_owned());
+    let first = appender.append(&acme, keyed.clone()).await.unwrap();
+    assert_eq!(plans(&appends, key_lookup).await, (0, 0));
+    let (generic, custom) = plans(&one, key_lookup).await;
+    assert_eq!(
+        (generic, custom),
+        (0, 1),
+        "the key was looked up once, for its value"
+    );
+    let retry = appender.append(&acme, keyed).await.unwrap();
+    assert!(retry[0].replayed);
+    assert_eq!(
+        (retry[0].seq, &retry[0].event_id),
+        (first[0].seq, &first[0].event_id)
+    );
 }
 
 #[sqlx::test]
