@@ -157,7 +157,8 @@ pub struct Daemon {
     /// The metrics listener and its routes, when metrics are served.
     metrics: Option<(TcpListener, axum::Router)>,
     pool: PgPool,
-    /// Single-event appends' own pool ([`crate::db::for_appends`]), closed when serving ends.
+    /// The pool of single-event appends without an idempotency key
+    /// ([`crate::db::for_appends`]), closed when serving ends.
     appends: PgPool,
     projection: Option<ProjectionConfig>,
     reader: Arc<Reader>,
