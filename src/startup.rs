@@ -6,6 +6,7 @@ use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 use memd_projectors::{
     Engine,
     embed::worker::EmbeddingWork,
+    notifications::Listener,
     projections::{
         self, Encoding,
         embeddings::{self, EmbeddingProjector},
@@ -111,13 +112,23 @@ impl ProjectionConfig {
     }
 
     /// Starts the workers on `pool`: the projections, and apart from them
-    /// the embeddings of the embedders `semantic` runs.
-    pub fn spawn(&self, pool: PgPool, semantic: &Semantic) -> Vec<Runtime> {
+    /// the embeddings of the embedders `semantic` runs, woken by `listener`.
+    pub fn spawn(
+        &self,
+        pool: PgPool,
+        semantic: &Semantic,
+        listener: &mut Listener,
+    ) -> Vec<Runtime> {
         let embedders: Vec<_> = semantic.embedders().values().cloned().collect();
         let embeddings = EmbeddingWork::new(semantic.default_embedder(), &embedders, &self.keyring);
         vec![
-            Runtime::spawn(pool.clone(), Arc::new(self.engine()), self.runtime.clone()),
-            Runtime::spawn(
+            Runtime::spawn_on(
+                pool.clone(),
+                Arc::new(self.engine()),
+                self.runtime.clone(),
+                listener,
+            ),
+            Runtime::spawn_on(
                 pool,
                 Arc::new(embeddings),
                 RuntimeConfig {
@@ -125,6 +136,7 @@ impl ProjectionConfig {
                     workers: 1,
                     ..self.runtime.clone()
                 },
+                listener,
             ),
         ]
     }
@@ -271,18 +283,19 @@ impl Daemon {
     /// finish their batch.
     pub async fn run(self, stop: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         tracing::info!(addr = %self.local_addr(), "memd listening");
+        let mut listener = Listener::default();
         let workers = self.projection.map(|p| {
             (
-                p.spawn(self.pool.clone(), &self.reader.semantic),
+                p.spawn(self.pool.clone(), &self.reader.semantic, &mut listener),
                 JobWorker::spawn(self.pool.clone(), Arc::new(p.engine())),
             )
         });
-        let (stop_listening, listening) = watch::channel(false);
-        let cache_listener = tokio::spawn(invalidation::listen(
-            self.pool.clone(),
+        let caches = tokio::spawn(invalidation::subscribe(
+            &mut listener,
             vec![self.reader.cache.clone(), self.tokens.clone()],
-            listening,
         ));
+        let (stop_listening, listening) = watch::channel(false);
+        let notifications = listener.spawn(self.pool.clone(), listening);
         let metrics = self.metrics.map(|(listener, router)| {
             tracing::info!(addr = %listener.local_addr().expect("bound"), "metrics listening");
             let mut stopped = stop_listening.subscribe();
@@ -307,7 +320,8 @@ impl Daemon {
             .with_graceful_shutdown(stop)
             .await;
         let _ = stop_listening.send(true);
-        let _ = cache_listener.await;
+        let _ = notifications.await;
+        let _ = caches.await;
         if let Some(metrics) = metrics {
             let _ = metrics.await;
         }

@@ -8,7 +8,8 @@
 //! - [`projections`]: chunks, decision ledger (with summary conflicts), tasks
 //!   and views.
 //! - [`runtime`]: LISTEN/NOTIFY plus polling workers that keep the live
-//!   projections caught up.
+//!   projections caught up; [`notifications`]: one LISTEN connection shared
+//!   by everything in a process that waits on notifications.
 //! - [`rebuild`] and [`drift`]: replay from zero, and prove the live
 //!   projections equal a fresh replay.
 //!
@@ -26,6 +27,7 @@ pub mod embed;
 pub mod engine;
 pub mod event;
 pub mod merkle;
+pub mod notifications;
 pub mod projections;
 pub mod projector;
 pub mod rebuild;

@@ -1,12 +1,13 @@
 //! Keeps the live projections caught up with the log.
 //!
-//! A listener task LISTENs on [`EVENTS_CHANNEL`] and hands each notified
-//! tenant to one of the workers (a tenant always goes to the same worker).
-//! It also polls every `poll_interval` for tenants whose cursors are behind
-//! their head, so a lost notification (or a listener reconnecting) only
-//! delays projection. Workers apply batches through [`Engine::step`], whose
-//! cursor locks (`FOR UPDATE SKIP LOCKED`) also keep workers of other
-//! processes from applying the same events.
+//! A task hears each append announced on [`EVENTS_CHANNEL`] (through a
+//! [`Listener`]) and hands the notified tenant to one of the workers (a
+//! tenant always goes to the same worker). It also polls every
+//! `poll_interval` for tenants whose cursors are behind their head, so a
+//! lost notification (or a listener reconnecting) only delays projection.
+//! Workers apply batches through [`Engine::step`], whose cursor locks (`FOR
+//! UPDATE SKIP LOCKED`) also keep workers of other processes from applying
+//! the same events.
 
 use std::{
     collections::{HashSet, VecDeque, hash_map::DefaultHasher},
@@ -16,15 +17,16 @@ use std::{
 };
 
 use backon::{BackoffBuilder, ExponentialBuilder};
-use sqlx::{PgPool, postgres::PgListener};
+use sqlx::PgPool;
 use tokio::{
-    sync::{Notify, watch},
+    sync::{Notify, mpsc, watch},
     task::JoinHandle,
 };
 
 use crate::{
     EVENTS_CHANNEL,
     engine::{Engine, ProjectError, Step},
+    notifications::{Heard, Listener},
     projector::BoxFuture,
 };
 
@@ -36,6 +38,10 @@ pub struct RuntimeConfig {
     pub workers: usize,
     /// LISTEN for appends. Off, projection relies on polling alone.
     pub listen: bool,
+    /// How long a woken worker waits before its first step, so that the
+    /// appends following the one that woke it commit too and one
+    /// projection transaction carries them all (see [`work`]).
+    pub gather: Duration,
 }
 
 impl Default for RuntimeConfig {
@@ -44,6 +50,7 @@ impl Default for RuntimeConfig {
             poll_interval: Duration::from_secs(1),
             workers: 2,
             listen: true,
+            gather: DEFAULT_GATHER,
         }
     }
 }
@@ -123,13 +130,37 @@ pub async fn record_failure(pool: &PgPool, tenant: &str, work: &dyn Work, err: &
 pub struct Runtime {
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
+    /// Its own listener, when it has one (see [`Self::spawn`]).
+    listener: Option<JoinHandle<()>>,
 }
 
 impl Runtime {
+    /// Starts the workers, and when `config.listen` says so a connection of
+    /// their own that listens for appends. A process running several
+    /// runtimes (or other listeners) shares one with [`Self::spawn_on`].
     pub fn spawn(pool: PgPool, work: Arc<dyn Work>, config: RuntimeConfig) -> Self {
+        let mut listener = Listener::default();
+        let mut runtime = Self::spawn_on(pool.clone(), work, config, &mut listener);
+        runtime.listener = Some(listener.spawn(pool, runtime.stop.subscribe()));
+        runtime
+    }
+
+    /// Starts the workers, woken by `listener` (when `config.listen` says
+    /// so), which the caller then spawns.
+    pub fn spawn_on(
+        pool: PgPool,
+        work: Arc<dyn Work>,
+        config: RuntimeConfig,
+        listener: &mut Listener,
+    ) -> Self {
+        let appends = config.listen.then(|| listener.subscribe(&[EVENTS_CHANNEL]));
         let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(run(pool, work, config, stopped));
-        Self { stop, task }
+        let task = tokio::spawn(run(pool, work, config, appends, stopped));
+        Self {
+            stop,
+            task,
+            listener: None,
+        }
     }
 
     /// Stops the workers after the batch each is applying (an embeddings
@@ -138,6 +169,9 @@ impl Runtime {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
+        if let Some(listener) = self.listener {
+            let _ = listener.await;
+        }
     }
 }
 
@@ -189,6 +223,7 @@ async fn run(
     pool: PgPool,
     engine: Arc<dyn Work>,
     config: RuntimeConfig,
+    mut appends: Option<mpsc::UnboundedReceiver<Heard>>,
     mut stopped: watch::Receiver<bool>,
 ) {
     let queues: Vec<Arc<Queue>> = (0..config.workers.max(1))
@@ -201,6 +236,7 @@ async fn run(
                 pool.clone(),
                 engine.clone(),
                 queue.clone(),
+                config.gather,
                 stopped.clone(),
             ))
         })
@@ -211,32 +247,12 @@ async fn run(
         queues[(hasher.finish() % queues.len() as u64) as usize].push(tenant);
     };
 
-    let mut listener: Option<PgListener> = None;
-    let mut retry = backoff();
     let mut poll = tokio::time::interval(config.poll_interval);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        if config.listen && listener.is_none() {
-            match listen(&pool).await {
-                Ok(connected) => {
-                    listener = Some(connected);
-                    retry = backoff();
-                    // Whatever was appended while not listening.
-                    poll.reset_immediately();
-                }
-                Err(err) => {
-                    let delay = retry.next().unwrap_or(Duration::from_secs(5));
-                    tracing::warn!(error = %err, ?delay, "projector listener cannot connect");
-                    tokio::select! {
-                        _ = stopped.changed() => break,
-                        () = tokio::time::sleep(delay) => continue,
-                    }
-                }
-            }
-        }
         let notified = async {
-            match listener.as_mut() {
-                Some(listener) => listener.try_recv().await,
+            match appends.as_mut() {
+                Some(appends) => appends.recv().await,
                 None => std::future::pending().await,
             }
         };
@@ -246,34 +262,24 @@ async fn run(
                 Ok(tenants) => tenants.into_iter().for_each(dispatch),
                 Err(err) => tracing::warn!(error = %err, "looking for lagging tenants failed"),
             },
-            received = notified => match received {
-                Ok(Some(notification)) => {
+            heard = notified => match heard {
+                Some(Heard::Notification { payload, .. }) => {
                     engine.appended();
-                    if let Some((tenant, _seq)) = notification.payload().rsplit_once(':') {
+                    if let Some((tenant, _seq)) = payload.rsplit_once(':') {
                         dispatch(tenant.to_owned());
                     }
                 }
-                Ok(None) => {
-                    tracing::warn!("projector listener lost its connection; reconnected, catching up");
-                    poll.reset_immediately();
-                }
-                Err(err) => {
-                    tracing::warn!(error = %err, "projector listener failed; reconnecting");
-                    listener = None;
-                }
+                // Whatever was appended while nobody listened.
+                Some(Heard::Listening) => poll.reset_immediately(),
+                // The listener stopped (its process is stopping): polling
+                // alone until the workers stop too.
+                None => appends = None,
             },
         }
     }
-    drop(listener);
     for worker in workers {
         let _ = worker.await;
     }
-}
-
-async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
-    let mut listener = PgListener::connect_with(pool).await?;
-    listener.listen(EVENTS_CHANNEL).await?;
-    Ok(listener)
 }
 
 /// Tenants with events above some cursor of the engine's projectors, or
@@ -296,13 +302,18 @@ pub async fn lagging_tenants(pool: &PgPool, engine: &Engine) -> Result<Vec<Strin
     .await
 }
 
-/// How long a woken worker waits before its first step (see [`work`]).
-const GATHER: Duration = Duration::from_millis(2);
+/// [`RuntimeConfig::gather`] unless configured: at a steady stream of
+/// single appends from one writer (about one per millisecond here), 10 ms
+/// lets a step carry about ten events instead of two, which cut the CPU
+/// per appended event by an eighth and raised the writer's rate by 8%
+/// (`bench/2026-12-04-gather/`), for a few ms more of projection lag.
+pub const DEFAULT_GATHER: Duration = Duration::from_millis(10);
 
 async fn work(
     pool: PgPool,
     engine: Arc<dyn Work>,
     queue: Arc<Queue>,
+    gather: Duration,
     mut stopped: watch::Receiver<bool>,
 ) {
     let mut retry = backoff();
@@ -313,11 +324,12 @@ async fn work(
         }
         // Let the appends that follow the one that woke us commit too, so
         // one projection transaction carries several: under a steady stream
-        // of single appends this halves the projectors' round trips and CPU,
-        // which share the machine with the appends, for a few ms of lag.
+        // of single appends the step's round trips and CPU, which share the
+        // machine with the appends, are paid once for them all, for a few
+        // ms of lag.
         tokio::select! {
             _ = stopped.changed() => return,
-            () = tokio::time::sleep(GATHER) => {}
+            () = tokio::time::sleep(gather) => {}
         }
         while let Some(tenant) = queue.pop() {
             if *stopped.borrow() {

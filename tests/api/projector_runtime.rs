@@ -24,6 +24,7 @@ use memd::{
 use memd_projectors::{
     Engine, Projector, StoredEvent, Table,
     engine::Step,
+    notifications::{Heard, Listener},
     projector::BoxFuture,
     runtime::{Runtime, RuntimeConfig},
 };
@@ -158,6 +159,7 @@ fn fast_poll(listen: bool) -> RuntimeConfig {
         poll_interval: Duration::from_millis(50),
         workers: 2,
         listen,
+        ..RuntimeConfig::default()
     }
 }
 
@@ -478,4 +480,136 @@ async fn a_projector_of_a_new_version_announces_that_projections_went_back(
     // Replayed from zero: the three events before the change are applied
     // again (a reset empties the projector's tables), then the new one.
     assert_exactly_once(&pool, "acme", 4).await;
+}
+
+/// The next thing `heard` hears, within 10 s.
+async fn next_heard(heard: &mut tokio::sync::mpsc::UnboundedReceiver<Heard>) -> Option<Heard> {
+    tokio::time::timeout(Duration::from_secs(10), heard.recv())
+        .await
+        .expect("heard within 10 s")
+}
+
+fn notification(channel: &str, payload: &str) -> Option<Heard> {
+    Some(Heard::Notification {
+        channel: channel.to_owned(),
+        payload: payload.to_owned(),
+    })
+}
+
+async fn notify(pool: &PgPool, channel: &str, payload: &str) {
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(channel)
+        .bind(payload)
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+/// Sessions of the test's database whose last statement LISTENed on a
+/// channel named like `channel`.
+async fn listening_sessions(pool: &PgPool, channel: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT query FROM pg_stat_activity
+          WHERE datname = current_database() AND query LIKE 'LISTEN%' AND query LIKE '%' || $1 || '%'",
+    )
+    .bind(channel)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test]
+async fn one_listener_hands_each_subscriber_its_channels_and_listens_again_after_losing_them(
+    pool: PgPool,
+) {
+    let mut listener = Listener::default();
+    let mut only_a = listener.subscribe(&["memd_test_a"]);
+    let mut both = listener.subscribe(&["memd_test_a", "memd_test_b"]);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let listening = listener.spawn(pool.clone(), stopped);
+    assert_eq!(next_heard(&mut only_a).await, Some(Heard::Listening));
+    assert_eq!(next_heard(&mut both).await, Some(Heard::Listening));
+    assert_eq!(listening_sessions(&pool, "memd_test_").await.len(), 1);
+
+    notify(&pool, "memd_test_b", "1").await;
+    notify(&pool, "memd_test_a", "2").await;
+    assert_eq!(
+        next_heard(&mut both).await,
+        notification("memd_test_b", "1")
+    );
+    assert_eq!(
+        next_heard(&mut both).await,
+        notification("memd_test_a", "2")
+    );
+    // Not told of a channel it did not ask for.
+    assert_eq!(
+        next_heard(&mut only_a).await,
+        notification("memd_test_a", "2")
+    );
+
+    let killed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+          WHERE datname = current_database() AND query LIKE 'LISTEN%memd_test_a%') k",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(killed, 1);
+    // Whatever was sent while it was away is lost: every subscriber hears
+    // that it listens again, then what is sent after.
+    assert_eq!(next_heard(&mut only_a).await, Some(Heard::Listening));
+    assert_eq!(next_heard(&mut both).await, Some(Heard::Listening));
+    notify(&pool, "memd_test_a", "3").await;
+    assert_eq!(
+        next_heard(&mut only_a).await,
+        notification("memd_test_a", "3")
+    );
+    assert_eq!(
+        next_heard(&mut both).await,
+        notification("memd_test_a", "3")
+    );
+
+    stop.send(true).unwrap();
+    listening.await.unwrap();
+    assert_eq!(
+        next_heard(&mut only_a).await,
+        None,
+        "a stopped listener says so"
+    );
+}
+
+/// Each listening session costs every append's commit a signal and a
+/// queue read: a daemon's projection workers, embeddings worker and caches
+/// share one.
+#[sqlx::test]
+async fn a_daemon_hears_appends_projections_and_revocations_on_one_connection(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = crate::helpers::spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    app.append(&token, &crate::helpers::message("s1", "hello"))
+        .await;
+    crate::helpers::wait_projected(&app.pool, "acme").await;
+    // Projected by the start-up poll, perhaps before anything listened.
+    let mut sessions = listening_sessions(&app.pool, "memd_").await;
+    for _ in 0..100 {
+        if !sessions.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        sessions = listening_sessions(&app.pool, "memd_").await;
+    }
+    assert_eq!(sessions.len(), 1, "listening sessions: {sessions:?}");
+    for channel in [
+        memd_projectors::EVENTS_CHANNEL,
+        memd_projectors::PROJECTED_CHANNEL,
+        "memd_tokens",
+    ] {
+        assert!(
+            sessions[0].contains(channel),
+            "{channel} not in {:?}",
+            sessions[0]
+        );
+    }
 }
