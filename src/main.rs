@@ -945,9 +945,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             tracing::info!(workers = config.runtime.workers, "projecting");
             let mut listener = Listener::default();
             let runtimes: Vec<Runtime> = config.spawn(pool.clone(), &semantic, &mut listener);
+            let jobs = JobWorker::spawn(pool.clone(), Arc::new(config.engine()), &mut listener);
             let (stop_listening, listening) = tokio::sync::watch::channel(false);
             let notifications = listener.spawn(pool.clone(), listening);
-            let jobs = JobWorker::spawn(pool.clone(), Arc::new(config.engine()));
             shutdown_signal().await;
             jobs.shutdown().await;
             for runtime in runtimes {

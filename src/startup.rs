@@ -287,7 +287,7 @@ impl Daemon {
         let workers = self.projection.map(|p| {
             (
                 p.spawn(self.pool.clone(), &self.reader.semantic, &mut listener),
-                JobWorker::spawn(self.pool.clone(), Arc::new(p.engine())),
+                JobWorker::spawn(self.pool.clone(), Arc::new(p.engine()), &mut listener),
             )
         });
         let caches = tokio::spawn(invalidation::subscribe(

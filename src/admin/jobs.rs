@@ -12,13 +12,20 @@ use std::{
 use apalis::prelude::{
     BackendExt, BoxDynError, Data, Strategy, TaskBuilder, TaskId, WorkerBuilder,
 };
-use apalis_postgres::{Config, PostgresStorage, Pubsub};
+use apalis_postgres::{Config, PostgresStorage};
 use chrono::{DateTime, Utc};
-use memd_projectors::{Engine, drift, rebuild};
+use memd_projectors::{
+    Engine, drift,
+    notifications::{Heard, Listener},
+    rebuild,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sqlx::{PgPool, Row, postgres::PgPoolOptions};
-use tokio::{sync::watch, task::JoinHandle};
+use tokio::{
+    sync::{mpsc, watch},
+    task::JoinHandle,
+};
 
 /// The apalis queue (its `job_type`) every memd admin job goes through.
 pub const QUEUE: &str = "memd.admin";
@@ -292,8 +299,39 @@ pub struct JobWorker {
     queue_pool: PgPool,
 }
 
+/// The channel apalis's trigger on its jobs table notifies when a job is
+/// queued.
+const QUEUED_CHANNEL: &str = "apalis::job::insert";
+
+/// Wakes the worker when anything is heard on [`QUEUED_CHANNEL`] (or the
+/// listener listens again): heard on the process's one listening
+/// connection, not on a session of apalis's own (`Pubsub`), since every
+/// listening session costs each append's commit a signal and a wakeup.
+/// Shared by the worker's restarts, one at a time.
+struct Queued(Arc<std::sync::Mutex<mpsc::UnboundedReceiver<Heard>>>);
+
+impl futures_core::Stream for Queued {
+    type Item = ();
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<()>> {
+        use std::task::Poll;
+        match self.0.lock().expect("queued lock").poll_recv(cx) {
+            Poll::Ready(Some(_)) => Poll::Ready(Some(())),
+            // The listener stopped (the process is stopping): the worker's
+            // one-second poll alone, not an ended stream.
+            Poll::Ready(None) | Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
 impl JobWorker {
-    pub fn spawn(pool: PgPool, engine: Arc<Engine>) -> Self {
+    /// Starts the worker, woken by `listener` (which the caller spawns)
+    /// when a job is queued.
+    pub fn spawn(pool: PgPool, engine: Arc<Engine>, listener: &mut Listener) -> Self {
+        let queued = Arc::new(std::sync::Mutex::new(listener.subscribe(&[QUEUED_CHANNEL])));
         let (stop, stopped) = watch::channel(false);
         let queue_pool = queue_pool(&pool);
         let context = JobContext {
@@ -316,7 +354,7 @@ impl JobWorker {
                 // second so a job queued while the listener was not yet (or
                 // no longer) connected is not left waiting.
                 let wake = Strategy::new()
-                    .stream(Pubsub::new(polled.clone(), QUEUE.to_owned()))
+                    .stream(Queued(queued.clone()))
                     .interval(Duration::from_secs(1));
                 let storage = PostgresStorage::<AdminJob>::new(&polled)
                     .with_config(Config::default().queue(QUEUE).batch_size(1))

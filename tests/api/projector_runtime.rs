@@ -579,10 +579,10 @@ async fn one_listener_hands_each_subscriber_its_channels_and_listens_again_after
 }
 
 /// Each listening session costs every append's commit a signal and a
-/// queue read: a daemon's projection workers, embeddings worker and caches
-/// share one.
+/// queue read: a daemon's projection workers, embeddings worker, caches and
+/// admin job worker share one.
 #[sqlx::test]
-async fn a_daemon_hears_appends_projections_and_revocations_on_one_connection(
+async fn a_daemon_hears_appends_projections_revocations_and_jobs_on_one_connection(
     _: PgPoolOptions,
     connect: PgConnectOptions,
 ) {
@@ -592,19 +592,20 @@ async fn a_daemon_hears_appends_projections_and_revocations_on_one_connection(
         .await;
     crate::helpers::wait_projected(&app.pool, "acme").await;
     // Projected by the start-up poll, perhaps before anything listened.
-    let mut sessions = listening_sessions(&app.pool, "memd_").await;
+    let mut sessions = listening_sessions(&app.pool, "").await;
     for _ in 0..100 {
         if !sessions.is_empty() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-        sessions = listening_sessions(&app.pool, "memd_").await;
+        sessions = listening_sessions(&app.pool, "").await;
     }
     assert_eq!(sessions.len(), 1, "listening sessions: {sessions:?}");
     for channel in [
         memd_projectors::EVENTS_CHANNEL,
         memd_projectors::PROJECTED_CHANNEL,
         "memd_tokens",
+        "apalis::job::insert",
     ] {
         assert!(
             sessions[0].contains(channel),
