@@ -5,8 +5,8 @@
 //! NOTIFY's commit, whatever channels they listen on, and each session then
 //! reads the notification queue to filter it. Every append notifies, so
 //! each extra listening session costs every append a signal, a wakeup and a
-//! queue read: a daemon with its projection workers, its embeddings worker
-//! and its caches each listening paid that three times. A [`Listener`]
+//! queue read: a daemon whose projection workers, embeddings worker, caches
+//! and admin job worker each listened paid that four times. A [`Listener`]
 //! listens once on the union of its subscribers' channels and hands each
 //! notification to the subscribers of its channel.
 
@@ -55,8 +55,8 @@ impl Listener {
         receiver
     }
 
-    /// Listens until `stopped` turns true or every subscriber is gone,
-    /// reconnecting with backoff; each subscriber hears
+    /// Listens until `stopped` turns true (or it finds every subscriber
+    /// gone), reconnecting with backoff; each subscriber hears
     /// [`Heard::Listening`] whenever the connection (again) listens.
     pub fn spawn(self, pool: PgPool, stopped: watch::Receiver<bool>) -> JoinHandle<()> {
         tokio::spawn(self.run(pool, stopped))
