@@ -68,7 +68,7 @@ pub enum BenchCommand {
         #[arg(long, value_delimiter = ',', default_value = "100000,1000000")]
         sizes: Vec<u64>,
         /// Chat-history sizes at which the embeddings projection is also
-        /// rebuilt from zero (embedding throughput); empty for none.
+        /// rebuilt from zero (embedding throughput); `0` for none.
         #[arg(long, value_delimiter = ',', default_value = "100000")]
         embed_sizes: Vec<u64>,
         /// Where to write the results.
