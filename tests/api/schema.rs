@@ -184,3 +184,69 @@ async fn a_tenants_search_reads_one_partition_of_the_chunks(pool: PgPool) {
         assert_eq!(read, 1, "{plan}");
     }
 }
+
+/// The log refuses, by itself, values outside its rules (whatever wrote
+/// them: a bug, a hand-written INSERT): since 20261204000026 the rules are
+/// domains' constraints rather than the table's CHECKs, and must still
+/// refuse every one of these, and accept a row that keeps them.
+#[sqlx::test]
+async fn the_log_refuses_values_outside_its_rules(pool: PgPool) {
+    sqlx::query("INSERT INTO tenants (tenant_id) VALUES ('t')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let insert = |seq: i64, column: &str, value: &str| {
+        let mut values = std::collections::BTreeMap::from([
+            ("seq", seq.to_string()),
+            ("channel", "'private'".to_owned()),
+            ("actor_type", "'agent'".to_owned()),
+            ("kind", "'message'".to_owned()),
+            ("sensitivity", "'none'".to_owned()),
+            ("prev_hash", "decode(repeat('ab', 32), 'hex')".to_owned()),
+            ("hash", "decode(repeat('cd', 32), 'hex')".to_owned()),
+            ("agent_id", "NULL".to_owned()),
+            ("subject_id", "NULL".to_owned()),
+        ]);
+        values.insert(column, value.to_owned());
+        let v = |c: &str| values[c].clone();
+        format!(
+            "INSERT INTO events (tenant_id, seq, event_id, created_at, ts, session_id, channel,
+                 actor_type, actor_id, kind, sensitivity, tags, content, refs, prev_hash, hash,
+                 agent_id, subject_id)
+             VALUES ('t', {}, 'e{seq}', now(), now(), 's', {}, {}, 'a', {}, {}, '{{}}', '{{}}', '{{}}',
+                 {}, {}, {}, {})",
+            v("seq"),
+            v("channel"),
+            v("actor_type"),
+            v("kind"),
+            v("sensitivity"),
+            v("prev_hash"),
+            v("hash"),
+            v("agent_id"),
+            v("subject_id"),
+        )
+    };
+    let refused = [
+        ("seq", "0"),
+        ("channel", "'broadcast'"),
+        ("actor_type", "'robot'"),
+        ("kind", "'gossip'"),
+        ("sensitivity", "'medium'"),
+        ("prev_hash", "decode(repeat('ab', 31), 'hex')"),
+        ("hash", "decode(repeat('cd', 33), 'hex')"),
+        ("agent_id", "''"),
+        ("subject_id", "repeat('x', 257)"),
+    ];
+    for (column, value) in refused {
+        let err = sqlx::raw_sql(sqlx::AssertSqlSafe(insert(1, column, value)))
+            .execute(&pool)
+            .await
+            .expect_err(column);
+        let code = err.as_database_error().and_then(|e| e.code());
+        assert_eq!(code.as_deref(), Some("23514"), "{column} = {value}: {err}");
+    }
+    sqlx::raw_sql(sqlx::AssertSqlSafe(insert(1, "agent_id", "'agent-1'")))
+        .execute(&pool)
+        .await
+        .expect("a row within the rules");
+}
