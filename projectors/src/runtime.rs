@@ -38,9 +38,9 @@ pub struct RuntimeConfig {
     pub workers: usize,
     /// LISTEN for appends. Off, projection relies on polling alone.
     pub listen: bool,
-    /// How long a woken worker waits before its first step, so that the
-    /// appends following the one that woke it commit too and one
-    /// projection transaction carries them all (see [`work`]).
+    /// How long a woken worker waits before stepping the tenants queued
+    /// then, so that the appends following the one that woke it commit too
+    /// and one projection transaction carries them all (see [`work`]).
     pub gather: Duration,
 }
 
@@ -201,6 +201,10 @@ impl Queue {
         self.wake.notify_one();
     }
 
+    fn len(&self) -> usize {
+        self.waiting.lock().expect("queue lock").order.len()
+    }
+
     fn pop(&self) -> Option<String> {
         let mut waiting = self.waiting.lock().expect("queue lock");
         let tenant = waiting.order.pop_front()?;
@@ -303,10 +307,11 @@ pub async fn lagging_tenants(pool: &PgPool, engine: &Engine) -> Result<Vec<Strin
 }
 
 /// [`RuntimeConfig::gather`] unless configured: at a steady stream of
-/// single appends from one writer (about one per millisecond here), 10 ms
-/// lets a step carry about ten events instead of two, which cut the CPU
-/// per appended event by an eighth and raised the writer's rate by 8%
-/// (`bench/2026-12-04-gather/`), for a few ms more of projection lag.
+/// single appends from one writer, 10 ms instead of 2 cut the CPU per
+/// appended event by an eighth (`bench/2026-12-04-gather/`), for a few ms
+/// more of projection lag; since a tenant announced during its own step
+/// waits for the next window too, a step carries ~8 events instead of ~2
+/// there (`bench/2026-12-05-steps/`).
 pub const DEFAULT_GATHER: Duration = Duration::from_millis(10);
 
 async fn work(
@@ -331,7 +336,13 @@ async fn work(
             _ = stopped.changed() => return,
             () = tokio::time::sleep(gather) => {}
         }
-        while let Some(tenant) = queue.pop() {
+        // Only the tenants waiting now: one announced again during its own
+        // step (the usual case under a steady stream) waits for the next
+        // window instead of being stepped at once for the one or two events
+        // that arrived meanwhile, which made steps carry ~2 events at one
+        // writer's rate whatever the window.
+        for _ in 0..queue.len() {
+            let Some(tenant) = queue.pop() else { break };
             if *stopped.borrow() {
                 return;
             }
@@ -384,7 +395,92 @@ async fn catch_up(
 
 #[cfg(test)]
 mod tests {
-    use super::Queue;
+    use std::{
+        sync::{Arc, Mutex},
+        time::{Duration, Instant},
+    };
+
+    use sqlx::PgPool;
+    use tokio::sync::watch;
+
+    use super::{Queue, Work, work};
+    use crate::{engine::ProjectError, projector::BoxFuture};
+
+    /// Work that takes 5 ms per catch-up and notes when each began and
+    /// ended; the first announces its tenant again meanwhile, as an append
+    /// committing during a step does.
+    struct Timed {
+        queue: Arc<Queue>,
+        calls: Mutex<Vec<(Instant, Instant)>>,
+    }
+
+    impl Work for Timed {
+        fn label(&self) -> &'static str {
+            "timed"
+        }
+
+        fn lagging<'a>(
+            &'a self,
+            _pool: &'a PgPool,
+        ) -> BoxFuture<'a, Result<Vec<String>, sqlx::Error>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+
+        fn catch_up<'a>(
+            &'a self,
+            _pool: &'a PgPool,
+            tenant: &'a str,
+            _stopped: &'a watch::Receiver<bool>,
+        ) -> BoxFuture<'a, Result<(), ProjectError>> {
+            Box::pin(async move {
+                let began = Instant::now();
+                if self.calls.lock().unwrap().is_empty() {
+                    self.queue.push(tenant.to_owned());
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                self.calls.lock().unwrap().push((began, Instant::now()));
+                Ok(())
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tenant_announced_during_its_step_waits_a_whole_gather_window_again() {
+        let gather = Duration::from_millis(60);
+        let queue = Arc::new(Queue::default());
+        let timed = Arc::new(Timed {
+            queue: queue.clone(),
+            calls: Mutex::new(Vec::new()),
+        });
+        let pool = PgPool::connect_lazy("postgres://unused@127.0.0.1/unused").unwrap();
+        let (stop, stopped) = watch::channel(false);
+        let worker = tokio::spawn(work(pool, timed.clone(), queue.clone(), gather, stopped));
+
+        let announced = Instant::now();
+        queue.push("t".to_owned());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while timed.calls.lock().unwrap().len() < 2 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        stop.send(true).unwrap();
+        worker.await.unwrap();
+
+        let calls = timed.calls.lock().unwrap();
+        assert_eq!(
+            calls.len(),
+            2,
+            "the tenant announced again is stepped again"
+        );
+        assert!(
+            calls[0].0 - announced >= gather,
+            "the first step waits for the window"
+        );
+        let between = calls[1].0 - calls[0].1;
+        assert!(
+            between >= gather,
+            "the second step came {between:?} after the first, inside the {gather:?} window"
+        );
+    }
 
     #[test]
     fn tenants_are_served_in_arrival_order_once_each() {
