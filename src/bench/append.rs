@@ -60,13 +60,15 @@ pub async fn run(
         &super::charts::Axis::log("concurrent writers"),
         &super::charts::Axis::log("events/s"),
         &super::charts::grouped(
-            rows.iter().map(|row| {
-                (
-                    row.scenario.clone(),
-                    row.writers as f64,
-                    row.m.events_per_second(),
-                )
-            }),
+            rows.iter()
+                .filter(|row| !row.scenario.starts_with("floor"))
+                .map(|row| {
+                    (
+                        row.scenario.clone(),
+                        row.writers as f64,
+                        row.m.events_per_second(),
+                    )
+                }),
             |name| name.starts_with("raw"),
         ),
     )?;
@@ -184,6 +186,50 @@ async fn measure(
         record("raw INSERT, multi-row", writers, batch, m);
     }
 
+    // What storing the log's rows costs PostgreSQL alone, in batches
+    // (`FLOOR_LOG_ROWS`): measured first, beside the raw batches, so that
+    // the WAL and dirty pages of its rows weigh on the raw scenarios as
+    // the raw batches' own do, not on memd's single appends.
+    let insert = Arc::new(log_row_insert(&pool).await?);
+    let m = {
+        let (pool, insert) = (pool.clone(), insert.clone());
+        drive(1, duration, batch, move |_, i| {
+            let (pool, insert) = (pool.clone(), insert.clone());
+            // Past any `seq` the single rows below reach.
+            let first = 1_000_000_000 + i * batch as u64;
+            async move { insert.execute(&pool, first, batch).await }
+        })
+        .await
+    };
+    record(FLOOR_LOG_ROWS, 1, batch, m);
+
+    // The floor of one writer's single append: what no append over HTTP
+    // can avoid, measured alone in the same run (see `FLOOR_HTTP`).
+    let m = {
+        let (client, url) = (
+            client.clone(),
+            Arc::new(format!("{}/healthz", daemon.base_url)),
+        );
+        drive(1, duration, 1, move |_, _| {
+            let (client, url) = (client.clone(), url.clone());
+            async move {
+                client.get(url.as_str()).send().await?.error_for_status()?;
+                Ok(())
+            }
+        })
+        .await
+    };
+    record(FLOOR_HTTP, 1, 1, m);
+    let m = {
+        let pool = pool.clone();
+        drive(1, duration, 1, move |_, i| {
+            let (pool, insert) = (pool.clone(), insert.clone());
+            async move { insert.execute(&pool, i + 1, 1).await }
+        })
+        .await
+    };
+    record(FLOOR_LOG_ROW, 1, 1, m);
+
     // memd over HTTP, single events.
     let cases: [(&str, usize, usize); 5] = [
         ("memd single append, one tenant", 1, 1),
@@ -240,6 +286,121 @@ async fn measure(
     daemon.stop().await?;
     pool.close().await;
     Ok((rows, environment))
+}
+
+/// A request to the daemon that touches no database (`GET /healthz`): the
+/// HTTP round trip every append also makes, on the same client.
+const FLOOR_HTTP: &str = "floor: HTTP round trip, no database (GET /healthz)";
+/// A raw INSERT of one of the log's own rows into a copy of `events` with
+/// its indexes, constraints and foreign key: what storing an event costs
+/// PostgreSQL before memd adds anything.
+const FLOOR_LOG_ROW: &str = "floor: raw INSERT of a log row, the log's indexes";
+
+/// The log's rows alone, `--batch` per statement, one writer: what a
+/// batched append's storage costs PostgreSQL before memd adds anything.
+/// The rows repeat one row's values (but `seq` and `event_id`), so their
+/// contents are parsed once per statement, not once per row: this floor
+/// is, if anything, above what batches of distinct events could reach.
+const FLOOR_LOG_ROWS: &str = "floor: raw multi-row INSERT of log rows, the log's indexes";
+
+/// One warm-up event of the first tenant, stored again by each execution
+/// into `bench_log`, a copy of `events` (same columns, domains, indexes,
+/// constraints and foreign key to `tenants`) under new `seq`s and
+/// `event_id`s. The values are bound as text and cast by PostgreSQL, as
+/// memd's append statement has its contents and arrays parsed there too.
+struct LogRowInsert {
+    /// One row, its values' parameters in `VALUES`.
+    one: String,
+    /// As many rows as the last parameter says, `seq` and `event_id`
+    /// counting up from the ones bound.
+    many: String,
+    /// Every column's text but the `seq` and `event_id` each execution sets.
+    values: Vec<Option<String>>,
+    seq_at: usize,
+    event_id_at: usize,
+}
+
+async fn log_row_insert(pool: &sqlx::PgPool) -> anyhow::Result<LogRowInsert> {
+    sqlx::query("CREATE TABLE bench_log (LIKE events INCLUDING ALL)")
+        .execute(pool)
+        .await?;
+    sqlx::query("ALTER TABLE bench_log ADD FOREIGN KEY (tenant_id) REFERENCES tenants (tenant_id)")
+        .execute(pool)
+        .await?;
+    let columns: Vec<(String, String)> = sqlx::query_as(
+        "SELECT attname::text, format_type(atttypid, atttypmod) FROM pg_attribute
+          WHERE attrelid = 'events'::regclass AND attnum > 0 AND NOT attisdropped
+          ORDER BY attnum",
+    )
+    .fetch_all(pool)
+    .await?;
+    let position = |name: &str| {
+        columns
+            .iter()
+            .position(|(column, _)| column == name)
+            .with_context(|| format!("events has no column {name}"))
+    };
+    let (seq_at, event_id_at) = (position("seq")?, position("event_id")?);
+    let names: Vec<&str> = columns.iter().map(|(name, _)| name.as_str()).collect();
+    let as_text: Vec<String> = names.iter().map(|name| format!("{name}::text")).collect();
+    let values: Vec<Option<String>> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT ARRAY[{}] FROM events WHERE tenant_id = 'bench-0' ORDER BY seq LIMIT 1",
+        as_text.join(", ")
+    )))
+    .fetch_one(pool)
+    .await?;
+    let casts: Vec<String> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, (_, ty))| format!("${}::{ty}", i + 1))
+        .collect();
+    let counting: Vec<String> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, (_, ty))| match i {
+            _ if i == seq_at => format!("(${}::bigint + g)::{ty}", i + 1),
+            _ if i == event_id_at => format!("(${}::text || '-' || g)::{ty}", i + 1),
+            _ => format!("${}::{ty}", i + 1),
+        })
+        .collect();
+    Ok(LogRowInsert {
+        one: format!(
+            "INSERT INTO bench_log ({}) VALUES ({})",
+            names.join(", "),
+            casts.join(", ")
+        ),
+        many: format!(
+            "INSERT INTO bench_log ({}) SELECT {} FROM generate_series(0, ${} - 1) AS g",
+            names.join(", "),
+            counting.join(", "),
+            columns.len() + 1
+        ),
+        values,
+        seq_at,
+        event_id_at,
+    })
+}
+
+impl LogRowInsert {
+    /// Stores `rows` rows, with `seq`s from `first` on.
+    async fn execute(&self, pool: &sqlx::PgPool, first: u64, rows: usize) -> anyhow::Result<()> {
+        let sql = if rows == 1 { &self.one } else { &self.many };
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()));
+        for (at, value) in self.values.iter().enumerate() {
+            query = if at == self.seq_at {
+                query.bind(first.to_string())
+            } else if at == self.event_id_at {
+                query.bind(format!("bench-log-{first}"))
+            } else {
+                query.bind(value.as_deref())
+            };
+        }
+        if rows > 1 {
+            query = query.bind(i64::try_from(rows)?);
+        }
+        query.execute(pool).await?;
+        Ok(())
+    }
 }
 
 /// Events each tenant holds before the scenarios start.
@@ -425,6 +586,38 @@ fn render(
         Some((own, Some(postgres))) => format!("{:.0}", own + postgres),
         _ => "-".to_owned(),
     };
+    // Above: one writer's append cannot run faster than the HTTP round
+    // trip and the log row's INSERT one after the other, both measured
+    // alone (each at 1 / its rate per operation).
+    if let (Some(http), Some(row), Some(raw)) = (
+        find(rows, FLOOR_HTTP, 1),
+        find(rows, FLOOR_LOG_ROW, 1),
+        find(rows, "raw INSERT, one row per transaction", 1),
+    ) {
+        let floor = 1.0 / (1.0 / http.m.events_per_second() + 1.0 / row.m.events_per_second());
+        let _ = writeln!(
+            out,
+            "| single, 1 writer, at most: the two floor rows one after the other | {floor:.0} | {:.0} | {:.2} | - | {} |",
+            raw.m.events_per_second(),
+            floor / raw.m.events_per_second(),
+            total_cpu(raw),
+        );
+    }
+    if let (Some(rows_alone), Some(raw)) = (
+        find(rows, FLOOR_LOG_ROWS, 1),
+        find(rows, "raw INSERT, multi-row", 1),
+    ) {
+        let _ = writeln!(
+            out,
+            "| batched, 1 writer, at most: the log's rows alone, {} per statement | {:.0} | {:.0} | {:.2} | {} | {} |",
+            rows_alone.per_request,
+            rows_alone.m.events_per_second(),
+            raw.m.events_per_second(),
+            rows_alone.m.events_per_second() / raw.m.events_per_second(),
+            total_cpu(rows_alone),
+            total_cpu(raw),
+        );
+    }
     for (label, memd, mw, raw, rw) in ratios {
         if let (Some(a), Some(b)) = (find(rows, memd, mw), find(rows, raw, rw)) {
             let _ = writeln!(

@@ -121,6 +121,15 @@ impl Appender {
             .unwrap_or_else(|_| Err(Arc::new(AppendError::WriterStopped)))
     }
 
+    /// Tenants with a writer task now: each retires once its queue is empty.
+    pub fn running_writers(&self) -> usize {
+        let writers = self.writers.lock().expect("writers lock");
+        writers
+            .values()
+            .filter(|writer| !writer.is_closed())
+            .count()
+    }
+
     fn writer_for(&self, tenant: &TenantId) -> mpsc::Sender<Pending> {
         let mut writers = self.writers.lock().expect("writers lock");
         if let Some(writer) = writers.get(tenant)

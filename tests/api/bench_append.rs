@@ -26,7 +26,11 @@ async fn the_append_bench_measures_every_scenario_without_a_failed_request(
     // | scenario | writers | events/request | requests | events/s | p50 | p95 | p99 | errors | CPU ... |
     let rows: Vec<Vec<&str>> = report
         .lines()
-        .filter(|line| line.starts_with("| raw ") || line.starts_with("| memd "))
+        .filter(|line| {
+            ["| raw ", "| memd ", "| floor: "]
+                .iter()
+                .any(|start| line.starts_with(start))
+        })
         .map(|line| line.split('|').map(str::trim).collect())
         .filter(|cells: &Vec<&str>| cells.len() == 13)
         .collect();
@@ -40,6 +44,12 @@ async fn the_append_bench_measures_every_scenario_without_a_failed_request(
         ("memd single append, 8 tenants", &["8", "32"]),
         ("memd batched append, one tenant", &["1"]),
         ("memd batched append, 8 tenants", &["8", "32"]),
+        ("floor: HTTP round trip, no database (GET /healthz)", &["1"]),
+        ("floor: raw INSERT of a log row, the log's indexes", &["1"]),
+        (
+            "floor: raw multi-row INSERT of log rows, the log's indexes",
+            &["1"],
+        ),
     ] {
         for writers in writers {
             let row = rows
@@ -50,4 +60,30 @@ async fn the_append_bench_measures_every_scenario_without_a_failed_request(
             assert_eq!(row[9], "0", "errors in {scenario} x{writers}: {report}");
         }
     }
+    // The floor's own line in the ratio table: the two floor rows one
+    // after the other, so never faster than the slower of them.
+    let rate = |scenario: &str| -> f64 {
+        let row = rows.iter().find(|row| row[1] == scenario).unwrap();
+        row[5].parse().unwrap()
+    };
+    let slower = rate("floor: HTTP round trip, no database (GET /healthz)")
+        .min(rate("floor: raw INSERT of a log row, the log's indexes"));
+    let floor: f64 = report
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix(
+                "| single, 1 writer, at most: the two floor rows one after the other | ",
+            )
+        })
+        .unwrap_or_else(|| panic!("no floor line in the ratio table: {report}"))
+        .split('|')
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        floor > 0.0 && floor <= slower,
+        "{floor} vs {slower}: {report}"
+    );
 }

@@ -262,6 +262,41 @@ async fn plans(pool: &PgPool, like: &str) -> (i64, i64) {
     .unwrap()
 }
 
+/// A tenant's writer retires once its queue is empty, so an idle tenant
+/// holds no task; the next append starts another, from the head it left.
+#[sqlx::test]
+async fn an_idle_tenants_writer_retires_and_the_next_append_starts_another(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let pool = setup(connect, &["acme"]).await;
+    let appender = write::Appender::new(
+        write::AppendPools {
+            by_values: pool.clone(),
+            planned_once: db::for_appends(&pool),
+        },
+        memd_projectors::seal::Keyring::none(),
+    );
+    let acme = TenantId::parse("acme").unwrap();
+    appender.append(&acme, messages(1)).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while appender.running_writers() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "an idle tenant's writer never retired"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let next = appender.append(&acme, messages(2)).await.unwrap();
+    assert_eq!(next.iter().map(|e| e.seq).collect::<Vec<_>>(), [2, 3]);
+    let chains = memd::audit::verify_chains(&pool, None).await.unwrap();
+    assert!(
+        chains.iter().all(|chain| chain.broken.is_none()),
+        "{chains:?}"
+    );
+    assert_eq!(chains[0].events_ok, 3);
+}
+
 /// A single append and the live step that projects it each run their
 /// statements on a plan made once: left to choose, PostgreSQL plans them
 /// anew at every run, which cost single appends as much as running them.
