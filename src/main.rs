@@ -155,6 +155,12 @@ enum Command {
         /// moved), in seconds; 0 leaves it to `memd checkpoint`.
         #[arg(long, env = "MEMD_CHECKPOINT_INTERVAL_SECS", default_value_t = 300)]
         checkpoint_interval_secs: u64,
+        /// How far ahead of the daemon's clock an event's `ts` may be, in
+        /// seconds (clients' clock skew); an event dated further ahead is
+        /// refused (400 naming `ts`), one within it is recorded at the
+        /// daemon's time. Past times are always accepted (imports).
+        #[arg(long, env = "MEMD_MAX_CLOCK_SKEW_SECS", default_value_t = limits::DEFAULT_MAX_CLOCK_SKEW.as_secs())]
+        max_clock_skew_secs: u64,
         /// Serve `GET /metrics` (Prometheus) on this address, a listener of
         /// its own: the figures span every tenant, so no tenant token may
         /// read them. Bind it to localhost or a private interface. Off
@@ -656,6 +662,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             rate_limit_rps,
             rate_limit_bytes,
             checkpoint_interval_secs,
+            max_clock_skew_secs,
             metrics_listen,
             metrics_tenant_labels,
             read_database_url,
@@ -697,6 +704,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 semantic: semantic.config()?,
                 keyring: keyring.clone(),
                 checkpoint_interval: Duration::from_secs(checkpoint_interval_secs),
+                max_clock_skew: Duration::from_secs(max_clock_skew_secs),
                 metrics_listen,
                 metrics_tenant_labels,
                 read_replica: read_database_url

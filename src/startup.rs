@@ -74,6 +74,9 @@ pub struct ServeConfig {
     /// A standby that bundles read (`--read-database-url`); none: the
     /// primary serves every read.
     pub read_replica: Option<ReplicaConfig>,
+    /// How far ahead of this daemon's clock an event's `ts` may be (a
+    /// client's clock skew); further is refused.
+    pub max_clock_skew: Duration,
 }
 
 /// How the projector runtime runs.
@@ -158,6 +161,7 @@ impl Default for ServeConfig {
             metrics_listen: None,
             metrics_tenant_labels: false,
             read_replica: None,
+            max_clock_skew: limits::DEFAULT_MAX_CLOCK_SKEW,
         }
     }
 }
@@ -236,6 +240,7 @@ impl Daemon {
             redactor: config.redactor.clone(),
             tokens: tokens.clone(),
             limiter: Arc::new(RateLimiter::new(config.rate_limits)),
+            max_clock_skew: config.max_clock_skew,
             metrics,
         };
         Ok(Self {

@@ -349,9 +349,10 @@ pub(crate) async fn apply(
         }
         let slice = &events[start..end];
         let started = std::time::Instant::now();
-        // An erased subject's events move the cursor and leave no rows.
+        // An erased subject's events move the cursor and leave no rows,
+        // except in projections that cover every event (the tree).
         let kept: Vec<StoredEvent>;
-        let applied = if slice.iter().any(|e| e.erased) {
+        let applied = if !cursor.projector.reads_erased() && slice.iter().any(|e| e.erased) {
             kept = slice.iter().filter(|e| !e.erased).cloned().collect();
             &kept[..]
         } else {

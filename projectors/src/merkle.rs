@@ -165,6 +165,51 @@ pub fn needed<T>(algorithm: impl FnOnce(&dyn Fn(Subtree) -> Hash) -> T) -> BTree
     asked.into_inner()
 }
 
+/// The root of a tree grown one leaf at a time, holding only the roots of
+/// its complete subtrees (one per set bit of the size): what an auditor
+/// uses to recompute a root from the log itself, in one pass and without
+/// the `event_tree` projection.
+#[derive(Debug, Clone, Default)]
+pub struct Frontier {
+    /// Complete subtrees, largest (leftmost) first: (level, root).
+    subtrees: Vec<(u32, Hash)>,
+    size: u64,
+}
+
+impl Frontier {
+    /// Adds the leaf of `event_hash`.
+    pub fn push(&mut self, event_hash: &[u8]) {
+        let (mut level, mut hash) = (0, leaf_hash(event_hash));
+        while let Some(&(last_level, left)) = self.subtrees.last() {
+            if last_level != level {
+                break;
+            }
+            self.subtrees.pop();
+            hash = node_hash(&left, &hash);
+            level += 1;
+        }
+        self.subtrees.push((level, hash));
+        self.size += 1;
+    }
+
+    /// Leaves pushed so far.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// RFC 6962's root of the leaves pushed so far (`None` for none): the
+    /// complete subtrees joined right to left, as the RFC's split at the
+    /// largest power of two meets them.
+    pub fn root(&self) -> Option<Hash> {
+        let mut subtrees = self.subtrees.iter().rev();
+        let mut root = subtrees.next()?.1;
+        for (_, left) in subtrees {
+            root = node_hash(left, &root);
+        }
+        Some(root)
+    }
+}
+
 /// RFC 9162 §2.1.3.2: whether `path` proves that `leaf` (a leaf hash) is
 /// leaf `index` of the tree of `size` leaves whose root is `root`.
 pub fn verify_inclusion(index: u64, size: u64, leaf: &Hash, path: &[Hash], root: &Hash) -> bool {
@@ -274,6 +319,22 @@ mod tests {
         for n in 1..=70 {
             let tree = &all[..n as usize];
             assert_eq!(root(n, &lookup(tree)), reference_root(tree), "size {n}");
+        }
+    }
+
+    #[test]
+    fn a_frontier_grown_leaf_by_leaf_has_the_rfc_root_at_every_size() {
+        let mut frontier = Frontier::default();
+        assert_eq!(frontier.root(), None);
+        let all = leaves(70);
+        for n in 1..=70_u64 {
+            frontier.push(&(n - 1).to_le_bytes());
+            assert_eq!(frontier.size(), n);
+            assert_eq!(
+                frontier.root(),
+                Some(reference_root(&all[..n as usize])),
+                "size {n}"
+            );
         }
     }
 

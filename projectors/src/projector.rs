@@ -34,6 +34,16 @@ pub trait Projector: Send + Sync {
 
     fn tables(&self) -> &'static [Table];
 
+    /// Whether `apply` also receives the events of erased subjects (with
+    /// `{}` for content and [`StoredEvent::erased`] set). Content-derived
+    /// projections must not (an erased subject leaves no rows), but one
+    /// that covers every event whatever it says must: the Merkle tree's
+    /// leaves are the chain hashes, which survive erasure, and a tree
+    /// without them would move every later leaf.
+    fn reads_erased(&self) -> bool {
+        false
+    }
+
     /// Says that `events` come next in this transaction, after the batch
     /// about to be applied: a projector may start deriving their rows on
     /// another thread while the current batch's statements run. `apply`

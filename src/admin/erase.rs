@@ -113,6 +113,8 @@ pub async fn erase(
         idempotency_key: None,
         ts: Some(erased_at),
         artifact: None,
+        // No idempotency key: nothing compares it.
+        request_digest: [0; 32],
     };
     let appended = append(pool, keyring, tenant, vec![record])
         .await

@@ -688,7 +688,8 @@ async fn store(pool: &PgPool, tenant: &TenantId, batch: &[Checked]) -> anyhow::R
         .collect();
     let mut tx = memd_projectors::transaction::begin(pool).await?;
     let moved = sqlx::query(
-        "UPDATE public.tenant_heads SET seq = $2, hash = $3, created_at = $4
+        "UPDATE public.tenant_heads SET seq = $2, hash = $3, created_at = $4,
+                newest_ts = greatest(newest_ts, $7)
           WHERE tenant_id = $1 AND seq = $5 AND hash = $6",
     )
     .bind(tenant.as_str())
@@ -697,6 +698,15 @@ async fn store(pool: &PgPool, tenant: &TenantId, batch: &[Checked]) -> anyhow::R
     .bind(last.created_at)
     .bind(first.line.seq - 1)
     .bind(first.prev_hash.as_slice())
+    // The ages' anchor (as appends keep it): a row dated after it was
+    // recorded does not count.
+    .bind(
+        batch
+            .iter()
+            .filter(|e| e.ts <= e.created_at)
+            .map(|e| e.ts)
+            .max(),
+    )
     .execute(&mut *tx)
     .await?
     .rows_affected();

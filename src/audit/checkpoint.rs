@@ -13,7 +13,10 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, SubsecRound, Utc};
-use memd_projectors::seal::{Keyring, signature_holds};
+use memd_projectors::{
+    merkle,
+    seal::{Keyring, signature_holds},
+};
 use serde::{Deserialize, Serialize};
 use sqlx::{PgPool, Row};
 
@@ -263,9 +266,10 @@ impl Checked {
     }
 }
 
-/// Checks each checkpoint: signed by `trusted` (hex public key), and the
-/// event at its seq still has the hash it signed. (The chain from there on
-/// is `memd verify`'s walk.)
+/// Checks each checkpoint: signed by `trusted` (hex public key), the tree
+/// root it signed (v2) is the root recomputed from the log's first `seq`
+/// hashes, and the event at its seq still has the hash it signed. (The
+/// chain from there on is `memd verify`'s walk.)
 pub async fn check(
     pool: &PgPool,
     trusted: &str,
@@ -282,8 +286,11 @@ pub async fn check(
     let mut checked = Vec::new();
     for (tenant, mut checkpoints) in by_tenant {
         checkpoints.sort_by_key(|c| c.seq);
+        // The roots they signed, recomputed from the log's hashes alone.
+        let sizes: Vec<u64> = checkpoints.iter().map(|c| c.seq.max(0) as u64).collect();
+        let roots = super::tree::roots_from_log(pool, &tenant, &sizes).await?;
         let mut last_holding = None;
-        for checkpoint in checkpoints {
+        for (checkpoint, root) in checkpoints.into_iter().zip(roots) {
             let finding = if !checkpoint.signed_by(trusted) {
                 Finding::BadSignature
             } else {
@@ -294,7 +301,9 @@ pub async fn check(
                         .fetch_optional(pool)
                         .await?;
                 match stored {
-                    Some(hash) if hex::encode(&hash) == checkpoint.head_hash => Finding::Holds,
+                    Some(hash) if hex::encode(&hash) == checkpoint.head_hash => {
+                        tree_root_differs(&checkpoint, root).unwrap_or(Finding::Holds)
+                    }
                     Some(hash) => Finding::Broken {
                         reason: format!(
                             "event {} of {tenant} now has hash {}, the checkpoint signed {}: \
@@ -327,6 +336,24 @@ pub async fn check(
         }
     }
     Ok(checked)
+}
+
+/// A v2 checkpoint whose signed tree root is not the root of the log's
+/// first `seq` hashes: the log was rewritten, or the tree was built over
+/// other leaves than the log's.
+fn tree_root_differs(checkpoint: &Checkpoint, log_root: Option<merkle::Hash>) -> Option<Finding> {
+    let signed = checkpoint.tree_root.as_deref()?;
+    let (tenant, seq) = (&checkpoint.tenant, checkpoint.seq);
+    let reason = match log_root {
+        None => format!("{tenant} has no event {seq} any more: the log was cut"),
+        Some(root) if hex::encode(root).eq_ignore_ascii_case(signed) => return None,
+        Some(root) => format!(
+            "the tree root of {tenant}'s first {seq} events, recomputed from the log, is {}; \
+             the checkpoint signed {signed}: the log was rewritten at or before seq {seq}",
+            hex::encode(root)
+        ),
+    };
+    Some(Finding::Broken { reason })
 }
 
 /// Reads checkpoints from a file: one checkpoint, or a JSON array of them.

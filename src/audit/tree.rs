@@ -192,6 +192,52 @@ pub async fn consistency(
     })
 }
 
+/// The roots of the trees of `tenant`'s first `sizes` events (ascending),
+/// recomputed from the log's own hashes in one pass: no projection row is
+/// read, so a tree projection that is wrong cannot vouch for itself. A size
+/// beyond the log has no root (`None`).
+pub async fn roots_from_log(
+    pool: &PgPool,
+    tenant: &str,
+    sizes: &[u64],
+) -> Result<Vec<Option<Hash>>, sqlx::Error> {
+    const PAGE: i64 = 10_000;
+    let mut roots = Vec::with_capacity(sizes.len());
+    let mut frontier = merkle::Frontier::default();
+    let mut wanted = sizes.iter().copied().peekable();
+    let last = sizes.iter().copied().max().unwrap_or(0);
+    while wanted.peek() == Some(&0) {
+        roots.push(None);
+        wanted.next();
+    }
+    'pages: while frontier.size() < last {
+        let page: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+            "SELECT seq, hash FROM events WHERE tenant_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        )
+        .bind(tenant)
+        .bind(frontier.size() as i64)
+        .bind(PAGE)
+        .fetch_all(pool)
+        .await?;
+        if page.is_empty() {
+            break;
+        }
+        for (seq, hash) in page {
+            if seq as u64 != frontier.size() + 1 {
+                // A hole: leaves after it would sit at the wrong index.
+                break 'pages;
+            }
+            frontier.push(&hash);
+            while wanted.peek() == Some(&frontier.size()) {
+                roots.push(frontier.root());
+                wanted.next();
+            }
+        }
+    }
+    roots.extend(wanted.map(|_| None));
+    Ok(roots)
+}
+
 async fn check_size(pool: &PgPool, tenant: &str, size: u64) -> Result<(), ProofError> {
     let events = log_size(pool, tenant).await?;
     if size == 0 || size > events {

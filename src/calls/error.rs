@@ -27,7 +27,8 @@ pub struct ErrorDetail {
     /// What went wrong, for programs: `invalid_field`, `bad_body`,
     /// `unauthorized`, `tenant_mismatch`, `insufficient_scope`,
     /// `unknown_tenant`, `not_found`, `method_not_allowed`, `body_too_large`,
-    /// `subject_erased`, `erased`, `rate_limited`, `unavailable`, `internal`.
+    /// `subject_erased`, `idempotency_conflict`, `erased`, `rate_limited`,
+    /// `unavailable`, `internal`.
     pub code: &'static str,
     /// What went wrong, for people.
     pub message: String,
@@ -74,6 +75,9 @@ pub struct ApiError {
     field: Option<String>,
     /// Seconds, sent as `Retry-After`.
     retry_after: Option<u64>,
+    /// The event of an append the error is about, when it is about one:
+    /// a batch's answer names `events[i].` before the field.
+    event_index: Option<usize>,
 }
 
 impl ApiError {
@@ -84,7 +88,17 @@ impl ApiError {
             message: message.into(),
             field: None,
             retry_after: None,
+            event_index: None,
         }
+    }
+
+    /// As the answer to a `{"events": [...]}` batch: the field of an error
+    /// about one of its events becomes `events[i].field`.
+    pub fn in_batch(mut self) -> Self {
+        if let (Some(index), Some(field)) = (self.event_index, &self.field) {
+            self.field = Some(format!("events[{index}].{field}"));
+        }
+        self
     }
 
     pub fn with_field(mut self, field: impl Into<String>) -> Self {
@@ -225,6 +239,20 @@ impl From<Arc<AppendError>> for ApiError {
                 format!("data subject {subject} was erased; nothing more is recorded under it"),
             )
             .with_field("subject_id"),
+            AppendError::IdempotencyConflict { index, key } => {
+                let mut err = Self::new(
+                    StatusCode::CONFLICT,
+                    "idempotency_conflict",
+                    format!(
+                        "idempotency key {key} was already used for a different request; \
+                         nothing was stored (resend the original request to get its event, \
+                         or use a new key)"
+                    ),
+                )
+                .with_field("idempotency_key");
+                err.event_index = Some(*index);
+                err
+            }
             AppendError::WriterStopped => Self::internal(&*err),
             AppendError::Database(db) => Self::from_database(db),
         }

@@ -50,7 +50,9 @@ pub(crate) async fn record(
             return Err(err);
         }
     };
-    let mut appended = append_counted(state, &caller.tenant, events).await?;
+    let mut appended = append_counted(state, &caller.tenant, events)
+        .await
+        .map_err(|err| if batch { err.in_batch() } else { err })?;
     let status = if appended.iter().all(|a| a.replayed) {
         StatusCode::OK
     } else {
@@ -120,6 +122,22 @@ fn parse_events(
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(ApiError::invalid)?;
+    if let Some((index, ts)) = too_far_ahead(&events, state.max_clock_skew) {
+        let field = if batch {
+            format!("events[{index}].ts")
+        } else {
+            "ts".to_owned()
+        };
+        return Err(ApiError::invalid(crate::domain::FieldError::new(
+            field,
+            format!(
+                "is {ts}, more than {} s ahead of the daemon's clock: an event cannot have \
+                 happened later than it is recorded (omit ts for now; --max-clock-skew-secs \
+                 sets the allowance)",
+                state.max_clock_skew.as_secs()
+            ),
+        )));
+    }
     // A subject's content is sealed under its own key, wrapped by the
     // master key: without a key file there is nothing to seal with.
     if !state.reader.keyring.is_on()
@@ -136,6 +154,19 @@ fn parse_events(
         )));
     }
     Ok((stamp_agent(caller, events, batch)?, batch))
+}
+
+/// The first event dated further ahead of the daemon's clock than `skew`.
+fn too_far_ahead(
+    events: &[NewEvent],
+    skew: std::time::Duration,
+) -> Option<(usize, chrono::DateTime<chrono::Utc>)> {
+    let skew = chrono::Duration::from_std(skew).unwrap_or(chrono::Duration::MAX);
+    let latest = chrono::Utc::now().checked_add_signed(skew)?;
+    events
+        .iter()
+        .enumerate()
+        .find_map(|(index, event)| event.ts.filter(|ts| *ts > latest).map(|ts| (index, ts)))
 }
 
 /// The envelope fields of an event; the rest of a convenience body

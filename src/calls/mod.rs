@@ -44,6 +44,8 @@ pub struct ApiState {
     pub limiter: Arc<rate_limit::RateLimiter>,
     /// What `/metrics` reports (served on its own listener).
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// How far ahead of the daemon's clock an event's `ts` may be.
+    pub max_clock_skew: std::time::Duration,
 }
 
 impl ApiState {

@@ -184,6 +184,10 @@ pub struct NewEvent {
     pub idempotency_key: Option<String>,
     pub ts: Option<DateTime<Utc>>,
     pub artifact: Option<NewArtifact>,
+    /// SHA-256 of the request as parsed and redacted, all but its
+    /// idempotency key ([`request_digest`]): a resend under the same key
+    /// must carry the same request, or it is a conflict, not a replay.
+    pub request_digest: [u8; 32],
 }
 
 /// The path of the first request whose `tenant_id` names another tenant than
@@ -302,10 +306,12 @@ impl NewEvent {
             idempotency_key,
             ts,
             artifact: None,
+            request_digest: [0; 32],
         };
 
         if sensitivity == Sensitivity::Secret {
             event.content = secret_marker();
+            event.request_digest = request_digest(&event, &event.content);
             return Ok(event);
         }
         let mut content = content;
@@ -314,6 +320,9 @@ impl NewEvent {
         if redactor.redact_json(&mut content) {
             event.sensitivity = Sensitivity::Secret;
         }
+        // Before a tool result is cut to an excerpt under a new artifact id:
+        // the same request must give the same digest.
+        event.request_digest = request_digest(&event, &content);
         if kind == Kind::ToolResult || kind == Kind::Artifact {
             let NormalizedToolResult { content, artifact } = if kind == Kind::Artifact {
                 tool_result::normalize_text(content, &tool_result::DOCUMENT)?
@@ -327,6 +336,31 @@ impl NewEvent {
         }
         Ok(event)
     }
+}
+
+/// What identifies a request under its idempotency key: every field as
+/// parsed and redacted (so no secret is hashed), but the key itself, in one
+/// canonical form (content as PostgreSQL renders `jsonb`: key order and
+/// spacing do not matter).
+pub fn request_digest(event: &NewEvent, content: &Value) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let canonical = serde_json::json!([
+        "memd-request-v1",
+        event.session_id,
+        event.channel.as_str(),
+        event.actor_type.as_str(),
+        event.actor_id,
+        event.agent_id,
+        event.subject_id,
+        event.kind.as_str(),
+        event.sensitivity.as_str(),
+        event.tags,
+        event.refs,
+        event.ts.map(|ts| ts.timestamp_micros()),
+        content,
+    ]);
+    let text = super::jsonb_text::render(&canonical).unwrap_or_else(|| canonical.to_string());
+    Sha256::digest(text.as_bytes()).into()
 }
 
 /// An id field (session, actor, agent, key): 1 to 256 bytes, no NUL.

@@ -4,6 +4,11 @@
 
 /// Bytes of a whole request body (`--max-body-bytes` overrides it).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+
+/// How far ahead of the daemon's clock an event's `ts` may be by default:
+/// ordinary clock skew, not a date a client invented (one event dated 2099
+/// would otherwise age every other memory of its tenant).
+pub const DEFAULT_MAX_CLOCK_SKEW: std::time::Duration = std::time::Duration::from_secs(5 * 60);
 /// Events in one `{"events": [...]}` batch.
 pub const MAX_BATCH_EVENTS: usize = 1000;
 /// Bytes of `session_id`, `actor.id` and `idempotency_key`.

@@ -404,6 +404,11 @@ pub(super) fn details(pairs: &[(&str, Value)]) -> Map<String, Value> {
 /// Where the tenant's log and projections stand, and the query's lexemes.
 struct Head {
     head_seq: i64,
+    /// What recency and retention count age from: the tenant's newest
+    /// `ts` among events not dated after they were recorded (kept on the
+    /// head row by appends), so one event dated in the future (stored
+    /// before `ts` was bounded) cannot age the rest, and one dated in the
+    /// past cannot freshen it.
     newest: DateTime<Utc>,
     projected_seq: i64,
     lexemes: Vec<String>,
@@ -428,8 +433,7 @@ async fn head(
     let versions: Vec<i32> = reader.projectors.iter().map(|(_, v)| *v).collect();
     let row = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT h.seq AS head_seq,
-                (SELECT e.ts FROM public.events e WHERE e.tenant_id = h.tenant_id AND e.seq = h.seq)
-                    AS newest,
+                h.newest_ts AS newest,
                 ({PROJECTED_SEQ}) AS projected_seq,
                 ARRAY(SELECT l FROM unnest(tsvector_to_array(
                           to_tsvector('english', projections.searchable($4)))) AS l

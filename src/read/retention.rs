@@ -11,9 +11,10 @@
 //! policy is configuration outside the log. Erasure, which must destroy
 //! content, is a different mechanism.
 //!
-//! Age is measured back from the tenant's newest event (its `ts`), as
-//! recency is: the same log and policy forget the same memory whenever the
-//! bundle is built. Pinned memory (tags `pinned`, `pin`) is never
+//! Age is measured back from the tenant's newest `ts` (never later than its
+//! last append time: one event a client dated in the future cannot age the
+//! rest, one dated in the past cannot freshen it), as recency is: the same
+//! log and policy forget the same memory whenever the bundle is built. Pinned memory (tags `pinned`, `pin`) is never
 //! forgotten.
 
 use chrono::{DateTime, Duration, Utc};

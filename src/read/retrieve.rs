@@ -19,7 +19,8 @@
 //! the chunk's distinct lexemes), divided by the pool's best so it lies in
 //! [0, 1]; candidates under `min_relevance` of it are dropped. Recency
 //! halves every `recency_half_life_hours` back from the tenant's newest
-//! event (not the wall clock: the same log gives the same ranking). Importance is the chunk's, set at projection. Ties go to
+//! `ts`, capped at its last append time (not the wall clock: the same log
+//! gives the same ranking; see `retention`). Importance is the chunk's, set at projection. Ties go to
 //! importance, then the newer, then the shorter, then the earlier part.
 
 use std::{cmp::Ordering, collections::HashMap, sync::Arc};

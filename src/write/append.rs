@@ -56,6 +56,11 @@ pub enum AppendError {
     WriterStopped,
     #[error("data subject {0} was erased")]
     SubjectErased(String),
+    /// The event at `index` of the append reuses `key` with another request
+    /// than the one stored under it (or than an earlier event of the same
+    /// append): nothing was stored.
+    #[error("idempotency key {key} was used for another request")]
+    IdempotencyConflict { index: usize, key: String },
     #[error(transparent)]
     Database(#[from] sqlx::Error),
 }
@@ -86,8 +91,19 @@ pub struct Appended {
 }
 
 /// An earlier event with a key this append repeats: key, event id, seq,
-/// commit time, artifact id.
-type Replay = (String, String, i64, DateTime<Utc>, Option<String>);
+/// commit time, artifact id, request digest (hex; None before digests).
+type Replay = (
+    String,
+    String,
+    i64,
+    DateTime<Utc>,
+    Option<String>,
+    Option<String>,
+);
+
+/// The original event an idempotency key names, and the digest of the
+/// request that stored it (None when it was stored without one).
+type Original = (Appended, Option<Vec<u8>>);
 
 const LOCK_HEAD: &str = r#"
 SELECT h.seq,
@@ -104,7 +120,8 @@ SELECT h.seq,
 /// after the lock: a subquery of the locking statement would read the
 /// snapshot from before it waited, and miss a key committed meanwhile.
 const REPLAYS: &str = r#"
-SELECT coalesce(jsonb_agg(jsonb_build_array(e.idempotency_key, e.event_id, e.seq, e.created_at, e.artifact_id)), '[]')
+SELECT coalesce(jsonb_agg(jsonb_build_array(e.idempotency_key, e.event_id, e.seq, e.created_at, e.artifact_id,
+                                             encode(e.request_digest, 'hex'))), '[]')
   FROM events e
  WHERE e.tenant_id = $1 AND e.idempotency_key = ANY ($2::text[])
 "#;
@@ -117,20 +134,21 @@ macro_rules! insert_event_rows {
             "
     INSERT INTO events (tenant_id, seq, event_id, created_at, ts, session_id, channel, actor_type,
                         actor_id, kind, sensitivity, tags, content, refs, idempotency_key,
-                        artifact_id, prev_hash, hash, agent_id, subject_id)
+                        artifact_id, prev_hash, hash, agent_id, subject_id, request_digest)
     SELECT $1, u.seq, u.event_id, $2, u.ts, u.session_id, u.channel, u.actor_type,
            u.actor_id, u.kind, u.sensitivity,
            ARRAY(SELECT jsonb_array_elements_text(u.tags::jsonb)), u.content::jsonb,
            ARRAY(SELECT jsonb_array_elements_text(u.refs::jsonb)), u.idempotency_key,
-           u.artifact_id, u.prev_hash, u.hash, u.agent_id, u.subject_id
+           u.artifact_id, u.prev_hash, u.hash, u.agent_id, u.subject_id, u.request_digest
       FROM ",
             $from,
             " unnest($3::bigint[], $4::text[], $5::timestamptz[], $6::text[], $7::text[], $8::text[],
                   $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[],
-                  $15::text[], $16::text[], $17::bytea[], $18::bytea[], $22::text[], $23::text[])
+                  $15::text[], $16::text[], $17::bytea[], $18::bytea[], $22::text[], $23::text[],
+                  $24::bytea[])
            AS u (seq, event_id, ts, session_id, channel, actor_type, actor_id, kind, sensitivity,
                  tags, content, refs, idempotency_key, artifact_id, prev_hash, hash, agent_id,
-                 subject_id)
+                 subject_id, request_digest)
     RETURNING 1"
         )
     };
@@ -141,20 +159,23 @@ const INSERT_EVENTS: &str = concat!(
     insert_event_rows!(""),
     "
 ), head AS (
-    UPDATE tenant_heads SET seq = $19, hash = $20, created_at = $2 WHERE tenant_id = $1
+    UPDATE tenant_heads SET seq = $19, hash = $20, created_at = $2,
+                            newest_ts = greatest(newest_ts, (SELECT max(t) FROM unnest($5::timestamptz[]) t))
+     WHERE tenant_id = $1
 )
 SELECT count(*) AS inserted, pg_notify($21, $1 || ':' || $19::text) FROM inserted"
 );
 
 /// [`INSERT_EVENTS`] in one autocommitted statement, storing nothing unless
-/// the head is still `($24, $25)` and PostgreSQL renders each content
+/// the head is still `($25, $26)` and PostgreSQL renders each content
 /// exactly as sent; `$keys_taken` adds a condition on the idempotency keys.
 macro_rules! insert_events_after_head {
     ($keys_taken:literal) => {
         concat!(
             "WITH head AS (
-    UPDATE tenant_heads SET seq = $19, hash = $20, created_at = $2
-     WHERE tenant_id = $1 AND seq = $24 AND hash = $25",
+    UPDATE tenant_heads SET seq = $19, hash = $20, created_at = $2,
+                            newest_ts = greatest(newest_ts, (SELECT max(t) FROM unnest($5::timestamptz[]) t))
+     WHERE tenant_id = $1 AND seq = $25 AND hash = $26",
             $keys_taken,
             "
        AND (SELECT bool_and(c::jsonb::text = c) FROM unnest($13::text[]) AS c)
@@ -214,6 +235,7 @@ struct Columns {
     artifact_id: Vec<Option<String>>,
     prev_hash: Vec<Vec<u8>>,
     hash: Vec<Vec<u8>>,
+    request_digest: Vec<Option<Vec<u8>>>,
 }
 
 #[derive(Default)]
@@ -227,26 +249,44 @@ struct ArtifactColumns {
     kind: Vec<&'static str>,
 }
 
-/// The content as stored when `keyring` seals the event's sensitivity, or
-/// when it names a data subject (sealed then under the subject's key, from
-/// `subjects`), None: stored as it is. Seals its artifact too (whose digest,
-/// in the event, becomes the sealed bytes'). `event.content` stays the
-/// plaintext.
-fn sealed_content(
+/// What seals the event's content: its data subject's key (from
+/// `subjects`) when it names one, else the tenant's when `keyring` seals
+/// its sensitivity; None: stored as it is.
+fn sealer_of(
     keyring: &Keyring,
     tenant: &TenantId,
     subjects: &HashMap<String, Sealer>,
-    event: &mut NewEvent,
-) -> Option<Value> {
-    let sealer = match &event.subject_id {
-        Some(subject) => subjects
-            .get(subject)
-            .expect("every subject's key was loaded")
-            .clone(),
-        None => keyring.sealer(tenant.as_str(), event.sensitivity.as_str())?,
-    };
-    seal_artifact(&sealer, event);
-    Some(sealer.seal_content(&event.content))
+    event: &NewEvent,
+) -> Option<Sealer> {
+    match &event.subject_id {
+        Some(subject) => Some(
+            subjects
+                .get(subject)
+                .expect("every subject's key was loaded")
+                .clone(),
+        ),
+        None => keyring.sealer(tenant.as_str(), event.sensitivity.as_str()),
+    }
+}
+
+/// The content as stored when `sealer` seals it. Seals its artifact too
+/// (whose digest, in the event, becomes the sealed bytes'). `event.content`
+/// stays the plaintext.
+fn sealed_content(sealer: &Sealer, event: &mut NewEvent) -> Value {
+    seal_artifact(sealer, event);
+    sealer.seal_content(&event.content)
+}
+
+/// The request digest kept beside an idempotency key (None without a key):
+/// keyed when the content is sealed, since a plain digest of a short sealed
+/// text could be confirmed by guessing the text (and under a subject's key
+/// it is gone with the key).
+fn stored_digest(sealer: Option<&Sealer>, event: &NewEvent) -> Option<Vec<u8>> {
+    event.idempotency_key.as_ref()?;
+    Some(match sealer {
+        Some(sealer) => sealer.keyed_digest(&event.request_digest),
+        None => event.request_digest.to_vec(),
+    })
 }
 
 /// The sealers of the data subjects `events` name: each subject's key,
@@ -351,9 +391,14 @@ pub async fn append_after(
     // Sealed before hashing: the chain covers what is stored, so `memd
     // verify` needs no key.
     let subjects = subject_sealers(pool, keyring, tenant, &events).await?;
+    let mut digests = Vec::with_capacity(events.len());
     let sealed: Vec<Option<Value>> = events
         .iter_mut()
-        .map(|event| sealed_content(keyring, tenant, &subjects, event))
+        .map(|event| {
+            let sealer = sealer_of(keyring, tenant, &subjects, event);
+            digests.push(stored_digest(sealer.as_ref(), event));
+            sealer.map(|sealer| sealed_content(&sealer, event))
+        })
         .collect();
     let stored = || {
         events
@@ -368,7 +413,15 @@ pub async fn append_after(
             .collect::<Option<Vec<String>>>()
     {
         let now = clock(head.created_at);
-        let batch = Batch::build(tenant, events.clone(), rendered, head, now, HashMap::new());
+        let batch = Batch::build(
+            tenant,
+            events.clone(),
+            rendered,
+            digests.clone(),
+            head,
+            now,
+            HashMap::new(),
+        )?;
         if let Some(batch) = batch.insert_if_head(pool, tenant, &head).await? {
             return Ok(batch.finish());
         }
@@ -377,7 +430,7 @@ pub async fn append_after(
         tracing::debug!("the one-statement append stored nothing; appending under the lock");
     }
     let contents: Vec<String> = stored().map(Value::to_string).collect();
-    append_locked(pool, tenant, events, contents).await
+    append_locked(pool, tenant, events, contents, digests).await
 }
 
 /// The time for a new event: memd's clock, to PostgreSQL's microseconds,
@@ -391,6 +444,7 @@ async fn append_locked(
     tenant: &TenantId,
     events: Vec<NewEvent>,
     contents: Vec<String>,
+    digests: Vec<Option<Vec<u8>>>,
 ) -> Result<(Vec<Appended>, Head), AppendError> {
     let keys: Vec<&str> = events
         .iter()
@@ -423,9 +477,9 @@ async fn append_locked(
             .await?;
         serde_json::from_value(found).map_err(|e| sqlx::Error::Decode(Box::new(e)))?
     };
-    let by_key: HashMap<String, Appended> = replays
+    let by_key: HashMap<String, Original> = replays
         .into_iter()
-        .map(|(key, event_id, seq, created_at, artifact_id)| {
+        .map(|(key, event_id, seq, created_at, artifact_id, digest)| {
             let original = Appended {
                 event_id,
                 seq,
@@ -434,12 +488,13 @@ async fn append_locked(
                 artifact_id,
                 chunk_ids: None,
             };
-            (key, original)
+            let digest = digest.and_then(|hex| hex::decode(hex).ok());
+            (key, (original, digest))
         })
         .collect();
 
     let now = clock(head.created_at);
-    let batch = Batch::build(tenant, events, content_texts, head, now, by_key);
+    let batch = Batch::build(tenant, events, content_texts, digests, head, now, by_key)?;
     if batch.rows.seq.is_empty() {
         // Every event was a replay: nothing to store, nothing to announce.
         tx.rollback().await?;
@@ -483,24 +538,35 @@ struct Batch {
 
 impl Batch {
     /// Numbers and hashes `events` (whose stored contents render as
-    /// `content_texts`) after `head`; an event whose idempotency key is in
-    /// `by_key` is a replay of that one.
+    /// `content_texts`, whose requests' digests are `digests`) after
+    /// `head`; an event whose idempotency key is in `by_key` is a replay of
+    /// that one if its request is the one stored there, a conflict if not.
     fn build(
         tenant: &TenantId,
         events: Vec<NewEvent>,
         content_texts: Vec<String>,
+        digests: Vec<Option<Vec<u8>>>,
         head: Head,
         now: DateTime<Utc>,
-        mut by_key: HashMap<String, Appended>,
-    ) -> Self {
+        mut by_key: HashMap<String, Original>,
+    ) -> Result<Self, AppendError> {
         let mut seq = head.seq;
         let mut prev_hash = head.hash;
         let mut results = Vec::with_capacity(events.len());
         let mut stored = Vec::new();
         let mut rows = Columns::default();
         let mut artifacts = ArtifactColumns::default();
-        for (mut event, content_text) in events.into_iter().zip(content_texts) {
-            if let Some(original) = event.idempotency_key.as_ref().and_then(|k| by_key.get(k)) {
+        let inputs = events.into_iter().zip(content_texts).zip(digests);
+        for (index, ((mut event, content_text), digest)) in inputs.enumerate() {
+            if let Some(key) = &event.idempotency_key
+                && let Some((original, stored)) = by_key.get(key)
+            {
+                if stored.is_some() && *stored != digest {
+                    return Err(AppendError::IdempotencyConflict {
+                        index,
+                        key: key.clone(),
+                    });
+                }
                 results.push(Appended {
                     replayed: true,
                     ..original.clone()
@@ -510,7 +576,10 @@ impl Batch {
             seq += 1;
             let event_id = crate::domain::new_id("evt");
             // PostgreSQL keeps microseconds; hash exactly what it will store.
-            let ts = event.ts.map(|t| t.trunc_subsecs(6)).unwrap_or(now);
+            // Nothing happens after it is recorded: a time ahead of ours
+            // (a client's skew, within what the API allows) is ours, so no
+            // event can age every other memory of its tenant.
+            let ts = event.ts.map_or(now, |t| t.trunc_subsecs(6).min(now));
             let tags = serde_json::to_string(&event.tags).expect("strings serialize");
             let refs = serde_json::to_string(&event.refs).expect("strings serialize");
             let artifact_id = event.artifact.as_ref().map(|a| a.artifact_id.clone());
@@ -546,7 +615,7 @@ impl Batch {
             };
             if let Some(key) = &event.idempotency_key {
                 // A key repeated within one batch refers to its first occurrence.
-                by_key.insert(key.clone(), appended.clone());
+                by_key.insert(key.clone(), (appended.clone(), digest.clone()));
             }
             results.push(appended);
             stored.push((
@@ -602,6 +671,7 @@ impl Batch {
             rows.artifact_id.push(artifact_id);
             rows.prev_hash.push(prev_hash.to_vec());
             rows.hash.push(hash.to_vec());
+            rows.request_digest.push(digest);
             prev_hash = hash;
         }
         let head = if rows.seq.is_empty() {
@@ -613,14 +683,14 @@ impl Batch {
                 created_at: now,
             }
         };
-        Self {
+        Ok(Self {
             now,
             results,
             stored,
             rows,
             artifacts,
             head,
-        }
+        })
     }
 
     /// Binds the parameters [`INSERT_EVENTS`] and [`insert_events_after_head`] share.
@@ -654,6 +724,7 @@ impl Batch {
             .bind(NOTIFY_CHANNEL)
             .bind(&rows.agent_id)
             .bind(&rows.subject_id)
+            .bind(&rows.request_digest)
     }
 
     /// Stores the rows in one statement if `head` is still the tenant's;

@@ -263,7 +263,16 @@ async fn commit_group(writer: &Writer, mut group: Vec<Pending>) {
             }
         }
         Err(err) => {
-            tracing::warn!(error = %err, requests = group.len(), "group commit failed; retrying its requests one by one");
+            // One request's own fault (a reused key, an erased subject)
+            // is that request's answer, not the daemon's trouble.
+            if matches!(
+                err,
+                AppendError::IdempotencyConflict { .. } | AppendError::SubjectErased(_)
+            ) {
+                tracing::debug!(error = %err, requests = group.len(), "a request of a group commit was refused; retrying its requests one by one");
+            } else {
+                tracing::warn!(error = %err, requests = group.len(), "group commit failed; retrying its requests one by one");
+            }
             for pending in group {
                 let result = writer.append(pending.events).await.map_err(Arc::new);
                 let _ = pending.reply.send(result);

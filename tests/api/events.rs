@@ -269,6 +269,121 @@ async fn a_retry_with_the_same_idempotency_key_returns_the_original(
 }
 
 #[sqlx::test]
+async fn a_key_reused_for_another_request_is_a_conflict_and_stores_nothing(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let mut once = message("s1", "once");
+    once["idempotency_key"] = json!("k1");
+    let (status, first) = app.post_events(&token, &once).await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+
+    // The same request, its fields in another order and its defaults
+    // spelled out: a resend, answered with the original.
+    let resend = json!({"idempotency_key": "k1", "content": {"text": "once"},
+                        "kind": "message", "actor": {"id": "user-1", "type": "human"},
+                        "channel": "private", "session_id": "s1", "sensitivity": "none",
+                        "tags": [], "refs": []});
+    let (status, replay) = app.post_events(&token, &resend).await;
+    assert_eq!(status, StatusCode::OK, "{replay}");
+    assert_eq!(replay["event_id"], first["event_id"]);
+    assert_eq!(replay["replayed"], true);
+
+    // Another body under the key: refused, naming the key; nothing stored.
+    let mut other = message("s1", "twice");
+    other["idempotency_key"] = json!("k1");
+    let (status, refused) = app.post_events(&token, &other).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    assert_eq!(refused["error"]["code"], "idempotency_conflict");
+    assert_eq!(refused["error"]["field"], "idempotency_key");
+    let mut tagged = once.clone();
+    tagged["tags"] = json!(["urgent"]);
+    let (status, _) = app.post_events(&token, &tagged).await;
+    assert_eq!(
+        status,
+        StatusCode::CONFLICT,
+        "another tag is another request"
+    );
+    assert_eq!(app.count("SELECT count(*) FROM events").await, 1);
+
+    // In a batch, per event: the one that conflicts is named, and the
+    // batch (all or nothing) stores nothing.
+    let mut fresh = message("s1", "fresh");
+    fresh["idempotency_key"] = json!("k2");
+    let (status, refused) = app
+        .post_events(
+            &token,
+            &json!({"events": [fresh.clone(), once.clone(), other]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    assert_eq!(refused["error"]["field"], "events[2].idempotency_key");
+    assert_eq!(app.count("SELECT count(*) FROM events").await, 1);
+    // A key repeated inside one batch with two bodies conflicts too.
+    let mut fresh_again = message("s1", "fresh, changed");
+    fresh_again["idempotency_key"] = json!("k2");
+    let (status, refused) = app
+        .post_events(&token, &json!({"events": [fresh.clone(), fresh_again]}))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    assert_eq!(refused["error"]["field"], "events[1].idempotency_key");
+    let (status, stored) = app
+        .post_events(&token, &json!({"events": [fresh.clone(), once, fresh]}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{stored}");
+    assert_eq!(stored["events"][1]["replayed"], true);
+    assert_eq!(
+        stored["events"][2]["event_id"],
+        stored["events"][0]["event_id"]
+    );
+    assert_eq!(app.count("SELECT count(*) FROM events").await, 2);
+
+    // Sealed content (sensitivity high) keeps a keyed digest, not a plain
+    // one, and still tells a resend from a conflict.
+    let mut sealed = message("s1", "the vault code is in the blue binder");
+    sealed["sensitivity"] = json!("high");
+    sealed["idempotency_key"] = json!("k3");
+    assert_eq!(
+        app.post_events(&token, &sealed).await.0,
+        StatusCode::CREATED
+    );
+    assert_eq!(app.post_events(&token, &sealed).await.0, StatusCode::OK);
+    sealed["content"]["text"] = json!("the vault code is in the red binder");
+    assert_eq!(
+        app.post_events(&token, &sealed).await.0,
+        StatusCode::CONFLICT
+    );
+    let stored = |key: &'static str| {
+        let pool = app.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, Vec<u8>>(
+                "SELECT request_digest FROM events WHERE idempotency_key = $1",
+            )
+            .bind(key)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let plain = |body: &Value| {
+        let request = serde_json::from_value(body.clone()).unwrap();
+        let parsed = memd::domain::event::NewEvent::parse(request, &Default::default()).unwrap();
+        parsed.request_digest.to_vec()
+    };
+    assert_eq!(
+        stored("k1").await,
+        plain(&once),
+        "unsealed: the plain digest"
+    );
+    sealed["content"]["text"] = json!("the vault code is in the blue binder");
+    let keyed = stored("k3").await;
+    assert_eq!(keyed.len(), 32);
+    assert_ne!(keyed, plain(&sealed), "sealed: keyed, not guessable");
+}
+
+#[sqlx::test]
 async fn each_append_notifies_projectors_on_commit(pool: PgPool) {
     let mut listener = sqlx::postgres::PgListener::connect_with(&pool)
         .await

@@ -27,6 +27,7 @@ mod policy;
 mod projections;
 mod projector_runtime;
 mod proofs;
+mod proofs_after_erasure;
 mod rebuild;
 mod recent;
 mod replica;

@@ -281,3 +281,112 @@ async fn sessions_chunk_caps_and_superseded_decisions_are_forgotten(
     let (_, stored) = app.get_json("/api/v1/policy", &token).await;
     assert_eq!(stored["retention"]["max_chunks"], 1);
 }
+
+/// A client's clock cannot move its tenant's ages: a `ts` further ahead
+/// than the allowed skew is refused by field, one within it is recorded at
+/// the daemon's time, and recency and retention count from the newest `ts`
+/// capped at the last append, so neither an event dated in the past nor a
+/// row dated in the future (stored before `ts` was bounded) shifts them.
+#[sqlx::test]
+async fn no_single_events_clock_moves_the_age_of_the_rest(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let skewed = app.tenant("skewed").await;
+    let far = json!({"session_id": "s1", "channel": "private", "kind": "message",
+                     "actor": {"type": "human", "id": "dana"}, "content": {"text": "hello"},
+                     "ts": "2099-01-01T00:00:00Z"});
+    let (status, refused) = app.post_events(&skewed, &far).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert_eq!(refused["error"]["field"], "ts");
+    let mut fine = far.clone();
+    fine["ts"] = json!((Utc::now() - Duration::days(400)).to_rfc3339());
+    let (status, refused) = app
+        .post_events(&skewed, &json!({"events": [fine, far.clone()]}))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert_eq!(refused["error"]["field"], "events[1].ts");
+    assert_eq!(app.count("SELECT count(*) FROM events").await, 0);
+    let mut ahead = far.clone();
+    ahead["ts"] = json!((Utc::now() + Duration::minutes(2)).to_rfc3339());
+    let (status, stored) = app.post_events(&skewed, &ahead).await;
+    assert_eq!(status, StatusCode::CREATED, "{stored}");
+    let (ts, created_at): (DateTime<Utc>, DateTime<Utc>) =
+        sqlx::query_as("SELECT ts, created_at FROM events WHERE tenant_id = 'skewed'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        ts, created_at,
+        "within the skew: recorded at the daemon's time"
+    );
+
+    let token = app.tenant("acme").await;
+    app.append(
+        &token,
+        &json!({"events": [said(60, "s1", &[], OLD), said(0, "s1", &[], RECENT)]}),
+    )
+    .await;
+    let retention = json!({"retention": {"max_age_days": {"message": 30}}});
+    app.put_policy(&token, &retention).await;
+    wait_projected(&app.pool, "acme").await;
+    let ask = || json!({"query_text": "when does the database rotate?", "max_tokens": 2000});
+    let before = app.acb(&token, ask()).await;
+    assert_eq!(evidence(&before), vec![RECENT.to_owned()]);
+    let recency = |acb: &Value| section(acb, "retrieved_evidence")[0]["recency"].clone();
+    assert!(recency(&before).as_f64().is_some(), "{before}");
+
+    // An event dated long ago, now the tenant's last: ages stay.
+    app.append(&token, &said(20_000, "s2", &[], "a line from an old diary"))
+        .await;
+    wait_projected(&app.pool, "acme").await;
+    let backdated = app.acb(&token, ask()).await;
+    assert_eq!(
+        evidence(&backdated),
+        evidence(&before),
+        "the old event freshened the rest"
+    );
+    assert_eq!(recency(&backdated), recency(&before));
+
+    // A row dated 2099 (as a log from before the bound may hold), the
+    // tenant's last: ages stay too.
+    let event_id = format!("evt_{}", ulid::Ulid::generate());
+    sqlx::query(
+        "INSERT INTO events (tenant_id, seq, event_id, created_at, ts, session_id, channel,
+                             actor_type, actor_id, kind, sensitivity, tags, content, refs,
+                             prev_hash, hash)
+         SELECT tenant_id, seq + 1, $1, created_at, '2099-01-01', 's3', channel, actor_type,
+                actor_id, kind, sensitivity, tags, '{\"text\": \"a note from the future\"}',
+                refs, hash, hash
+           FROM events WHERE tenant_id = 'acme' ORDER BY seq DESC LIMIT 1",
+    )
+    .bind(&event_id)
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    // The head as the migration that added the anchor leaves it for a log
+    // holding such a row.
+    sqlx::query(
+        "UPDATE tenant_heads h SET seq = seq + 1,
+                newest_ts = (SELECT max(e.ts) FROM events e
+                              WHERE e.tenant_id = h.tenant_id AND e.ts <= e.created_at)
+          WHERE tenant_id = 'acme'",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    sqlx::query("SELECT pg_notify($1, 'acme:4')")
+        .bind(memd::write::NOTIFY_CHANNEL)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    wait_projected(&app.pool, "acme").await;
+    let future = app.acb(&token, ask()).await;
+    assert_eq!(
+        evidence(&future),
+        evidence(&before),
+        "the 2099 row aged the rest"
+    );
+    assert_eq!(recency(&future), recency(&before));
+}

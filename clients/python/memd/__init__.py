@@ -8,7 +8,15 @@
 """
 
 from ._client import AsyncClient, Client, Retries, message
-from ._errors import AuthError, InvalidRequest, MemdError, NotFound, RateLimited, Unavailable
+from ._errors import (
+    AuthError,
+    IdempotencyConflict,
+    InvalidRequest,
+    MemdError,
+    NotFound,
+    RateLimited,
+    Unavailable,
+)
 from ._types import (
     Acb,
     AcbRequest,
@@ -37,6 +45,7 @@ __all__ = [
     "EventRequest",
     "HandoffCreated",
     "HandoffRequest",
+    "IdempotencyConflict",
     "InvalidRequest",
     "MemdError",
     "NotFound",

@@ -42,6 +42,13 @@ class NotFound(MemdError):
     """404: no such thing in this tenant."""
 
 
+class IdempotencyConflict(MemdError):
+    """409 `idempotency_conflict`: the idempotency key was already used for a
+    different request; nothing was stored. Resend the original request, or
+    use a new key (`field` names the key: `idempotency_key`, or
+    `events[i].idempotency_key` in a batch)."""
+
+
 class RateLimited(MemdError):
     """429: over the tenant's rate; retried by the client up to its limit."""
 
@@ -65,6 +72,8 @@ def error_for(
         kind = AuthError
     elif status == 404:
         kind = NotFound
+    elif status == 409 and code == "idempotency_conflict":
+        kind = IdempotencyConflict
     elif status == 429:
         kind = RateLimited
     elif status == 503:

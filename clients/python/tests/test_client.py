@@ -80,6 +80,26 @@ def test_an_append_whose_answer_was_lost_is_resent_and_stored_once(
     assert (stored[0]["idempotency_key"] or "").startswith("py-")
 
 
+def test_a_key_reused_for_another_request_raises_idempotency_conflict(
+    daemon: Daemon, session_id: str
+) -> None:
+    with Client(daemon.url, daemon.token) as client:
+        first = message(session_id, "said once")
+        first["idempotency_key"] = f"{session_id}-k1"
+        appended = client.record(first)
+        assert client.record(first)["event_id"] == appended["event_id"]
+        other = message(session_id, "said otherwise")
+        other["idempotency_key"] = f"{session_id}-k1"
+        with pytest.raises(memd.IdempotencyConflict) as conflict:
+            client.record(other)
+        assert conflict.value.status == 409
+        assert conflict.value.field == "idempotency_key"
+        with pytest.raises(memd.IdempotencyConflict) as in_batch:
+            client.record_batch([message(session_id, "fine"), other])
+        assert in_batch.value.field == "events[1].idempotency_key"
+        assert [e["event_id"] for e in events_in(client, session_id)] == [appended["event_id"]]
+
+
 def test_a_batch_resent_after_a_lost_answer_stores_each_event_once(
     daemon: Daemon, session_id: str
 ) -> None:

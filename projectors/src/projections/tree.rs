@@ -3,7 +3,8 @@
 //! hashes in seq order (leaf `seq - 1`); the projection keeps the hash of
 //! every complete subtree of `2^STORED_LEVEL` leaves and more, written as
 //! soon as its last leaf arrives. Nothing in it depends on content, so
-//! sealed events need no key here.
+//! sealed events need no key here, and an erased subject's events are
+//! leaves like any other: their chain hashes outlive the erasure.
 
 use std::collections::HashMap;
 
@@ -27,12 +28,18 @@ impl Projector for TreeProjector {
         "event_tree"
     }
 
+    /// 2: erased events are leaves like any other (version 1 skipped them,
+    /// so a tree rebuilt after an erasure moved every later leaf).
     fn version(&self) -> i32 {
-        1
+        2
     }
 
     fn tables(&self) -> &'static [Table] {
         TABLES
+    }
+
+    fn reads_erased(&self) -> bool {
+        true
     }
 
     fn apply<'a>(

@@ -1,0 +1,12 @@
+-- An idempotency key promises that a resend of the same request is answered
+-- with the original event. A different request under a used key is a
+-- client bug, not a resend: it must be refused (409), not silently dropped.
+-- Each keyed event keeps the digest of the request that stored it (SHA-256
+-- of the parsed, redacted request but its key; keyed with the content's
+-- sealing key when the content is sealed). NULL for events without a key
+-- and for events stored before this column (or imported): their resends
+-- replay as before, without the comparison.
+--
+-- Not covered by the hash chain: it says nothing about what happened, only
+-- how to answer a resend. No CHECK, so adding it does not scan the log.
+ALTER TABLE events ADD COLUMN request_digest BYTEA;
