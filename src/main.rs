@@ -364,7 +364,10 @@ enum ScenarioCommand {
         #[arg(long)]
         url: Option<String>,
         /// With --url: a shell command that restarts that daemon, for
-        /// scenarios with a `restart` step (skipped without one).
+        /// scenarios with a `restart` step (skipped without one). It runs
+        /// with MEMD_RESTART_PROJECTORS=true, or =false when the scenario
+        /// needs a daemon without projection workers (`memd serve
+        /// --no-projectors`).
         #[arg(long)]
         restart_command: Option<String>,
         /// Where to write the JSON report (default
@@ -896,6 +899,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     let mut target = scenario::Target::External {
                         url: url.clone(),
                         restart_command,
+                        projecting: true,
                     };
                     let run = scenario::run_all(&mut target, &pool, &files, url).await;
                     (run, None)

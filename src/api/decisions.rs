@@ -19,7 +19,7 @@ use super::{
 use crate::{
     calls::{
         decisions::{Decision, DecisionQuery, query_ledger},
-        events::record_kind,
+        events::{DECISION_BODY, record_kind},
     },
     domain::tenant::Scope,
     write::Appended,
@@ -92,9 +92,11 @@ pub async fn get_decisions_query(
 /// `actor`, `channel` default private, `agent_id`, `sensitivity`, `tags`,
 /// `refs`, `idempotency_key`, `ts`) and the decision itself (`decision`,
 /// `scope`: project, user or global, `key`, `rationale`, `constraints`,
-/// `alternatives`, `consequences`, `confidence`, `supersedes`, `value`).
-/// The ledger rejects a decision without `refs`. Errors name the field as
-/// in the event (`content.scope`). Scope: write.
+/// `alternatives`, `consequences`, `confidence`, `supersedes`, `value`),
+/// and `subject_id` (sealed under the subject's key, as on events). Any
+/// other field is refused by name. A decision must cite its evidence: no
+/// `refs` is a 400 naming `refs`. Errors name the field as in the event
+/// (`content.scope`). Scope: write.
 #[utoipa::path(
     post,
     path = "/api/v1/decisions",
@@ -106,9 +108,10 @@ pub async fn get_decisions_query(
     responses(
         (status = 201, description = "Recorded; `event_id` is the decision's id", body = Appended),
         (status = 200, description = "A replay of an earlier `idempotency_key`", body = Appended),
-        (status = 400, description = "`invalid_field`: e.g. `content.scope` not project, user or global", body = ErrorBody),
+        (status = 400, description = "`invalid_field`: e.g. `content.scope` not project, user or global, `refs` missing or empty, or a field that is neither envelope nor decision", body = ErrorBody),
         (status = 401, response = Unauthorized),
         (status = 403, description = "`insufficient_scope`, `tenant_mismatch` or `agent_mismatch`", body = ErrorBody),
+        (status = 409, description = "`idempotency_conflict`: the `idempotency_key` was used for another request (nothing stored; resend the original or use a new key), or `subject_erased`: `subject_id` names an erased data subject", body = ErrorBody),
         (status = 413, response = BodyTooLarge),
         (status = 429, response = RateLimited),
         (status = 503, response = Unavailable),
@@ -121,6 +124,6 @@ pub async fn post_decision(
     Authenticated(caller): Authenticated,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let (status, appended) = record_kind(&state, &caller, "decision", body).await?;
+    let (status, appended) = record_kind(&state, &caller, &DECISION_BODY, body).await?;
     Ok((status, Json(appended)).into_response())
 }

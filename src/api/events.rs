@@ -35,6 +35,7 @@ use crate::{
         (status = 400, description = "`invalid_field`: a field is missing, of the wrong type, out of its enum or over a limit; `field` is its JSON path (`events[1].channel`)", body = ErrorBody),
         (status = 401, response = Unauthorized),
         (status = 403, description = "`insufficient_scope` (a read token), `tenant_mismatch` (a body `tenant_id` that is not the token's) or `unknown_tenant`", body = ErrorBody),
+        (status = 409, description = "`idempotency_conflict`: the `idempotency_key` was used for another request (nothing stored; resend the original or use a new key), or `subject_erased`: `subject_id` names an erased data subject", body = ErrorBody),
         (status = 413, response = BodyTooLarge),
         (status = 429, response = RateLimited),
         (status = 503, response = Unavailable),

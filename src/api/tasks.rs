@@ -17,7 +17,7 @@ use super::{
 };
 use crate::{
     calls::{
-        events::record_kind,
+        events::{TASK_BODY, record_kind},
         tasks::{Task, TaskQuery, View, list_tasks, list_views},
     },
     write::Appended,
@@ -39,9 +39,10 @@ pub struct ViewList {
 ///
 /// A `task_update` event from a flat body: the envelope (`session_id`,
 /// `actor`, `channel` default private, `agent_id`, `sensitivity`, `tags`,
-/// `refs`, `idempotency_key`, `ts`) and the update (`task_id`, `status`:
-/// open, doing or done, `title`, `details`). The first update of a
-/// `task_id` creates the task. Errors name the field as in the event
+/// `refs`, `idempotency_key`, `ts`, and `subject_id`, sealed under the
+/// subject's key as on events) and the update (`task_id`, `status`: open,
+/// doing or done, `title`, `details`); any other field is refused by name.
+/// The first update of a `task_id` creates the task. Errors name the field as in the event
 /// (`content.status`). Scope: write.
 #[utoipa::path(
     post,
@@ -53,9 +54,10 @@ pub struct ViewList {
     responses(
         (status = 201, description = "Recorded", body = Appended),
         (status = 200, description = "A replay of an earlier `idempotency_key`", body = Appended),
-        (status = 400, description = "`invalid_field`: e.g. `content.status` not open, doing or done", body = ErrorBody),
+        (status = 400, description = "`invalid_field`: e.g. `content.status` not open, doing or done, or a field that is neither envelope nor task", body = ErrorBody),
         (status = 401, response = Unauthorized),
         (status = 403, description = "`insufficient_scope`, `tenant_mismatch` or `agent_mismatch`", body = ErrorBody),
+        (status = 409, description = "`idempotency_conflict`: the `idempotency_key` was used for another request (nothing stored; resend the original or use a new key), or `subject_erased`: `subject_id` names an erased data subject", body = ErrorBody),
         (status = 413, response = BodyTooLarge),
         (status = 429, response = RateLimited),
         (status = 503, response = Unavailable),
@@ -68,7 +70,7 @@ pub async fn post_task(
     Authenticated(caller): Authenticated,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let (status, appended) = record_kind(&state, &caller, "task_update", body).await?;
+    let (status, appended) = record_kind(&state, &caller, &TASK_BODY, body).await?;
     Ok((status, Json(appended)).into_response())
 }
 

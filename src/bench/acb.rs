@@ -101,14 +101,19 @@ struct AnswerProvenance {
     cache: String,
     semantic: AnswerSemantic,
     stages_ms: AnswerStages,
+    diagnostics: AnswerDiagnostics,
 }
 
 #[derive(Deserialize)]
 struct AnswerSemantic {
     used: bool,
+    reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct AnswerDiagnostics {
     question_embedded: bool,
     rows_read: f64,
-    reason: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -144,8 +149,8 @@ impl Seen {
         self.bundles += 1;
         let (provenance, semantic) = (&acb.provenance, &acb.provenance.semantic);
         self.semantic += usize::from(semantic.used);
-        self.embedded += usize::from(semantic.question_embedded);
-        self.rows_read += semantic.rows_read;
+        self.embedded += usize::from(provenance.diagnostics.question_embedded);
+        self.rows_read += provenance.diagnostics.rows_read;
         self.tokens += acb.token_used_est;
         self.pool += provenance.candidate_pool_size;
         let stages = &provenance.stages_ms;

@@ -38,8 +38,19 @@ pub(crate) async fn record(
     caller: &Caller,
     body: Value,
 ) -> Result<(StatusCode, AppendResponse), ApiError> {
+    record_checked(state, caller, body, |_| Ok(())).await
+}
+
+/// [`record`], with a check of the route's own on the parsed events.
+async fn record_checked(
+    state: &ApiState,
+    caller: &Caller,
+    body: Value,
+    check: impl FnOnce(&[NewEvent]) -> Result<(), ApiError>,
+) -> Result<(StatusCode, AppendResponse), ApiError> {
     require_scope(caller, Scope::Write)?;
-    let parsed = parse_events(state, caller, body);
+    let parsed = parse_events(state, caller, body)
+        .and_then(|(events, batch)| check(&events).map(|()| (events, batch)));
     let (events, batch) = match parsed {
         Ok(parsed) => parsed,
         Err(err) => {
@@ -170,13 +181,16 @@ fn too_far_ahead(
 }
 
 /// The envelope fields of an event; the rest of a convenience body
-/// (`POST /decisions`, `POST /tasks`) is its content.
+/// (`POST /decisions`, `POST /tasks`) is its content. `subject_id` among
+/// them: a subject's decision or task is sealed under the subject's key,
+/// as on `POST /api/v1/events`, never stored as plain content.
 const ENVELOPE: &[&str] = &[
     "tenant_id",
     "session_id",
     "channel",
     "actor",
     "agent_id",
+    "subject_id",
     "sensitivity",
     "tags",
     "refs",
@@ -184,13 +198,48 @@ const ENVELOPE: &[&str] = &[
     "ts",
 ];
 
-/// Records one event of `kind` from a flat body: its envelope fields, and
-/// everything else as `content`. `channel` defaults to `private`. The same
-/// checks, redaction and answer as `POST /api/v1/events`.
+/// A convenience body of one kind: the event kind, the content fields it
+/// takes beside the envelope (any other field is refused: a typo must not
+/// become stored content), and whether it must cite evidence.
+pub(crate) struct FlatKind {
+    pub kind: &'static str,
+    pub content: &'static [&'static str],
+    pub needs_refs: bool,
+}
+
+/// `POST /api/v1/decisions`: the ledger rejects a decision without
+/// evidence, so the route refuses it instead of storing a rejection.
+pub(crate) const DECISION_BODY: FlatKind = FlatKind {
+    kind: "decision",
+    content: &[
+        "decision",
+        "scope",
+        "key",
+        "rationale",
+        "constraints",
+        "alternatives",
+        "consequences",
+        "confidence",
+        "supersedes",
+        "value",
+    ],
+    needs_refs: true,
+};
+
+/// `POST /api/v1/tasks`.
+pub(crate) const TASK_BODY: FlatKind = FlatKind {
+    kind: "task_update",
+    content: &["task_id", "status", "title", "details"],
+    needs_refs: false,
+};
+
+/// Records one event of `flat.kind` from a flat body: its envelope fields,
+/// and the kind's own fields as `content`. `channel` defaults to `private`.
+/// The same checks, redaction and answer as `POST /api/v1/events`.
 pub(crate) async fn record_kind(
     state: &ApiState,
     caller: &Caller,
-    kind: &str,
+    flat: &FlatKind,
     body: Value,
 ) -> Result<(StatusCode, Appended), ApiError> {
     let Value::Object(mut fields) = body else {
@@ -199,6 +248,20 @@ pub(crate) async fn record_kind(
             "must be a JSON object",
         )));
     };
+    if let Some(unknown) = fields
+        .keys()
+        .find(|name| !ENVELOPE.contains(&name.as_str()) && !flat.content.contains(&name.as_str()))
+    {
+        return Err(ApiError::invalid(crate::domain::FieldError::new(
+            unknown.clone(),
+            format!(
+                "unknown field; a {} takes the envelope ({}) and {}",
+                flat.kind,
+                ENVELOPE.join(", "),
+                flat.content.join(", ")
+            ),
+        )));
+    }
     let mut event = serde_json::Map::new();
     for name in ENVELOPE {
         if let Some(value) = fields.remove(*name) {
@@ -208,9 +271,20 @@ pub(crate) async fn record_kind(
     event
         .entry("channel")
         .or_insert_with(|| Value::from("private"));
-    event.insert("kind".to_owned(), Value::from(kind));
+    event.insert("kind".to_owned(), Value::from(flat.kind));
     event.insert("content".to_owned(), Value::Object(fields));
-    match record(state, caller, Value::Object(event)).await? {
+    // Checked once the fields are (a wrong scope is named first).
+    let needs_refs = |events: &[NewEvent]| {
+        if flat.needs_refs && events.iter().any(|e| e.refs.is_empty()) {
+            return Err(ApiError::invalid(crate::domain::FieldError::new(
+                "refs",
+                "a decision must cite its evidence: at least one earlier event or chunk id \
+                 (the ledger rejects a decision without refs)",
+            )));
+        }
+        Ok(())
+    };
+    match record_checked(state, caller, Value::Object(event), needs_refs).await? {
         (status, AppendResponse::One(appended)) => Ok((status, appended)),
         (_, AppendResponse::Batch(_)) => Err(ApiError::internal(&std::io::Error::other(
             "one event came back as a batch",

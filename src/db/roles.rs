@@ -10,6 +10,8 @@
 //! no superuser, cannot create roles or databases, and is a member of no
 //! other role, so it cannot switch to one. `CREATE` on the database lets it
 //! make the drift check's shadow schemas (which it then owns and drops).
+//! It owns the projection tables, so that a rebuild can vacuum them
+//! ([`OWN_PROJECTIONS`]).
 //!
 //! The grants are statements, not a migration, so that they also cover the
 //! job queue's tables (created after memd's migrations) and every table a
@@ -59,6 +61,7 @@ pub async fn grant(pool: &PgPool) -> Result<(), sqlx::Error> {
             .to_owned(),
         "GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public, projections, apalis TO memd_app"
             .to_owned(),
+        OWN_PROJECTIONS.to_owned(),
     ];
     let mut tx = memd_projectors::transaction::begin(pool).await?;
     for statement in statements {
@@ -68,6 +71,30 @@ pub async fn grant(pool: &PgPool) -> Result<(), sqlx::Error> {
     }
     tx.commit().await
 }
+
+/// The daemon owns the projection tables (not the log, the checkpoints or
+/// any other table of `public`): they are disposable, rebuilt from the log,
+/// and only a table's owner may `VACUUM` it, which every rebuild does. To
+/// hand a table over, a role that is no superuser must be a member of the
+/// new owner: the migrating role joins `memd_app` (which gives `memd_app`
+/// nothing: it stays a member of no role). Tables already the daemon's are
+/// left alone, so a `migrate` beside running daemons takes no lock on them.
+const OWN_PROJECTIONS: &str = "DO $$
+DECLARE
+    t record;
+BEGIN
+    IF NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
+       AND NOT pg_has_role(current_user, 'memd_app', 'MEMBER') THEN
+        EXECUTE format('GRANT memd_app TO %I', current_user);
+    END IF;
+    FOR t IN SELECT c.oid::regclass AS name
+               FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+              WHERE n.nspname = 'projections' AND c.relkind IN ('r', 'p')
+                AND c.relowner <> 'memd_app'::regrole
+    LOOP
+        EXECUTE format('ALTER TABLE %s OWNER TO memd_app', t.name);
+    END LOOP;
+END $$";
 
 /// Whether this connection may change the schema (the database's owner, or
 /// a superuser): who applies migrations and grants.

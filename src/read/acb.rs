@@ -33,7 +33,7 @@ use super::{
     choose::Evidence,
     filters::RetrievalFilters,
     handoff,
-    hybrid::{self, EmbeddingHead, SemanticReport},
+    hybrid::{self, EmbeddingHead, SemanticReport, SemanticWork},
     policy::{Policy, Scoring, SectionName},
     privacy::{Filters, Visibility},
     recent::{self, RecentReport, WINDOW_KINDS},
@@ -260,6 +260,11 @@ pub struct Provenance {
     pub elapsed_ms: f64,
     /// Where `elapsed_ms` went, stage by stage.
     pub stages_ms: StageTimes,
+    /// What the semantic side's work cost this time (vectors compared,
+    /// rows read or remembered, whether the model ran): unlike the rest of
+    /// the provenance but the timings, `cache`, `recent_window` and
+    /// `consistency`, it differs between two builds of the same bundle.
+    pub diagnostics: SemanticWork,
     /// The version of the tenant's policy that built it (`GET /api/v1/policy`
     /// shows the current one; 0: the defaults, never changed).
     pub policy_version: i64,
@@ -652,6 +657,7 @@ pub async fn build_acb(
         }
         None => Default::default(),
     };
+    let recent = recent::without_stale(reader, tenant, &state, recent, &mut omissions).await?;
     let recent_chunks: foldhash::HashSet<String> =
         recent.iter().map(|item| item.id.clone()).collect();
 
@@ -774,6 +780,7 @@ pub async fn build_acb(
     }
     let prompt = request.render.then(|| bundle::render(&sections));
     stages.render = stopwatch.lap();
+    let diagnostics = std::mem::take(&mut retrieval.semantic.work);
     let acb = Acb {
         acb_id: crate::domain::new_id("acb"),
         budget_tokens: max_tokens,
@@ -811,6 +818,7 @@ pub async fn build_acb(
             encoding: reader.counter.encoding().name(),
             elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
             stages_ms: stages,
+            diagnostics,
             policy_version: policy.version,
             read: super::replica::ReadReport::primary(),
         },

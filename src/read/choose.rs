@@ -124,6 +124,14 @@ impl Evidence {
                 .collect();
             let standings =
                 retrieve::standings(&reader.pool, &reader.keyring, tenant, &ledgered).await?;
+            let mut task_ids: Vec<String> = page
+                .iter()
+                .filter_map(updated_task)
+                .map(str::to_owned)
+                .collect();
+            task_ids.sort_unstable();
+            task_ids.dedup();
+            let tasks = retrieve::tasks_now(&reader.pool, tenant, &task_ids).await?;
             for candidate in page {
                 if self.full() {
                     break;
@@ -137,7 +145,8 @@ impl Evidence {
                         .cloned()
                         .unwrap_or_default()
                 };
-                self.take(candidate, standing, omissions);
+                let task = updated_task(&candidate).and_then(|task| tasks.get(task));
+                self.take(candidate, standing, task, omissions);
             }
         }
         Ok(())
@@ -152,6 +161,7 @@ impl Evidence {
         &mut self,
         candidate: Candidate,
         standing: retrieve::Standing,
+        task: Option<&retrieve::TaskNow>,
         omissions: &mut Omissions,
     ) {
         let section = Some(SectionName::RetrievedEvidence);
@@ -238,6 +248,26 @@ impl Evidence {
             );
             return;
         }
+        // An update a later one replaced says how the task stood then, not
+        // now: left out, and said so, rather than shown as if current.
+        if let (Some(task), Some(task_id)) = (task, updated_task(&candidate))
+            && task.last_seq > candidate.seq
+        {
+            omissions.add_keyed(
+                "outdated",
+                section,
+                candidate.chunk_id(),
+                &format!("task {task_id}"),
+                || {
+                    details(&[
+                        ("task_id", json!(task_id)),
+                        ("status_now", json!(task.status)),
+                        ("updated_at_seq", json!(task.last_seq)),
+                    ])
+                },
+            );
+            return;
+        }
         let content_hash = candidate.content_hash();
         if let Some(kept) = self.hashes.get(&content_hash) {
             collapse(&mut self.collapsed, omissions, candidate.chunk_id(), kept);
@@ -319,6 +349,14 @@ impl Evidence {
         }
         Ok(())
     }
+}
+
+/// The task a task update chunk is about.
+fn updated_task(candidate: &Candidate) -> Option<&str> {
+    if candidate.kind != Some(Kind::TaskUpdate) {
+        return None;
+    }
+    candidate.source().and_then(|s| s.strip_prefix("task "))
 }
 
 /// A candidate that repeats `kept`, collapsed into it.

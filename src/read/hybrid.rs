@@ -40,14 +40,25 @@ pub struct SemanticReport {
     pub lag_events: i64,
     /// Vectors searched (the tenant's chunks embedded so far).
     pub vectors: usize,
-    /// Of those, how many the question was compared with: all of them, or
-    /// the lists read (a large tenant), or only those added since the same
-    /// search last ran (a question asked again).
-    pub vectors_compared: usize,
     /// Nearest chunks found by meaning, and how many of them the lexical
     /// side had not found.
     pub semantic_candidates: usize,
     pub semantic_only: usize,
+    /// What the search cost this time: `provenance.diagnostics`.
+    #[serde(skip)]
+    pub work: SemanticWork,
+}
+
+/// `provenance.diagnostics`: what the semantic side's work cost for this
+/// bundle, which caches and idle cores make differ between two builds of
+/// the same bundle (everything else in `provenance`, but the timings and
+/// `cache`, is the same for the same log, policy and request).
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
+pub struct SemanticWork {
+    /// Of the vectors searched, how many the question was compared with:
+    /// all of them, or the lists read (a large tenant), or only those added
+    /// since the same search last ran (a question asked again).
+    pub vectors_compared: usize,
     /// Whether the rows of the chunks found by meaning were read beside the
     /// lexical statement (a core was idle) rather than after it.
     pub read_beside_lexical: bool,
@@ -445,7 +456,7 @@ pub async fn candidates(
                     rows,
                 },
         }) => {
-            report.question_embedded = embedded;
+            report.work.question_embedded = embedded;
             (vector, index, vectors, compared, neighbours, rows)
         }
         Ok(Nearest {
@@ -467,7 +478,7 @@ pub async fn candidates(
     report.used = true;
     report.fusion = Some(policy.scoring.fusion);
     report.vectors = vectors;
-    report.vectors_compared = compared;
+    report.work.vectors_compared = compared;
     let vectors = index.read().await;
     report.semantic_candidates = neighbours.len();
     // The lexical side's pool is newest first, as `similarities` is
@@ -486,12 +497,12 @@ pub async fn candidates(
     // `positions` is the pool's order, newest first.
     let known = |position: &Position| positions.binary_search_by(|p| position.cmp(p)).is_ok();
     drop(vectors);
-    report.read_beside_lexical = rows.is_some();
+    report.work.read_beside_lexical = rows.is_some();
     let mut added = match rows {
         // The same rows as below, in the same order: those of the
         // neighbours the lexical side did not find.
         Some((rows, from)) => {
-            (report.rows_remembered, report.rows_read) = (from.memory, from.database);
+            (report.work.rows_remembered, report.work.rows_read) = (from.memory, from.database);
             rows.into_iter()
                 .filter(|c| !known(&(c.seq, c.part)))
                 .collect()
@@ -512,7 +523,7 @@ pub async fn candidates(
                 scope,
             )
             .await?;
-            (report.rows_remembered, report.rows_read) = (from.memory, from.database);
+            (report.work.rows_remembered, report.work.rows_read) = (from.memory, from.database);
             rows
         }
     };

@@ -1363,6 +1363,39 @@ impl Standing {
     }
 }
 
+/// Where a task stands now: what tells a task update chunk that says
+/// something older (`open` of a task now `done`) from the task's state.
+#[derive(Debug, Clone)]
+pub struct TaskNow {
+    pub status: String,
+    /// The seq of its newest update.
+    pub last_seq: i64,
+}
+
+/// The current state of the tasks `task_ids`, by task id (unknown ones,
+/// not projected yet, are absent).
+pub async fn tasks_now(
+    pool: &PgPool,
+    tenant: &str,
+    task_ids: &[String],
+) -> Result<HashMap<String, TaskNow>, sqlx::Error> {
+    if task_ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let rows: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT task_id, status, last_seq FROM projections.tasks
+          WHERE tenant_id = $1 AND task_id = ANY ($2)",
+    )
+    .bind(tenant)
+    .bind(task_ids)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(task, status, last_seq)| (task, TaskNow { status, last_seq }))
+        .collect())
+}
+
 /// The standing of the decisions and summaries among `event_ids`, by event
 /// id (other events are absent).
 pub async fn standings(

@@ -668,7 +668,8 @@ fn run(assertion: &Assertion, facts: &Facts) -> Result<Outcome, Outcome> {
             let built = facts.acb(acb)?;
             // What legitimately differs between two builds of one bundle:
             // ids, timings, and what was read from memory rather than from
-            // PostgreSQL (the tenant's state, the recent window).
+            // PostgreSQL (the tenant's state, the recent window, the
+            // semantic side's work: `diagnostics`).
             let stable = |answer: &Value| {
                 let mut answer = answer.clone();
                 if let Some(fields) = answer.as_object_mut() {
@@ -681,6 +682,7 @@ fn run(assertion: &Assertion, facts: &Facts) -> Result<Outcome, Outcome> {
                         "cache",
                         "recent_window",
                         "consistency",
+                        "diagnostics",
                     ] {
                         provenance.remove(volatile);
                     }

@@ -24,12 +24,22 @@ pub enum Target {
         projecting: bool,
     },
     /// A daemon someone else runs. `restart` runs `restart_command` (a
-    /// shell command) and waits for `/readyz`; without one it cannot.
+    /// shell command) and waits for `/readyz`; without one it cannot. The
+    /// command finds in [`RESTART_PROJECTORS_ENV`] whether the daemon it
+    /// starts must project (`true`) or not (`false`: `memd serve
+    /// --no-projectors`, for the scenarios of a daemon whose projections
+    /// lag).
     External {
         url: String,
         restart_command: Option<String>,
+        /// Whether the daemon was last started projecting.
+        projecting: bool,
     },
 }
+
+/// The environment variable that tells a black-box run's restart command
+/// whether the daemon it starts must run projection workers.
+pub const RESTART_PROJECTORS_ENV: &str = "MEMD_RESTART_PROJECTORS";
 
 impl Target {
     /// A managed daemon on `connect` (migrated here), projecting, sealing
@@ -97,18 +107,17 @@ impl Target {
             Target::External {
                 url,
                 restart_command,
+                projecting,
             } => {
                 let Some(command) = restart_command else {
                     bail!("restart needs a daemon the runner starts, or --restart-command");
                 };
-                if !projectors {
-                    bail!("a daemon without projectors needs a daemon the runner starts");
-                }
                 let command = command.clone();
                 let status = tokio::task::spawn_blocking(move || {
                     std::process::Command::new("sh")
                         .arg("-c")
                         .arg(command)
+                        .env(RESTART_PROJECTORS_ENV, projectors.to_string())
                         .status()
                 })
                 .await?
@@ -116,6 +125,7 @@ impl Target {
                 if !status.success() {
                     bail!("the restart command exited with {status}");
                 }
+                *projecting = projectors;
                 wait_ready(url).await
             }
         }
@@ -124,6 +134,9 @@ impl Target {
     /// Back to a projecting daemon, for the next scenario.
     pub async fn reset(&mut self) -> anyhow::Result<()> {
         if let Target::Managed {
+            projecting: false, ..
+        }
+        | Target::External {
             projecting: false, ..
         } = self
         {

@@ -1402,3 +1402,139 @@ async fn pinned_memory_is_in_every_bundle_while_it_fits(
         .await;
     assert!(!public.to_string().contains("staging hostname"));
 }
+
+/// Memory that no longer holds never reaches the model as if it did: a
+/// task update a later one replaced is left out of the evidence as
+/// `outdated` (naming the task's state now), and a superseded or rejected
+/// decision or a conflicting summary is left out of the recent window and
+/// the prompt with its reason, as it is left out of the evidence.
+#[sqlx::test]
+async fn outdated_tasks_and_decisions_that_no_longer_stand_are_left_out_and_named(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let said = id(&app
+        .append(
+            &token,
+            &message("s1", "the quokka exporter drops rows above 500"),
+        )
+        .await);
+    let task = |status: &str| {
+        event(
+            "task_update",
+            json!({"task_id": "T3", "status": status, "title": "Fix the quokka exporter",
+                   "details": format!("quokka exporter fix is {status}")}),
+            &[],
+        )
+    };
+    let open = app.append(&token, &task("open")).await;
+    app.append(&token, &task("done")).await;
+    let old = id(&app
+        .append(
+            &token,
+            &event(
+                "decision",
+                json!({"decision": "Quokka exports run in pages of 500", "key": "quokka.page",
+                       "scope": "project"}),
+                &[&said],
+            ),
+        )
+        .await);
+    app.append(
+        &token,
+        &event(
+            "decision",
+            json!({"decision": "Quokka exports run in pages of 200", "key": "quokka.page",
+                   "scope": "project", "supersedes": old}),
+            &[&said],
+        ),
+    )
+    .await;
+    let rejected = id(&app
+        .append(
+            &token,
+            &event(
+                "decision",
+                json!({"decision": "Quokka exports skip the audit table", "scope": "project"}),
+                &[],
+            ),
+        )
+        .await);
+    let summary = id(&app
+        .append(
+            &token,
+            &event(
+                "summary",
+                json!({"text": "Quokka exports run in pages of 500, as agreed",
+                       "claims": [{"key": "quokka.page", "value": "500"}]}),
+                &[&said],
+            ),
+        )
+        .await);
+    wait_projected(&app.pool, "acme").await;
+
+    // Evidence, asked from another session (the whole of s1 is its window).
+    let elsewhere = app
+        .acb(
+            &token,
+            json!({"session_id": "s2", "query_text": "where does the quokka exporter fix stand?",
+                   "max_tokens": 4000}),
+        )
+        .await;
+    let evidence = texts(&elsewhere, "retrieved_evidence").join("\n");
+    assert!(evidence.contains("fix is done"), "{evidence}");
+    assert!(!evidence.contains("fix is open"), "{evidence}");
+    let outdated = omission(&elsewhere, "outdated");
+    assert_eq!(outdated.len(), 1, "{:#?}", elsewhere["omissions"]);
+    assert_eq!(outdated[0]["task_id"], "T3");
+    assert_eq!(outdated[0]["status_now"], "done");
+    let open_chunk = open["chunk_ids"][0].as_str().unwrap();
+    assert!(
+        outdated[0]["candidates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c == open_chunk),
+        "{outdated:?}"
+    );
+
+    let acb = app
+        .acb(
+            &token,
+            json!({"session_id": "s1", "query_text": "where does the quokka exporter fix stand?",
+                   "max_tokens": 4000, "render": true}),
+        )
+        .await;
+    let window = texts(&acb, "recent_window").join("\n");
+    let prompt = acb["prompt"].as_str().unwrap();
+    for stale in ["pages of 500", "skip the audit table"] {
+        assert!(!window.contains(stale), "{stale} in the window: {window}");
+        assert!(!prompt.contains(stale), "{stale} in the prompt: {prompt}");
+    }
+    assert!(
+        prompt.contains("pages of 200"),
+        "the decision in force stays: {prompt}"
+    );
+    let in_window = |reason: &str, id_field: &str, id: &str| {
+        omission(&acb, reason)
+            .iter()
+            .any(|o| o["section"] == "recent_window" && o[id_field] == id)
+    };
+    assert!(
+        in_window("superseded", "decision_id", &old),
+        "{:#?}",
+        acb["omissions"]
+    );
+    assert!(
+        in_window("rejected", "decision_id", &rejected),
+        "{:#?}",
+        acb["omissions"]
+    );
+    assert!(
+        in_window("conflict", "summary_id", &summary),
+        "{:#?}",
+        acb["omissions"]
+    );
+}

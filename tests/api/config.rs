@@ -6,15 +6,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::helpers::{memd_cli, spawn_daemon};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::helpers::{free_port, memd_cli, spawn_daemon};
 
 #[sqlx::test]
 async fn memd_serve_runs_with_its_config_file_and_the_environment_wins(

@@ -503,3 +503,96 @@ async fn nul_characters_are_refused_by_field_wherever_they_come(
         assert_eq!(body["error"]["field"], field, "{path}: {body}");
     }
 }
+
+/// `POST /api/v1/decisions` and `/tasks` take the envelope (with
+/// `subject_id`, sealed as on events) and their own fields only: a typo is
+/// refused by name, never stored as content in the clear; a decision must
+/// cite its evidence.
+#[sqlx::test]
+async fn flat_decision_and_task_bodies_refuse_unknown_fields_and_seal_a_subject(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let said = app
+        .append(&token, &message("s1", "pages of 200 time out"))
+        .await;
+    let evidence = said["event_id"].as_str().unwrap();
+    let actor = json!({"type": "agent", "id": "coder"});
+    let post = |path: &'static str, body: Value| {
+        let (app, token) = (&app, &token);
+        async move {
+            app.send_json(reqwest::Method::POST, path, token, &body)
+                .await
+        }
+    };
+
+    let (status, refused) = post(
+        "/api/v1/decisions",
+        json!({"session_id": "s1", "actor": actor, "refs": [evidence], "scope": "project",
+               "decision": "Ship on Friday", "sensitivty": "high"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert_eq!(refused["error"]["field"], "sensitivty");
+    let (status, refused) = post(
+        "/api/v1/decisions",
+        json!({"session_id": "s1", "actor": actor, "scope": "project", "decision": "Ship on Friday"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert_eq!(refused["error"]["field"], "refs");
+    let (status, refused) = post(
+        "/api/v1/decisions",
+        json!({"session_id": "s1", "actor": actor, "refs": [], "scope": "project",
+               "decision": "Ship on Friday"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert_eq!(refused["error"]["field"], "refs");
+    let (status, refused) = post(
+        "/api/v1/tasks",
+        json!({"session_id": "s1", "actor": actor, "task_id": "T1", "status": "open",
+               "titel": "Port the exporter"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert_eq!(refused["error"]["field"], "titel");
+    assert_eq!(
+        app.count("SELECT count(*) FROM events").await,
+        1,
+        "nothing stored"
+    );
+
+    // A subject's decision and task: sealed under the subject's key.
+    let (status, decided) = post(
+        "/api/v1/decisions",
+        json!({"session_id": "s1", "actor": actor, "refs": [evidence], "scope": "user",
+               "subject_id": "carol", "decision": "Carol gets the zanzibarite discount"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{decided}");
+    let (status, tasked) = post(
+        "/api/v1/tasks",
+        json!({"session_id": "s1", "actor": actor, "task_id": "T2", "status": "open",
+               "subject_id": "carol", "title": "Call Carol about the quokkaphone"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{tasked}");
+    for appended in [&decided, &tasked] {
+        let (subject, content): (Option<String>, Value) =
+            sqlx::query_as("SELECT subject_id, content FROM events WHERE event_id = $1")
+                .bind(appended["event_id"].as_str().unwrap())
+                .fetch_one(&app.pool)
+                .await
+                .unwrap();
+        assert_eq!(subject.as_deref(), Some("carol"));
+        assert!(content.get("sealed").is_some(), "{content}");
+        assert!(content.get("subject_id").is_none(), "{content}");
+    }
+    let dump = app.pg_dump().await;
+    for word in ["zanzibarite", "quokkaphone"] {
+        assert!(!dump.contains(word), "{word} in the clear");
+    }
+}

@@ -283,6 +283,15 @@ impl TestApp {
     }
 }
 
+/// A port nobody listens on now, for a `memd` process of a test.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// A message event in `session` with `text`.
 pub fn message(session: &str, text: &str) -> Value {
     json!({

@@ -399,7 +399,7 @@ async fn real_requests_and_answers_match_the_schemas(_: PgPoolOptions, connect: 
         "/api/v1/events",
         Some(with(
             message("s1", "we export pages of 250 rows"),
-            json!({"idempotency_key": "k1"}),
+            json!({"idempotency_key": "k1", "tags": ["pinned"]}),
         )),
         StatusCode::OK,
     )

@@ -459,7 +459,9 @@ async fn a_tasks_projected_updates_move_to_task_events_in_the_migration(pool: Pg
     // subject (later migrations' columns): lend them for the append only.
     for lent in [
         "ALTER TABLE tenant_heads ADD COLUMN created_at TIMESTAMPTZ",
+        "ALTER TABLE tenant_heads ADD COLUMN newest_ts TIMESTAMPTZ",
         "ALTER TABLE events ADD COLUMN subject_id TEXT",
+        "ALTER TABLE events ADD COLUMN request_digest BYTEA",
     ] {
         sqlx::query(lent).execute(&pool).await.unwrap();
     }
@@ -473,7 +475,9 @@ async fn a_tasks_projected_updates_move_to_task_events_in_the_migration(pool: Pg
     .unwrap();
     for returned in [
         "ALTER TABLE tenant_heads DROP COLUMN created_at",
+        "ALTER TABLE tenant_heads DROP COLUMN newest_ts",
         "ALTER TABLE events DROP COLUMN subject_id",
+        "ALTER TABLE events DROP COLUMN request_digest",
     ] {
         sqlx::query(returned).execute(&pool).await.unwrap();
     }

@@ -114,3 +114,88 @@ async fn the_daemons_role_appends_and_projects_but_cannot_rewrite_the_log(
         .unwrap();
     assert_eq!(stored, 2, "nothing was changed");
 }
+
+/// A rebuild as `memd_app` vacuums and analyzes what it rebuilt: the daemon
+/// owns the disposable projection tables (never the log), and only an owner
+/// may vacuum a table.
+#[sqlx::test]
+async fn a_rebuild_as_the_daemons_role_vacuums_the_projections_it_rebuilt(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let owner = db::connect(connect.clone(), 2).await.unwrap();
+    db::migrate(&owner).await.unwrap();
+    let app = spawn_daemon_with(
+        connect.clone().username(DAEMON_ROLE),
+        ServeConfig {
+            keyring: test_keyring(),
+            ..ServeConfig::default()
+        },
+    )
+    .await;
+    let token = app.tenant("acme").await;
+    for i in 0..20 {
+        app.append(&token, &message("s1", &format!("note {i} on the export")))
+            .await;
+    }
+    wait_projected(&app.pool, "acme").await;
+    let owners: Vec<(String, String)> = sqlx::query_as(
+        "SELECT c.oid::regclass::text, pg_get_userbyid(c.relowner)::text
+           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE n.nspname IN ('public', 'projections') AND c.relkind IN ('r', 'p')",
+    )
+    .fetch_all(&owner)
+    .await
+    .unwrap();
+    for (table, role) in &owners {
+        let projection = table.starts_with("projections.");
+        assert_eq!(
+            role == DAEMON_ROLE,
+            projection,
+            "{table} is owned by {role}"
+        );
+    }
+
+    let before: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&owner)
+        .await
+        .unwrap();
+    let (status, queued) = app.post_admin("rebuild", &token, None).await;
+    assert_eq!(status, reqwest::StatusCode::ACCEPTED, "{queued}");
+    let job = app
+        .wait_job(&token, queued["job_id"].as_str().unwrap())
+        .await;
+    assert_eq!(job["status"], "done", "{job}");
+    let engine = memd::startup::ProjectionConfig::default().engine();
+    let tenants = ["acme".to_owned()];
+    let vacuumed = memd_projectors::rebuild::vacuumed_tables(&owner, &engine, Some(&tenants))
+        .await
+        .unwrap();
+    assert!(
+        vacuumed.iter().any(|t| t.contains("chunks_p")),
+        "{vacuumed:?}"
+    );
+    // The statistics arrive a moment after the VACUUM: waited for, bounded.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let stale: Vec<String> = sqlx::query_scalar(
+            "SELECT relid::regclass::text FROM pg_stat_user_tables
+              WHERE relid::regclass::text = ANY ($1)
+                AND (last_vacuum IS NULL OR last_vacuum < $2
+                     OR last_analyze IS NULL OR last_analyze < $2)",
+        )
+        .bind(&vacuumed)
+        .bind(before)
+        .fetch_all(&owner)
+        .await
+        .unwrap();
+        if stale.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not vacuumed and analyzed by the rebuild: {stale:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

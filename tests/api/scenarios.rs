@@ -253,3 +253,210 @@ async fn the_cli_runs_black_box_against_a_daemon_by_url_and_reports(
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `memd serve` as a process of its own, as `./ops/serve.sh` runs it: the
+/// schema applied by `memd migrate` as the owner, then the daemon logged in
+/// as `memd_app`, with a key file and the default embedder (MiniLM, from
+/// the model `ops/fetch-model.sh` fetched). Started and restarted by shell
+/// scripts, as the `--restart-command` of a black-box run is; killed when
+/// dropped.
+struct ServedDaemon {
+    dir: PathBuf,
+    url: String,
+}
+
+impl ServedDaemon {
+    async fn start(owner_url: &str) -> Self {
+        let (code, out, err) = memd_cli(owner_url, &["migrate"]).await;
+        assert_eq!(code, 0, "memd migrate: {out}{err}");
+        let dir = std::env::temp_dir().join(format!("memd-served-{}", ulid::Ulid::generate()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let port = crate::helpers::free_port();
+        let daemon_url = owner_url.replacen("postgres://postgres@", "postgres://memd_app@", 1);
+        assert_ne!(
+            daemon_url, owner_url,
+            "the owner's URL names the user postgres"
+        );
+        let start = format!(
+            "#!/bin/sh\n\
+             # Starts the daemon in the background; its pid goes to {dir}/pid.\n\
+             cd '{root}'\n\
+             projectors=\n\
+             [ \"${{MEMD_RESTART_PROJECTORS:-true}}\" = false ] && projectors=--no-projectors\n\
+             MEMD_KEY_FILE='{key}' RUST_LOG=warn nohup '{memd}' serve --no-migrate $projectors \\\n\
+               --database-url '{daemon_url}' --listen 127.0.0.1:{port} \\\n\
+               >> '{dir}/daemon.log' 2>&1 &\n\
+             echo $! > '{dir}/pid'\n",
+            dir = dir.display(),
+            root = env!("CARGO_MANIFEST_DIR"),
+            key = crate::helpers::test_key_file().display(),
+            memd = env!("CARGO_BIN_EXE_memd"),
+        );
+        let restart = format!(
+            "#!/bin/sh\n\
+             # Stops the daemon (SIGTERM: requests in flight finish), then starts another.\n\
+             pid=$(cat '{dir}/pid')\n\
+             kill -TERM \"$pid\"\n\
+             while [ -e /proc/\"$pid\" ] && ! grep -q ') Z' /proc/\"$pid\"/stat; do sleep 0.1; done\n\
+             exec sh '{dir}/start.sh'\n",
+            dir = dir.display(),
+        );
+        std::fs::write(dir.join("start.sh"), start).unwrap();
+        std::fs::write(dir.join("restart.sh"), restart).unwrap();
+        let daemon = Self {
+            url: format!("http://127.0.0.1:{port}"),
+            dir,
+        };
+        let started = tokio::process::Command::new("sh")
+            .arg(daemon.dir.join("start.sh"))
+            .status()
+            .await
+            .unwrap();
+        assert!(started.success());
+        daemon.wait_ready().await;
+        daemon
+    }
+
+    fn restart_command(&self) -> String {
+        format!("sh '{}'", self.dir.join("restart.sh").display())
+    }
+
+    async fn wait_ready(&self) {
+        let client = reqwest::Client::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            let ready = client
+                .get(format!("{}/readyz", self.url))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            if ready {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "memd serve was not ready in 120 s: {}",
+                self.log()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for ServedDaemon {
+    fn drop(&mut self) {
+        if let Ok(pid) = std::fs::read_to_string(self.dir.join("pid")) {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", pid.trim()])
+                .status();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Every shipped scenario passes black-box, by URL, against a daemon run
+/// as `./ops/serve.sh` runs it (MiniLM, `memd_app`, a key file), restarts
+/// included: what a user checking a deployment with the README's command
+/// sees.
+#[sqlx::test]
+async fn every_shipped_scenario_passes_black_box_against_a_served_daemon(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(memd::read::semantic::SemanticConfig::DEFAULT_MODEL_DIR);
+    assert!(
+        model.exists(),
+        "no model at {} (ops/test.sh runs ops/fetch-model.sh first)",
+        model.display()
+    );
+    let pool = db::connect(connect.clone(), 2).await.unwrap();
+    let name: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let server = std::env::var("DATABASE_URL").expect("DATABASE_URL is set for sqlx::test");
+    let owner_url = db::with_database(&server, &name);
+    let daemon = ServedDaemon::start(&owner_url).await;
+    let report = std::env::temp_dir().join(format!("memd-bb-{}.json", ulid::Ulid::generate()));
+    let restart = daemon.restart_command();
+    let scenarios = scenarios_dir();
+    let args = [
+        "scenario",
+        "run",
+        scenarios.to_str().unwrap(),
+        "--url",
+        &daemon.url,
+        "--restart-command",
+        &restart,
+        "--report",
+        report.to_str().unwrap(),
+    ];
+    // Longer than a `memd_cli` call may take: 18 scenarios embed with MiniLM.
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_memd"))
+        .args(args)
+        .env("DATABASE_URL", &owner_url)
+        .env("MEMD_KEY_FILE", crate::helpers::test_key_file())
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(std::time::Duration::from_secs(240), run)
+        .await
+        .unwrap_or_else(|_| panic!("the black-box run took over 240 s: {}", daemon.log()))
+        .unwrap();
+    let out = String::from_utf8_lossy(&output.stdout);
+    let written: Value = serde_json::from_slice(&std::fs::read(&report).unwrap_or_default())
+        .unwrap_or_else(|_| {
+            panic!(
+                "no report: {out}\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+    let _ = std::fs::remove_file(&report);
+    // As in `run`: latency is a release build's figure on a quiet machine,
+    // printed here, not asserted.
+    let mut failures = Vec::new();
+    for scenario in written["scenarios"].as_array().unwrap() {
+        assert!(
+            scenario["status"] != "skipped",
+            "{} skipped: {}",
+            scenario["id"],
+            scenario["error"]
+        );
+        if let Some(error) = scenario["error"].as_str() {
+            failures.push(format!("{}: {error}", scenario["id"]));
+        }
+        for assertion in scenario["assertions"].as_array().unwrap() {
+            let timed = assertion["assertion"]["type"] == "acb_latency_max";
+            if timed {
+                eprintln!(
+                    "{}: {} (not asserted): {}",
+                    scenario["id"], assertion["expected"], assertion["actual"]
+                );
+            } else if assertion["passed"] != true {
+                failures.push(format!(
+                    "{}: {}\n  expected: {}\n  actual:   {}",
+                    scenario["id"],
+                    assertion["assertion"],
+                    assertion["expected"],
+                    assertion["actual"]
+                ));
+            }
+        }
+    }
+    assert_eq!(
+        written["scenarios"].as_array().unwrap().len(),
+        FILES.len(),
+        "{out}"
+    );
+    assert!(
+        failures.is_empty(),
+        "black-box failures:\n{}\n{out}\ndaemon log:\n{}",
+        failures.join("\n"),
+        daemon.log()
+    );
+}

@@ -216,19 +216,19 @@ async fn bundles_are_the_same_whether_semantic_rows_are_read_beside_or_after_the
     assert!(keeper["lexical"].as_f64().unwrap() > 0.0, "{keeper}");
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     assert_eq!(
-        alone["provenance"]["semantic"]["read_beside_lexical"],
+        alone["provenance"]["diagnostics"]["read_beside_lexical"],
         cores > 1,
         "one bundle at a time leaves a core idle on {cores} cores"
     );
     assert_eq!(
-        semantic["vectors_compared"], semantic["vectors"],
-        "{semantic}"
+        alone["provenance"]["diagnostics"]["vectors_compared"], semantic["vectors"],
+        "{alone}"
     );
     // Asked again with nothing added: the same bundle, from the search
     // remembered, comparing the question with no vector.
     let again = app.acb(&token, body.clone()).await;
     assert_eq!(held(&again), held(&alone));
-    assert_eq!(again["provenance"]["semantic"]["vectors_compared"], 0);
+    assert_eq!(again["provenance"]["diagnostics"]["vectors_compared"], 0);
     // Four bundles a core at once: more than the cores are built together.
     let at_once = 4 * cores.max(4);
     let together: Vec<_> = (0..at_once)
@@ -255,7 +255,7 @@ async fn bundles_are_the_same_whether_semantic_rows_are_read_beside_or_after_the
     for task in together {
         let acb = task.await.unwrap();
         assert_eq!(held(&acb), held(&alone));
-        if acb["provenance"]["semantic"]["read_beside_lexical"] == false {
+        if acb["provenance"]["diagnostics"]["read_beside_lexical"] == false {
             after += 1;
         }
     }
@@ -288,7 +288,7 @@ async fn rows_found_by_meaning_are_remembered_and_bundles_stay_the_same(
     // lexeme, not the first): its row, remembered, is matched again.
     let second = ask("Who accidentally repainted Alice's doorways?");
     let remembered = |acb: &Value| {
-        acb["provenance"]["semantic"]["rows_remembered"]
+        acb["provenance"]["diagnostics"]["rows_remembered"]
             .as_u64()
             .unwrap()
     };

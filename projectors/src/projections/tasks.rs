@@ -8,7 +8,7 @@ use crate::{
     content::{Content, TaskUpdate},
     event::{Kind, StoredEvent},
     projector::{Fold, Table},
-    seal::Keyring,
+    seal::{Keyring, SEALED_PREFIX},
 };
 
 const TABLES: &[Table] = &[
@@ -28,7 +28,10 @@ pub struct TaskProjector;
 
 impl Fold for TaskProjector {
     const NAME: &'static str = "tasks";
-    const VERSION: i32 = 1;
+    /// 2: a data subject's update seals the task's text (version 1 sealed
+    /// by sensitivity alone, so a subject's task of sensitivity `none`
+    /// kept its title in the clear).
+    const VERSION: i32 = 2;
     const TABLES: &'static [Table] = TABLES;
     const KINDS: &'static [Kind] = &[Kind::TaskUpdate];
 
@@ -61,6 +64,7 @@ impl Fold for TaskProjector {
         // Folded as plaintext, sealed again as written.
         let keyring = updates[0].event.keyring.clone();
         for task in tasks.values_mut() {
+            task.sealed = task.title.starts_with(SEALED_PREFIX);
             keyring
                 .open_in_place(tenant, &mut task.title)
                 .and_then(|()| keyring.open_in_place(tenant, &mut task.details))
@@ -113,6 +117,12 @@ struct Task {
     first_seq: i64,
     last_seq: i64,
     updated_at: chrono::DateTime<chrono::Utc>,
+    /// Whether its text is kept sealed: some update of it was (a data
+    /// subject's, or of a sealed sensitivity). Sticky, like sensitivity: a
+    /// title a subject's update set must not be written in the clear
+    /// because a later update of the task is not the subject's.
+    #[sqlx(skip)]
+    sealed: bool,
 }
 
 const SENSITIVITIES: [&str; 4] = ["none", "low", "high", "secret"];
@@ -132,6 +142,7 @@ impl Task {
             first_seq: event.seq,
             last_seq: event.seq,
             updated_at: event.ts,
+            sealed: false,
         };
         task.update(update);
         task
@@ -153,6 +164,7 @@ impl Task {
         self.refs = event.refs.clone();
         self.session_id = event.session_id.clone();
         self.channel = event.channel.clone();
+        self.sealed |= event.sealer.is_some();
         let rank = |s: &str| SENSITIVITIES.iter().position(|known| *known == s);
         if rank(&event.sensitivity) > rank(&self.sensitivity) {
             self.sensitivity = event.sensitivity.clone();
@@ -183,7 +195,13 @@ async fn upsert(
     for task in tasks {
         task_id.push(task.task_id);
         status.push(task.status);
-        match keyring.sealer(tenant, &task.sensitivity) {
+        // Sealed under the process's key, as every row derived from a
+        // subject's event is (erasure rebuilds them without it).
+        let sealer = match task.sealed {
+            true => keyring.sealer(tenant, "high"),
+            false => keyring.sealer(tenant, &task.sensitivity),
+        };
+        match sealer {
             Some(sealer) => {
                 title.push(sealer.seal(&task.title));
                 details.push(sealer.seal(&task.details));
