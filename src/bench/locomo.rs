@@ -42,6 +42,48 @@ const MAX_TOKENS: u32 = 2_000;
 /// Turns ranked by BM25 (the kit scores up to R@50).
 const BM25_DEPTH: usize = 50;
 
+/// Questions about what no LoCoMo conversation (chat about people's lives)
+/// holds: asked of every conversation, each should get no evidence. They
+/// check the absolute relevance floor (`min_similarity`, the embedder's
+/// calibrated cosine for unrelated texts), whatever conversations are
+/// measured; none was chosen by looking at memd's answers.
+const OFF_TOPIC: &[&str] = &[
+    "quantum chromodynamics lattice",
+    "page table entries of the Linux kernel",
+    "IFRS 16 lease liability accounting",
+    "enzymes of the Krebs cycle",
+    "CRISPR off-target cleavage rates",
+    "the Treaty of Westphalia",
+    "TCP congestion window after packet loss",
+    "B-tree node split on insert",
+    "Navier-Stokes existence and smoothness",
+    "Byzantine fault tolerant quorum size",
+    "mitochondrial DNA haplogroups",
+    "the half-life of carbon-14",
+    "SQL window functions over partitions",
+    "the Higgs boson decay channels",
+    "tectonic subduction zones",
+    "Basel III capital requirements",
+    "eigenvalues of a symmetric matrix",
+    "the Rust borrow checker's lifetimes",
+    "photosynthesis light-dependent reactions",
+    "the Peace of Augsburg in 1555",
+];
+
+/// How the off-topic questions were answered, under one policy.
+#[derive(Debug, Clone)]
+struct OffTopic {
+    policy: String,
+    asked: usize,
+    /// Bundles that held any evidence.
+    with_evidence: usize,
+    /// Evidence items in all of them.
+    items: usize,
+    /// Of those, how many share no word with the question (found by
+    /// meaning alone).
+    by_meaning_only: usize,
+}
+
 pub struct Options {
     pub dir: PathBuf,
     pub kit: PathBuf,
@@ -208,7 +250,7 @@ pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Re
     let scratch = ScratchDatabase::create(database_url, "memd_bench").await?;
     let result = measure(&scratch, &conversations, &options.semantic).await;
     scratch.drop_now().await?;
-    let (systems, environment) = result?;
+    let (systems, off_topic, environment) = result?;
 
     let results_dir = out.with_extension("results");
     std::fs::create_dir_all(&results_dir)?;
@@ -251,7 +293,21 @@ pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Re
             |name| name == "BM25",
         ),
     )?;
-    let report = render(&conversations, &rows, &options, &environment);
+    let mut report = render(&conversations, &rows, &options, &environment);
+    let _ = writeln!(
+        report,
+        "\nOff-topic questions ({} about what no conversation holds, e.g. \"{}\", asked of every conversation): \
+         bundles that still held evidence, and how many of their items share no word with the question.\n\n| policy | asked | with evidence | evidence items | by meaning alone |\n|---|---:|---:|---:|---:|",
+        OFF_TOPIC.len(),
+        OFF_TOPIC[0]
+    );
+    for row in &off_topic {
+        let _ = writeln!(
+            report,
+            "| {} | {} | {} | {} | {} |",
+            row.policy, row.asked, row.with_evidence, row.items, row.by_meaning_only
+        );
+    }
     write_report(out, &report)
 }
 
@@ -276,7 +332,7 @@ async fn measure(
     scratch: &ScratchDatabase,
     conversations: &[Conversation],
     semantic: &SemanticConfig,
-) -> anyhow::Result<(Vec<(String, Vec<Ranking>)>, String)> {
+) -> anyhow::Result<(Vec<(String, Vec<Ranking>)>, Vec<OffTopic>, String)> {
     let pool = db::connect(scratch.options.clone(), 8).await?;
     db::migrate(&pool).await?;
     let environment = environment(&pool).await?;
@@ -356,25 +412,99 @@ async fn measure(
             format!("memd hybrid ({embedder}, rrf fusion)"),
             json!({"fusion": "rrf"}),
         ),
+        // The default without its absolute floor of meaning: what the
+        // floor costs in recall.
+        (
+            format!("memd hybrid ({embedder}, no similarity floor: min_similarity -1)"),
+            json!({"min_similarity": -1.0}),
+        ),
     ] {
-        for token in tokens.values() {
-            client
-                .put(format!("{base}/api/v1/policy"))
-                .bearer_auth(token)
-                .json(&json!({ "scoring": scoring }))
-                .send()
-                .await?
-                .error_for_status()?;
-        }
+        set_scoring(&client, &base, &tokens, &scoring).await?;
         systems.push((
             system,
             ask_all(&client, &base, conversations, &tokens, &dia_of_event).await?,
         ));
     }
     systems.push(("BM25".to_owned(), bm25_all(conversations)));
+    let mut off_topic = Vec::new();
+    for (policy, scoring) in [
+        ("default", json!({})),
+        (
+            "no similarity floor (min_similarity -1)",
+            json!({"min_similarity": -1.0}),
+        ),
+    ] {
+        set_scoring(&client, &base, &tokens, &scoring).await?;
+        off_topic.push(ask_off_topic(&client, &base, &tokens, policy).await?);
+    }
     daemon.stop().await?;
     pool.close().await;
-    Ok((systems, environment))
+    Ok((systems, off_topic, environment))
+}
+
+async fn set_scoring(
+    client: &reqwest::Client,
+    base: &str,
+    tokens: &HashMap<String, String>,
+    scoring: &Value,
+) -> anyhow::Result<()> {
+    for token in tokens.values() {
+        client
+            .put(format!("{base}/api/v1/policy"))
+            .bearer_auth(token)
+            .json(&json!({ "scoring": scoring }))
+            .send()
+            .await?
+            .error_for_status()?;
+    }
+    Ok(())
+}
+
+/// Asks every [`OFF_TOPIC`] question of every conversation.
+async fn ask_off_topic(
+    client: &reqwest::Client,
+    base: &str,
+    tokens: &HashMap<String, String>,
+    policy: &str,
+) -> anyhow::Result<OffTopic> {
+    let mut answered = OffTopic {
+        policy: policy.to_owned(),
+        asked: 0,
+        with_evidence: 0,
+        items: 0,
+        by_meaning_only: 0,
+    };
+    for token in tokens.values() {
+        for question in OFF_TOPIC {
+            let acb: Value = client
+                .post(format!("{base}/api/v1/acb/build"))
+                .bearer_auth(token)
+                .json(
+                    &json!({"session_id": "questions", "channel": "private", "intent": "question",
+                              "query_text": question, "max_tokens": MAX_TOKENS}),
+                )
+                .send()
+                .await?
+                .error_for_status()?
+                .json()
+                .await?;
+            let items: Vec<&Value> = acb["sections"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|s| s["name"] == "retrieved_evidence")
+                .flat_map(|s| s["items"].as_array().into_iter().flatten())
+                .collect();
+            answered.asked += 1;
+            answered.with_evidence += usize::from(!items.is_empty());
+            answered.items += items.len();
+            answered.by_meaning_only += items
+                .iter()
+                .filter(|item| item["lexical"].as_f64().unwrap_or(0.0) <= 0.0)
+                .count();
+        }
+    }
+    Ok(answered)
 }
 
 async fn ask_all(

@@ -23,7 +23,7 @@ use std::{
 use chrono::{DateTime, Utc};
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use sqlx::Row;
 
 use super::{
@@ -397,6 +397,19 @@ impl Omissions {
     pub(super) fn privacy(&mut self, section: SectionName, id: String) {
         self.add("privacy", Some(section), id, Map::new());
     }
+
+    /// Retrieval found nothing that shares a word or a meaning with the
+    /// question: the evidence is empty on purpose, and `details` say why
+    /// (how many candidates were unrelated, the floor, the best of them).
+    pub(super) fn nothing_relevant(&mut self, details: Map<String, Value>) {
+        self.list.push(Omission {
+            reason: "nothing_relevant",
+            section: Some(SectionName::RetrievedEvidence.as_str()),
+            candidates: Vec::new(),
+            count: 0,
+            details,
+        });
+    }
 }
 
 pub(super) fn details(pairs: &[(&str, Value)]) -> Map<String, Value> {
@@ -577,14 +590,17 @@ pub async fn build_acb(
         head.head_seq = target;
     }
 
-    // A question of stop words alone still has a meaning to search for.
-    let fast = policy.is_fast_path(request.intent.as_deref())
-        || retrieval_query.is_empty()
-        || (head.lexemes.is_empty()
-            && reader
-                .semantic
-                .unavailable(head.embedding.embedder.as_deref())
-                .is_some());
+    // A question of stop words alone ("the and of it") names nothing to
+    // search for: its nearest chunks by meaning would be noise.
+    let no_terms = !retrieval_query.is_empty() && head.lexemes.is_empty();
+    let fast =
+        policy.is_fast_path(request.intent.as_deref()) || retrieval_query.is_empty() || no_terms;
+    if no_terms && !policy.is_fast_path(request.intent.as_deref()) {
+        omissions.nothing_relevant(details(&[(
+            "why",
+            json!("the question has no word to search for (stop words only)"),
+        )]));
+    }
     // A receiving agent's bundle takes no chat messages as evidence.
     let scope = Scope {
         excluded_kinds: if handoff.is_some() {
@@ -713,8 +729,30 @@ pub async fn build_acb(
         .await?;
         stages.candidates = stopwatch.lap();
         let ranked;
-        (ranked, retrieval) = rank_pool(pool, &head, &policy);
+        let similarity_floor = policy.scoring.min_similarity.or_else(|| {
+            let embedder = head.embedding.embedder.as_deref()?;
+            reader.semantic.unrelated_similarity(embedder)
+        });
+        (ranked, retrieval) = rank_pool(pool, &head, &policy, similarity_floor);
         stages.rank = stopwatch.lap();
+        if ranked.is_empty() {
+            omissions.nothing_relevant(details(&[
+                ("unrelated", json!(retrieval.unrelated.dropped)),
+                (
+                    "similarity_floor",
+                    json!(retrieval.semantic.similarity_floor),
+                ),
+                (
+                    "best_similarity",
+                    json!(
+                        retrieval
+                            .unrelated
+                            .best_similarity
+                            .map(|s| (s * 1000.0).round() / 1000.0)
+                    ),
+                ),
+            ]));
+        }
         evidence
             .consider(reader, tenant, ranked, &mut omissions)
             .await?;
@@ -1022,14 +1060,27 @@ struct Retrieval {
     semantic: SemanticReport,
     pool_size: usize,
     common_terms: Vec<String>,
+    /// Candidates that shared nothing with the question.
+    unrelated: retrieve::Unrelated,
 }
 
-/// The rank stage: the candidate pool scored and ordered, best first, and
-/// what provenance says of the pool.
-fn rank_pool(pool: hybrid::Pool, head: &Head, policy: &Policy) -> (Vec<Candidate>, Retrieval) {
+/// The rank stage: the candidates that share something with the question
+/// ([`retrieve::related`]: a word, or a meaning above `similarity_floor`),
+/// scored and ordered, best first, and what provenance says of the pool.
+fn rank_pool(
+    mut pool: hybrid::Pool,
+    head: &Head,
+    policy: &Policy,
+    similarity_floor: Option<f64>,
+) -> (Vec<Candidate>, Retrieval) {
+    let floor = pool.semantic.used.then_some(similarity_floor).flatten();
+    pool.semantic.similarity_floor = floor;
+    let pool_size = pool.candidates.len();
+    let (related, unrelated) = retrieve::related(pool.candidates, floor);
     let retrieval = Retrieval {
         semantic: pool.semantic,
-        pool_size: pool.candidates.len(),
+        pool_size,
+        unrelated,
         common_terms: head
             .lexemes
             .iter()
@@ -1039,7 +1090,7 @@ fn rank_pool(pool: hybrid::Pool, head: &Head, policy: &Policy) -> (Vec<Candidate
             .collect(),
     };
     let ranked = retrieve::rank(
-        pool.candidates,
+        related,
         head.lexemes.len(),
         head.head_seq,
         head.newest,

@@ -44,6 +44,10 @@ pub struct SemanticReport {
     /// side had not found.
     pub semantic_candidates: usize,
     pub semantic_only: usize,
+    /// The cosine a candidate sharing no word with the question had to
+    /// reach to be evidence (the policy's `min_similarity`, or the
+    /// embedder's calibrated value), when semantic scores were used.
+    pub similarity_floor: Option<f64>,
     /// What the search cost this time: `provenance.diagnostics`.
     #[serde(skip)]
     pub work: SemanticWork,

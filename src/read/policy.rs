@@ -167,6 +167,15 @@ pub struct Scoring {
     /// Nearest chunks by meaning added to the candidate pool, at most half
     /// of `candidate_pool_max` (the lexical candidates get the rest).
     pub semantic_candidates: u32,
+    /// The absolute floor of meaning: a candidate that shares no word with
+    /// the question is evidence only if its cosine similarity reaches this.
+    /// `null` (default): the embedder's calibrated value (0.2 for MiniLM:
+    /// texts of unrelated meaning stay under it), which
+    /// `provenance.semantic.similarity_floor` shows. `min_relevance` is
+    /// relative to the best candidate; this one is not, so a question about
+    /// nothing the tenant holds gets no evidence.
+    #[schema(minimum = -1.0, maximum = 1.0)]
+    pub min_similarity: Option<f64>,
 }
 
 /// How relevance, recency and importance become one score.
@@ -209,6 +218,7 @@ impl Default for Scoring {
             lexical_weight: 0.5,
             semantic_weight: 0.5,
             semantic_candidates: 200,
+            min_similarity: None,
         }
     }
 }
@@ -324,7 +334,11 @@ impl Policy {
             lexical_weight,
             semantic_weight,
             semantic_candidates,
+            min_similarity,
         } = self.scoring;
+        if let Some(floor) = min_similarity {
+            within("scoring.min_similarity", floor, -1.0, 1.0)?;
+        }
         within("scoring.lexical_weight", lexical_weight, 0.0, 1.0)?;
         within("scoring.semantic_weight", semantic_weight, 0.0, 1.0)?;
         if lexical_weight + semantic_weight <= 0.0 {

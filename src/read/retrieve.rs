@@ -1132,6 +1132,48 @@ async fn matching_ids(
     rows.iter().map(|row| row.try_get(0)).collect()
 }
 
+/// What [`related`] left out: candidates that share nothing with the
+/// question.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Unrelated {
+    pub dropped: usize,
+    /// The most similar of them by meaning, when any had a vector.
+    pub best_similarity: Option<f64>,
+}
+
+/// The candidates that share something with the question: a word of it
+/// (a lexeme it holds), or, with `floor`, a meaning at least that similar
+/// (the embedder's calibrated cosine for unrelated texts, or the policy's
+/// `min_similarity`). Relevance is normalised over the pool, so without
+/// this stage a question about nothing the tenant holds would still rank
+/// its nearest noise as evidence. Without `floor` (no semantic scores) a
+/// candidate without a word of the question has nothing for it either.
+pub fn related(candidates: Vec<Candidate>, floor: Option<f64>) -> (Vec<Candidate>, Unrelated) {
+    let mut unrelated = Unrelated::default();
+    let kept = candidates
+        .into_iter()
+        .filter(|c| {
+            let means = match (c.semantic, floor) {
+                (Some(similarity), Some(floor)) => similarity >= floor,
+                _ => false,
+            };
+            let keep = c.matched != 0 || means;
+            if !keep {
+                unrelated.dropped += 1;
+                if let Some(similarity) = c.semantic {
+                    unrelated.best_similarity = Some(
+                        unrelated
+                            .best_similarity
+                            .map_or(similarity, |b| b.max(similarity)),
+                    );
+                }
+            }
+            keep
+        })
+        .collect();
+    (kept, unrelated)
+}
+
 /// Scores and sorts the candidates. `documents` is the size of the
 /// tenant's collection for IDF. A lexeme's document frequency is its
 /// matches in the pool: exact when it did not fill its share, and a lower

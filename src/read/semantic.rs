@@ -156,6 +156,13 @@ impl Semantic {
         self.embedders.get(name)
     }
 
+    /// The similarity `name`'s unrelated texts stay under, if it runs here.
+    pub fn unrelated_similarity(&self, name: &str) -> Option<f64> {
+        self.embedders
+            .get(name)
+            .map(|embedder| embedder.unrelated_similarity())
+    }
+
     /// Every embedder this daemon runs, by name.
     pub fn embedders(&self) -> &HashMap<&'static str, Arc<dyn Embedder>> {
         &self.embedders

@@ -890,3 +890,80 @@ async fn an_index_past_a_bundles_cursor_is_kept_and_searched_only_up_to_that_cur
     let vectors = entry.read().await;
     assert_eq!((vectors.len(), vectors.loaded_seq), (first_rows, earlier));
 }
+
+/// A question about nothing the tenant holds gets no evidence: relevance
+/// is relative to the pool, so the floor is absolute (a word of the
+/// question, or a meaning at least the embedder's calibrated similarity),
+/// and a question of stop words alone is not searched at all. Each says so
+/// in an omission; a question about what the tenant holds still finds it.
+#[sqlx::test]
+async fn a_question_about_nothing_held_gets_no_evidence_and_is_told_why(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon_with(connect, semantic("minilm")).await;
+    let token = app.tenant("acme").await;
+    let turns = [
+        "We moved the standup to 9:30 because Dana drops her kids at school.",
+        "The invoice exporter times out above 500 rows; pages of 200 work.",
+        "Priya is on holiday in Lisbon until the 14th.",
+        "The staging database is rebuilt every Sunday night.",
+        "Remember to rotate the deploy key before the audit.",
+        "Lunch on Friday is at the Thai place near the office.",
+    ];
+    let events: Vec<Value> = turns
+        .iter()
+        .map(|t| said("s1", "private", "none", t))
+        .collect();
+    app.append(&token, &json!({"events": events})).await;
+    wait_projected(&app.pool, "acme").await;
+    wait_embedded(&app, "acme", "minilm").await;
+    let ask =
+        |question: &str| json!({"session_id": "other", "query_text": question, "max_tokens": 2000});
+
+    let held = app
+        .acb(&token, ask("when does the exporter time out?"))
+        .await;
+    assert!(
+        evidence_texts(&held).iter().any(|t| t.contains("500 rows")),
+        "{:#?}",
+        evidence_texts(&held)
+    );
+    assert_eq!(held["provenance"]["semantic"]["similarity_floor"], 0.2);
+
+    for question in ["quantum chromodynamics lattice", "the and of it"] {
+        let acb = app.acb(&token, ask(question)).await;
+        assert!(
+            evidence_texts(&acb).is_empty(),
+            "{question}: {:#?}",
+            evidence_texts(&acb)
+        );
+        let nothing: Vec<&Value> = acb["omissions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|o| o["reason"] == "nothing_relevant")
+            .collect();
+        assert_eq!(nothing.len(), 1, "{question}: {:#?}", acb["omissions"]);
+        assert_eq!(nothing[0]["section"], "retrieved_evidence");
+    }
+    let unrelated = app.acb(&token, ask("quantum chromodynamics lattice")).await;
+    let omission = unrelated["omissions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["reason"] == "nothing_relevant")
+        .unwrap();
+    assert!(omission["unrelated"].as_u64().unwrap() > 0, "{omission}");
+    assert!(
+        omission["best_similarity"].as_f64().unwrap() < 0.2,
+        "{omission}"
+    );
+
+    // The policy's own floor overrides the calibrated one.
+    app.put_policy(&token, &json!({"scoring": {"min_similarity": -1.0}}))
+        .await;
+    let anything = app.acb(&token, ask("quantum chromodynamics lattice")).await;
+    assert_eq!(anything["provenance"]["semantic"]["similarity_floor"], -1.0);
+    assert!(!evidence_texts(&anything).is_empty());
+}

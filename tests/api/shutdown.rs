@@ -98,6 +98,10 @@ impl Embedder for Starved {
         HashedEmbedder::VERSION
     }
 
+    fn unrelated_similarity(&self) -> f64 {
+        HashedEmbedder.unrelated_similarity()
+    }
+
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let _ = self.started.send(());
         let _ = self.release.lock().expect("release lock").recv();

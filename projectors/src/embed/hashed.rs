@@ -73,6 +73,12 @@ impl Embedder for HashedEmbedder {
         Self::VERSION
     }
 
+    /// Words and trigrams hashed into 256 signed buckets: texts that share
+    /// none still meet in colliding buckets, at about ±1/√256 apiece.
+    fn unrelated_similarity(&self) -> f64 {
+        0.1
+    }
+
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         Ok(texts.iter().map(|text| Self::vector(text)).collect())
     }

@@ -55,6 +55,9 @@ impl MiniLm {
     /// The same model storing 8-bit vectors.
     pub const INT8_NAME: &'static str = "minilm_int8";
     pub const INT8_VERSION: i32 = 1;
+    /// [`Embedder::unrelated_similarity`]: measured by `memd bench locomo`'s
+    /// off-topic questions (README, "Nothing relevant").
+    pub const UNRELATED_SIMILARITY: f64 = 0.2;
     pub const DIMENSIONS: usize = 384;
     /// sentence-transformers' `max_seq_length` for this model.
     const MAX_TOKENS: usize = 256;
@@ -171,6 +174,10 @@ impl Embedder for MiniLm {
             Precision::Exact => Self::VERSION,
             Precision::Int8 => Self::INT8_VERSION,
         }
+    }
+
+    fn unrelated_similarity(&self) -> f64 {
+        Self::UNRELATED_SIMILARITY
     }
 
     /// On the calling thread: a question is one short forward pass, which

@@ -49,6 +49,12 @@ pub trait Embedder: Send + Sync {
     /// tokenisation): the projection is then rebuilt.
     fn version(&self) -> i32;
 
+    /// The cosine similarity texts of unrelated meaning stay under with
+    /// this model, calibrated per model (README, "Nothing relevant"): a
+    /// candidate that shares no word with the question and is no more
+    /// similar than this is no evidence, however it ranks in its pool.
+    fn unrelated_similarity(&self) -> f64;
+
     /// One vector per text, in order. CPU-bound: call it off the async
     /// executor (`spawn_blocking`).
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
