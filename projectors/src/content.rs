@@ -31,8 +31,9 @@ pub enum Content<'a> {
     TaskUpdate(TaskUpdate<'a>),
     ViewUpdate(ViewUpdate<'a>),
     Handoff(Handoff<'a>),
-    /// A tool call, an erasure, a kind this build does not know, or content
-    /// not of its kind's shape: nothing any projection reads.
+    ToolCall(ToolCall<'a>),
+    /// An erasure, a kind this build does not know, or content not of its
+    /// kind's shape: nothing any projection reads.
     Other,
 }
 
@@ -151,6 +152,16 @@ pub struct ViewUpdate<'a> {
     pub text: Option<&'a str>,
 }
 
+/// `content` of a `tool_call`: the tool and its arguments, as sent
+/// (redacted at the append edge).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ToolCall<'a> {
+    #[serde(borrow)]
+    pub tool: Option<&'a str>,
+    pub args: Option<Value>,
+}
+
 /// `content` of a `handoff`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
@@ -201,7 +212,8 @@ impl<'a> Content<'a> {
             Some(Kind::TaskUpdate) => shaped(content, Content::TaskUpdate),
             Some(Kind::ViewUpdate) => shaped(content, Content::ViewUpdate),
             Some(Kind::Handoff) => shaped(content, Content::Handoff),
-            Some(Kind::ToolCall | Kind::Erasure) | None => Content::Other,
+            Some(Kind::ToolCall) => shaped(content, Content::ToolCall),
+            Some(Kind::Erasure) | None => Content::Other,
         }
     }
 
@@ -218,7 +230,8 @@ impl<'a> Content<'a> {
             Kind::TaskUpdate => of::<TaskUpdate>(),
             Kind::ViewUpdate => of::<ViewUpdate>(),
             Kind::Handoff => of::<Handoff>(),
-            Kind::ToolCall | Kind::Erasure => &[],
+            Kind::ToolCall => of::<ToolCall>(),
+            Kind::Erasure => &[],
         }
     }
 }
@@ -348,6 +361,6 @@ mod tests {
             ["task_id", "status", "title", "details"]
         );
         assert!(Content::fields(Kind::Decision).contains(&"supersedes"));
-        assert_eq!(Content::fields(Kind::ToolCall), [] as [&str; 0]);
+        assert_eq!(Content::fields(Kind::ToolCall), ["tool", "args"]);
     }
 }

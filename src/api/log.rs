@@ -26,7 +26,10 @@ use crate::{
         event::{ActorType, Channel, Kind, Sensitivity},
         tenant::Scope,
     },
-    read::{privacy::owner_condition, retrieve::every_word_query},
+    read::{
+        privacy::{event_row_condition, owner_condition},
+        retrieve::every_word_query,
+    },
 };
 
 const DEFAULT_LIMIT: i64 = 100;
@@ -45,8 +48,9 @@ pub struct EventQuery {
     pub kind: Option<String>,
     /// Only events after this seq (paging in log order: pass `next_after_seq`).
     pub after_seq: Option<i64>,
-    /// Only events before this seq (paging newest first: pass
-    /// `next_before_seq`).
+    /// Only events before this seq. Without `after_seq`, the page is the
+    /// `limit` events just before it (in the order asked for); pass
+    /// `next_before_seq` for the page before that.
     pub before_seq: Option<i64>,
     /// `asc` (log order, the default) or `desc` (newest first).
     #[param(pattern = "^(asc|desc)$")]
@@ -80,8 +84,9 @@ pub struct EventPage {
     /// with `order=desc`.
     #[schema(required = true)]
     pub next_after_seq: Option<i64>,
-    /// The `before_seq` of the next (older) page with `order=desc`; null
-    /// once a page comes back short, and in log order.
+    /// The `before_seq` of the next (older) page, with `order=desc` or
+    /// when this page was read back from a `before_seq`; null once a page
+    /// comes back short, and when paging forward.
     #[schema(required = true)]
     pub next_before_seq: Option<i64>,
 }
@@ -179,8 +184,9 @@ const EVENT_COLUMNS: &str = "event_id, seq, created_at, ts, session_id, channel,
 ///
 /// The tenant's events in log order, as stored (secrets already redacted,
 /// tool results normalized), each with its hash-chain links. Page with
-/// `after_seq` = `next_after_seq`, or newest first with `order=desc` and
-/// `before_seq` = `next_before_seq`. Any scope.
+/// `after_seq` = `next_after_seq`, or backwards with `before_seq` =
+/// `next_before_seq` (newest first with `order=desc`; `before_seq=10&limit=2`
+/// is seqs 8 and 9). Any scope.
 #[utoipa::path(
     get,
     path = "/api/v1/events",
@@ -238,7 +244,15 @@ pub async fn get_events(
     // million-event log costs what a page of a small one does. The text
     // filter reads the chunks' full-text index instead, then the events it
     // names.
-    let direction = if newest_first { "DESC" } else { "ASC" };
+    // `before_seq` alone asks for the events just before it (the page that
+    // ends there), whichever order they are answered in: read newest first
+    // from it, then turned around for `asc`.
+    let back_from_before = query.before_seq.is_some() && query.after_seq.is_none();
+    let direction = if newest_first || back_from_before {
+        "DESC"
+    } else {
+        "ASC"
+    };
     let (caller, query, keyring) = (&caller, &query, &state.reader.keyring);
     let mut events: Vec<StoredEvent> = state
         .read_log(move |pool| async move {
@@ -269,7 +283,7 @@ pub async fn get_events(
                                           WHERE c.tenant_id = $1 AND c.tsv @@ $12::tsquery))
                     AND {owner}
                   ORDER BY seq {direction} LIMIT $5",
-                owner = owner_condition(6)
+                owner = event_row_condition(6)
             )))
             .bind(caller.tenant.as_str())
             .bind(&query.session_id)
@@ -289,14 +303,17 @@ pub async fn get_events(
         })
         .await?;
     open_all(&state, caller.tenant.as_str(), &mut events).await?;
-    let next = (events.len() as i64 == limit)
-        .then(|| events.last().map(|e| e.seq))
-        .flatten();
-    let (next_after_seq, next_before_seq) = if newest_first {
-        (None, next)
+    let full = events.len() as i64 == limit;
+    // The next page goes on the way this one was read: further back for a
+    // page read back from a seq, forward otherwise.
+    let (next_after_seq, next_before_seq) = if newest_first || back_from_before {
+        (None, full.then(|| events.last().map(|e| e.seq)).flatten())
     } else {
-        (next, None)
+        (full.then(|| events.last().map(|e| e.seq)).flatten(), None)
     };
+    if back_from_before && !newest_first {
+        events.reverse();
+    }
     Ok(Json(EventPage {
         events,
         next_after_seq,
@@ -335,7 +352,7 @@ pub async fn get_event(
         .read_log(move |pool| async move {
             sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = $1 AND event_id = $2 AND {owner}",
-                owner = owner_condition(3)
+                owner = event_row_condition(3)
             )))
             .bind(caller_ref.tenant.as_str())
             .bind(event_ref)
@@ -431,7 +448,7 @@ pub async fn get_event_chunks(
         .read_log(move |pool| async move {
             let visible: bool = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
                 "SELECT EXISTS (SELECT 1 FROM events WHERE tenant_id = $1 AND event_id = $2 AND {owner})",
-                owner = owner_condition(3)
+                owner = event_row_condition(3)
             )))
             .bind(caller_ref.tenant.as_str())
             .bind(event_ref)

@@ -88,6 +88,12 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         method: Method::GET,
+        path: "/api/v1/handoffs",
+        bearer: true,
+        handler: |m| on(m, handoffs::get_inbox),
+    },
+    Route {
+        method: Method::GET,
         path: "/api/v1/decisions",
         bearer: true,
         handler: |m| on(m, decisions::get_decisions),

@@ -49,6 +49,7 @@ bursts of twice that; over them the answer is 429 with `Retry-After`.";
         log::get_event_chunks,
         acb::post_build,
         handoffs::post_handoff,
+        handoffs::get_inbox,
         decisions::get_decisions,
         decisions::post_decision,
         decisions::get_decisions_query,

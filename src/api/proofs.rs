@@ -20,7 +20,7 @@ use super::{
 use crate::{
     audit::tree::{self, ConsistencyProof, InclusionProof, ProofError},
     domain::{FieldError, tenant::Scope},
-    read::privacy::owner_condition,
+    read::privacy::event_row_condition,
 };
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -86,7 +86,7 @@ pub async fn get_inclusion(
     let tenant = caller.tenant.as_str();
     let (seq, hash): (i64, Vec<u8>) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT seq, hash FROM events WHERE tenant_id = $1 AND event_id = $2 AND {owner}",
-        owner = owner_condition(3)
+        owner = event_row_condition(3)
     )))
     .bind(tenant)
     .bind(&event_id)

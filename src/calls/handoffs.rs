@@ -2,12 +2,13 @@
 //! `handoff` event in the receiving session.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{ApiState, error::ApiError, require_scope};
+use super::{ApiState, error::ApiError, page_limit, require_scope};
 use crate::{
     domain::{
+        FieldError,
         event::{EventRequest, NewEvent},
         parse_json,
         tenant::Scope,
@@ -72,11 +73,15 @@ pub(crate) async fn create(
     )
     .await?
     .map_err(ApiError::invalid)?;
-    // Recorded like any append: validated, redacted, hash-chained.
+    // Recorded like any append: validated, redacted, hash-chained. It is
+    // the receiver's memory (`agent_id`): the log shows it to the sender,
+    // the receiver and operators only.
     let event: EventRequest = serde_json::from_value(json!({
         "session_id": packet.session_id,
         "channel": channel,
         "actor": {"type": "agent", "id": packet.from_agent},
+        "agent_id": packet.to_agent,
+        "subject_id": packet.subject_id,
         "kind": "handoff",
         "sensitivity": sensitivity,
         "content": packet.content(),
@@ -94,4 +99,106 @@ pub(crate) async fn create(
         session_id: packet.session_id.clone(),
         packet,
     })
+}
+
+/// `GET /api/v1/handoffs`: a receiver's inbox.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct InboxQuery {
+    /// The receiving agent. An agent's token lists its own inbox (naming
+    /// another is 403 `agent_mismatch`); other tokens list every agent's
+    /// packets unless they name one.
+    pub to_agent: Option<String>,
+    /// `pending` (default: not accepted yet), `accepted`, or `all`.
+    #[param(pattern = "^(pending|accepted|all)$")]
+    pub state: Option<String>,
+    #[param(minimum = 1, maximum = 1000, default = 50)]
+    pub limit: Option<i64>,
+}
+
+/// A packet in an inbox, opened, with where it stands.
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct InboxPacket {
+    pub handoff_id: String,
+    pub seq: i64,
+    pub ts: DateTime<Utc>,
+    /// The session the sender recorded it in.
+    pub session_id: String,
+    pub from_agent: String,
+    pub to_agent: String,
+    pub task: String,
+    pub task_id: Option<String>,
+    pub constraints: Vec<String>,
+    pub decision_ids: Vec<String>,
+    pub required_files: Vec<String>,
+    pub open_questions: Vec<String>,
+    pub refs: Vec<String>,
+    #[schema(value_type = crate::domain::event::Channel)]
+    pub channel: String,
+    #[schema(value_type = crate::domain::event::Sensitivity)]
+    pub sensitivity: String,
+    /// `pending`, or `accepted`: the receiver recorded an event citing it.
+    pub state: String,
+    /// The receiver's event that accepted it.
+    pub accepted_by: Option<String>,
+}
+
+const INBOX_DEFAULT: i64 = 50;
+const INBOX_MAX: i64 = 1_000;
+
+/// The packets addressed to an agent, newest first: shared by HTTP and MCP.
+pub(crate) async fn inbox(
+    state: &ApiState,
+    caller: &Caller,
+    query: &InboxQuery,
+) -> Result<Vec<InboxPacket>, ApiError> {
+    require_scope(caller, Scope::Read)?;
+    let to_agent = match (&caller.agent, &query.to_agent) {
+        (Some(own), Some(named)) if own != named => {
+            return Err(ApiError::agent_mismatch("to_agent"));
+        }
+        (Some(own), _) => Some(own.clone()),
+        (None, named) => named.clone(),
+    };
+    let wanted = match query.state.as_deref() {
+        None | Some("pending") => Some(false),
+        Some("accepted") => Some(true),
+        Some("all") => None,
+        Some(_) => {
+            return Err(ApiError::invalid(FieldError::new(
+                "state",
+                "must be pending, accepted or all",
+            )));
+        }
+    };
+    let limit = page_limit(query.limit, INBOX_DEFAULT, INBOX_MAX)?;
+    let mut packets: Vec<InboxPacket> = sqlx::query_as(
+        "SELECT handoff_id, seq, ts, session_id, from_agent, to_agent, task, task_id, constraints,
+                decision_ids, required_files, open_questions, refs, channel, sensitivity,
+                CASE WHEN accepted_seq IS NULL THEN 'pending' ELSE 'accepted' END AS state,
+                accepted_by
+           FROM projections.handoffs
+          WHERE tenant_id = $1 AND ($2::text IS NULL OR to_agent = $2)
+            AND ($3::bool IS NULL OR (accepted_seq IS NOT NULL) = $3)
+          ORDER BY seq DESC LIMIT $4",
+    )
+    .bind(caller.tenant.as_str())
+    .bind(&to_agent)
+    .bind(wanted)
+    .bind(limit)
+    .fetch_all(&state.pool)
+    .await?;
+    let (keyring, tenant) = (&state.reader.keyring, caller.tenant.as_str());
+    for packet in &mut packets {
+        keyring.open_in_place(tenant, &mut packet.task)?;
+        for items in [
+            &mut packet.constraints,
+            &mut packet.required_files,
+            &mut packet.open_questions,
+        ] {
+            keyring.open_all(tenant, items)?;
+        }
+    }
+    Ok(packets)
 }

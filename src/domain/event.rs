@@ -320,6 +320,17 @@ impl NewEvent {
         if redactor.redact_json(&mut content) {
             event.sensitivity = Sensitivity::Secret;
         }
+        // A `<private>…</private>` span (seed 001's privacy tags) never
+        // leaves the private channel: an event holding one is recorded
+        // there, whatever channel it was sent to, and tagged so.
+        if event.channel != Channel::Private && holds_private_span(&content) {
+            event.channel = Channel::Private;
+            if !event.tags.iter().any(|t| t == PRIVATE_SPAN_TAG)
+                && event.tags.len() < limits::MAX_TAGS
+            {
+                event.tags.push(PRIVATE_SPAN_TAG.to_owned());
+            }
+        }
         // Before a tool result is cut to an excerpt under a new artifact id:
         // the same request must give the same digest.
         event.request_digest = request_digest(&event, &content);
@@ -335,6 +346,20 @@ impl NewEvent {
             event.content = content;
         }
         Ok(event)
+    }
+}
+
+/// The tag an event gets when it was moved to the private channel for a
+/// `<private>` span.
+pub const PRIVATE_SPAN_TAG: &str = "private-span";
+
+/// Whether any string of `value` holds a `<private>` span (any case).
+fn holds_private_span(value: &Value) -> bool {
+    match value {
+        Value::String(text) => text.to_ascii_lowercase().contains("<private>"),
+        Value::Array(items) => items.iter().any(holds_private_span),
+        Value::Object(map) => map.values().any(holds_private_span),
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
     }
 }
 

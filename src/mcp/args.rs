@@ -274,6 +274,18 @@ pub struct ListTasksArgs {
     pub limit: Option<i64>,
 }
 
+/// A receiver's inbox of handoff packets.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HandoffInboxArgs {
+    /// The receiving agent (with an agent's token: yourself, the default).
+    pub to_agent: Option<String>,
+    /// `pending` (default: not accepted yet), `accepted` or `all`.
+    pub state: Option<String>,
+    /// How many, newest first (default 50, at most 1000).
+    pub limit: Option<i64>,
+}
+
 /// The views (no arguments).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

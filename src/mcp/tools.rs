@@ -14,8 +14,8 @@ use serde_json::json;
 
 use super::args::{
     BuildAcbArgs, CreateHandoffArgs, DEFAULT_ARTIFACT_BYTES, DEFAULT_DECISIONS, GetArtifactArgs,
-    ListTasksArgs, ListViewsArgs, MAX_ARTIFACT_BYTES, QueryDecisionsArgs, RecordEventArgs,
-    input_schema,
+    HandoffInboxArgs, ListTasksArgs, ListViewsArgs, MAX_ARTIFACT_BYTES, QueryDecisionsArgs,
+    RecordEventArgs, input_schema,
 };
 use crate::{
     calls::{ApiState, acb, artifacts, decisions, error::ApiError, events, handoffs, tasks},
@@ -246,6 +246,28 @@ impl MemoryTools {
         let caller = caller(&parts)?;
         match tasks::list_views(&self.state, caller).await {
             Ok(views) => answered(&json!({ "views": views })),
+            Err(err) => Ok(failed(err)),
+        }
+    }
+
+    #[tool(
+        input_schema = input_schema::<HandoffInboxArgs>(),
+        description = "Your inbox of handoff packets, newest first: work other agents passed to you (task, constraints, decision ids, required files, open questions, evidence refs), by default those you have not accepted yet. Accept a packet by recording any event that cites its handoff_id in refs (your first reply or task update). Your bundles also show your newest pending packet, whatever their session.",
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn memory_handoff_inbox(
+        &self,
+        Extension(parts): Extension<axum::http::request::Parts>,
+        Parameters(args): Parameters<HandoffInboxArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let caller = caller(&parts)?;
+        let query = handoffs::InboxQuery {
+            to_agent: args.to_agent,
+            state: args.state,
+            limit: args.limit,
+        };
+        match handoffs::inbox(&self.state, caller, &query).await {
+            Ok(packets) => answered(&json!({ "handoffs": packets })),
             Err(err) => Ok(failed(err)),
         }
     }

@@ -431,10 +431,11 @@ struct Head {
     projected_seq: i64,
     lexemes: Vec<String>,
     embedding: EmbeddingHead,
-    /// The newest handoff packet waiting for the requesting agent in its
-    /// session (the one the request names, if it names one): read with the
-    /// head, so that a bundle with none, nearly every bundle, spends no
-    /// round trip of its own on it.
+    /// The handoff packet the requesting agent's bundle shows (the one the
+    /// request names, if it names one): its newest pending packet, from any
+    /// session (its inbox), before the newest packet of the bundle's own
+    /// session. Read with the head, so that a bundle with none, nearly
+    /// every bundle, spends no round trip of its own on it.
     handoff_id: Option<String>,
     /// The seq of the session's newest event the recent window could
     /// show (0: none): a window kept that far needs nothing from the log.
@@ -458,9 +459,12 @@ async fn head(
                        LIMIT $5) AS lexemes,
                 e.embedder, ec.seq AS embedded_seq, ec.version AS embedded_version,
                 (SELECT p.handoff_id FROM projections.handoffs p
-                  WHERE p.tenant_id = h.tenant_id AND p.to_agent = $7 AND p.session_id = $8
-                    AND ($9::text IS NULL OR p.handoff_id = $9)
-                  ORDER BY p.seq DESC LIMIT 1) AS handoff_id,
+                  WHERE p.tenant_id = h.tenant_id AND p.to_agent = $7
+                    AND CASE WHEN $9::text IS NULL
+                             THEN p.session_id = $8 OR p.accepted_seq IS NULL
+                             ELSE p.handoff_id = $9 END
+                  ORDER BY p.accepted_seq IS NULL DESC, p.session_id = $8 DESC, p.seq DESC
+                  LIMIT 1) AS handoff_id,
                 (SELECT max(e.seq) FROM public.events e
                   WHERE e.tenant_id = h.tenant_id AND e.session_id = $8
                     AND e.kind IN {WINDOW_KINDS}) AS session_seq
@@ -663,7 +667,12 @@ pub async fn build_acb(
                 reader,
                 tenant,
                 session,
-                handoff.as_ref().map_or(0, |h| h.seq),
+                // The session's history from before its own packet is the
+                // sender's; a packet from another session hides nothing.
+                handoff
+                    .as_ref()
+                    .filter(|h| h.session_id == *session)
+                    .map_or(0, |h| h.seq),
                 &policy,
                 visibility,
                 (head.projected_seq, head.session_seq),

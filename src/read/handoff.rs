@@ -79,6 +79,10 @@ pub struct Packet {
     pub required_files: Vec<String>,
     pub open_questions: Vec<String>,
     pub refs: Vec<String>,
+    /// The data subject whose memory it copies (a subject's task), if any:
+    /// the packet is sealed under that subject's key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject_id: Option<String>,
 }
 
 impl Packet {
@@ -121,6 +125,12 @@ pub async fn build(
             return Ok(Err(FieldError::new(field, "must be 1-256 bytes")));
         }
     }
+    if request.to_agent == request.from_agent {
+        return Ok(Err(FieldError::new(
+            "to_agent",
+            "is the sending agent: a handoff goes to another agent",
+        )));
+    }
     for (field, items) in [
         ("constraints", &request.constraints),
         ("required_files", &request.required_files),
@@ -135,6 +145,10 @@ pub async fn build(
         }
     }
     let mut task = request.task.clone().filter(|t| !t.trim().is_empty());
+    // The data subject whose memory the packet copies (a subject's task's
+    // text): the packet is then sealed under that subject's key, so that
+    // erasing the subject erases the copy too.
+    let mut subject_id = None;
     if task.is_none()
         && let Some(task_id) = &request.task_id
     {
@@ -172,6 +186,29 @@ pub async fn build(
                         ),
                     )));
                 }
+                let subjects: Vec<String> = sqlx::query_scalar(
+                    "SELECT DISTINCT e.subject_id FROM projections.task_events te
+                       JOIN public.events e ON e.tenant_id = te.tenant_id AND e.seq = te.seq
+                      WHERE te.tenant_id = $1 AND te.task_id = $2 AND e.subject_id IS NOT NULL",
+                )
+                .bind(tenant)
+                .bind(task_id)
+                .fetch_all(pool)
+                .await?;
+                match subjects.as_slice() {
+                    [] => {}
+                    [subject] => subject_id = Some(subject.clone()),
+                    _ => {
+                        return Ok(Err(FieldError::new(
+                            "task_id",
+                            format!(
+                                "task {task_id} holds the memory of {} data subjects, and a \
+                                 packet can be erased with one only: give `task` yourself",
+                                subjects.len()
+                            ),
+                        )));
+                    }
+                }
                 Some((
                     keyring.open(tenant, &title)?.into_owned(),
                     keyring.open(tenant, &details)?.into_owned(),
@@ -202,12 +239,16 @@ pub async fn build(
                     format!("has {} items; at most {MAX_LIST} allowed", ids.len()),
                 )));
             }
-            let known: Vec<String> = sqlx::query_scalar(
-                "SELECT decision_id FROM projections.decisions
-                  WHERE tenant_id = $1 AND decision_id = ANY ($2)",
-            )
+            // Another agent's private decision is answered as a missing
+            // one: the refusal must not tell what exists.
+            let known: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT decision_id FROM projections.decisions d
+                  WHERE tenant_id = $1 AND decision_id = ANY ($2) AND {owner}",
+                owner = super::privacy::event_owner_condition("d", "seq", 3)
+            )))
             .bind(tenant)
             .bind(&ids)
+            .bind(agent)
             .fetch_all(pool)
             .await?;
             if let Some((index, id)) = ids.iter().enumerate().find(|(_, id)| !known.contains(id)) {
@@ -249,6 +290,7 @@ pub async fn build(
         required_files: request.required_files,
         open_questions: request.open_questions,
         refs: request.refs,
+        subject_id,
     }))
 }
 
@@ -258,6 +300,8 @@ pub struct Handoff {
     pub handoff_id: String,
     pub seq: i64,
     pub ts: DateTime<Utc>,
+    /// The session it was recorded in (the receiver's, as the sender chose).
+    pub session_id: String,
     pub channel: String,
     pub sensitivity: String,
     pub from_agent: String,
@@ -280,8 +324,8 @@ pub async fn by_id(
     handoff_id: &str,
 ) -> Result<Option<Handoff>, sqlx::Error> {
     let handoff: Option<Handoff> = sqlx::query_as(
-        "SELECT handoff_id, seq, ts, channel, sensitivity, from_agent, to_agent, task, task_id,
-                constraints, decision_ids, required_files, open_questions, refs
+        "SELECT handoff_id, seq, ts, session_id, channel, sensitivity, from_agent, to_agent,
+                task, task_id, constraints, decision_ids, required_files, open_questions, refs
            FROM projections.handoffs
           WHERE tenant_id = $1 AND handoff_id = $2",
     )

@@ -52,6 +52,20 @@ pub fn owner_condition(param: usize) -> String {
     )
 }
 
+/// [`owner_condition`] over the log's own rows (`events`): a handoff packet
+/// is also the business of its sender, its receiver and operators only,
+/// whatever its channel (a packet of an older version names its receiver
+/// in its content alone).
+pub fn event_row_condition(param: usize) -> String {
+    format!(
+        "(CASE WHEN kind = 'handoff'
+               THEN ${param}::text IS NULL OR actor_id = ${param} OR agent_id = ${param}
+                    OR content ->> 'to_agent' = ${param}
+               ELSE {owner} END)",
+        owner = owner_condition(param)
+    )
+}
+
 /// SQL over a read-model row `row` (a decision, a task) owned by the agent
 /// of the event at its `seq_column`: whether the agent bound as `$param`
 /// (NULL: an operator) may see it ([`Visibility::owner_allows`]).

@@ -30,7 +30,7 @@ fn said(channel: &str, text: &str) -> Value {
     })
 }
 
-async fn agent_token(app: &TestApp, tenant: &str, agent: &str) -> String {
+pub async fn agent_token(app: &TestApp, tenant: &str, agent: &str) -> String {
     tenants::issue_token(
         &app.pool,
         &TenantId::parse(tenant).unwrap(),

@@ -596,3 +596,92 @@ async fn flat_decision_and_task_bodies_refuse_unknown_fields_and_seal_a_subject(
         assert!(!dump.contains(word), "{word} in the clear");
     }
 }
+
+/// A `<private>` span never leaves the private channel: an event holding
+/// one is recorded there (tagged `private-span`), so neither team or public
+/// bundles nor a team token's log reads show it.
+#[sqlx::test]
+async fn a_private_span_never_leaves_the_private_channel(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let mut shared = message(
+        "s1",
+        "The ferret deploy is at five <private>and the gate code is 7788</private>",
+    );
+    shared["channel"] = json!("team");
+    let stored = app.append(&token, &shared).await;
+    let mut plain = message("s1", "The ferret standup moved to ten");
+    plain["channel"] = json!("team");
+    app.append(&token, &plain).await;
+    crate::helpers::wait_projected(&app.pool, "acme").await;
+    let (_, event) = app
+        .get_json(
+            &format!("/api/v1/events/{}", stored["event_id"].as_str().unwrap()),
+            &token,
+        )
+        .await;
+    assert_eq!(event["channel"], "private");
+    assert!(
+        event["tags"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("private-span")),
+        "{event}"
+    );
+    for channel in ["team", "public"] {
+        let acb = app
+            .acb(
+                &token,
+                json!({"session_id": "s1", "channel": channel, "query_text": "ferret gate code",
+                       "max_tokens": 2000, "render": true}),
+            )
+            .await;
+        let prompt = acb["prompt"].as_str().unwrap();
+        assert!(!prompt.contains("7788"), "{channel}: {prompt}");
+        if channel == "team" {
+            assert!(prompt.contains("standup moved"), "{prompt}");
+        }
+    }
+    let private = app
+        .acb(
+            &token,
+            json!({"session_id": "s2", "channel": "private", "query_text": "ferret gate code",
+                   "max_tokens": 2000}),
+        )
+        .await;
+    assert!(
+        private.to_string().contains("7788"),
+        "the private channel keeps it"
+    );
+}
+
+/// What an agent asked a tool is retrievable: a tool call is chunked (its
+/// tool and arguments, as stored: redacted at the edge like all content).
+#[sqlx::test]
+async fn tool_calls_are_chunked_with_their_arguments(_: PgPoolOptions, connect: PgConnectOptions) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let call = json!({"session_id": "s1", "channel": "private", "actor": {"type": "agent", "id": "a"},
+                      "kind": "tool_call",
+                      "content": {"tool": "db.query", "args": {"sql": "select * from platypus_orders"}}});
+    let appended = app.append(&token, &call).await;
+    assert_eq!(
+        appended["chunk_ids"].as_array().unwrap().len(),
+        1,
+        "{appended}"
+    );
+    crate::helpers::wait_projected(&app.pool, "acme").await;
+    let acb = app
+        .acb(
+            &token,
+            json!({"session_id": "s2", "query_text": "which query read the platypus orders?",
+                   "max_tokens": 2000}),
+        )
+        .await;
+    let evidence = crate::acb::texts(&acb, "retrieved_evidence").join("\n");
+    assert!(evidence.contains("platypus_orders"), "{evidence}");
+    assert!(evidence.contains("db.query"), "{evidence}");
+}

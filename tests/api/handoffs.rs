@@ -265,9 +265,9 @@ async fn a_packet_never_carries_a_task_text_further_than_the_task_could_go(
     assert_eq!(created["packet"]["task"], "Rotate the okapi credentials");
 }
 
-/// The packet a bundle receives is the newest addressed to its agent in
-/// its session, or the one the request names; another agent or another
-/// session receives none.
+/// The packet a bundle receives is the newest addressed to its agent (a
+/// pending one in any session), or the one the request names; another
+/// agent, or no agent, receives none.
 #[sqlx::test]
 async fn a_bundle_receives_the_newest_packet_for_its_agent_or_the_one_named(
     _: PgPoolOptions,
@@ -301,11 +301,197 @@ async fn a_bundle_receives_the_newest_packet_for_its_agent_or_the_one_named(
         received(json!({"session_id": "b-work", "agent_id": "b", "handoff_id": sent[0]})).await,
         json!(sent[0])
     );
+    // A pending packet reaches its receiver in any session.
+    assert_eq!(
+        received(json!({"session_id": "elsewhere", "agent_id": "b"})).await,
+        json!(sent[1])
+    );
     for body in [
         json!({"session_id": "b-work", "agent_id": "c"}),
-        json!({"session_id": "elsewhere", "agent_id": "b"}),
         json!({"session_id": "b-work"}),
     ] {
         assert_eq!(received(body.clone()).await, Value::Null, "{body}");
     }
+}
+
+/// A receiver's inbox: its pending packets newest first, whatever session
+/// they went to; its bundle shows the newest pending packet in any
+/// session; a packet is accepted by the receiver's first event citing it.
+/// Packets are the business of their sender, receiver and operators only,
+/// in the log too; a handoff to oneself, and another agent's private
+/// decision, are refused as a missing one is.
+#[sqlx::test]
+async fn a_receivers_inbox_lists_its_pending_packets_and_no_one_else_reads_them(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let operator = app.tenant("acme").await;
+    let planner = crate::agents::agent_token(&app, "acme", "planner").await;
+    let coder = crate::agents::agent_token(&app, "acme", "coder").await;
+    let bystander = crate::agents::agent_token(&app, "acme", "bystander").await;
+    let handoff = |to: &str, task: &str| json!({"from_agent": "planner", "to_agent": to, "task": task, "decision_ids": []});
+    // No session given: the packet goes to a new `handoff_<ulid>` session.
+    let (status, first) = app
+        .post_handoff(&planner, &handoff("coder", "Port the exporter to Rust"))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    let (status, second) = app
+        .post_handoff(&planner, &handoff("coder", "Write the exporter's tests"))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{second}");
+    wait_projected(&app.pool, "acme").await;
+
+    let inbox = |token: String, query: &'static str| {
+        let app = &app;
+        async move {
+            app.get_json(&format!("/api/v1/handoffs{query}"), &token)
+                .await
+        }
+    };
+    let (status, listed) = inbox(coder.clone(), "").await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    let ids: Vec<&str> = listed["handoffs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["handoff_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            second["handoff_id"].as_str().unwrap(),
+            first["handoff_id"].as_str().unwrap()
+        ],
+        "newest first"
+    );
+    assert_eq!(listed["handoffs"][0]["state"], "pending");
+    assert_eq!(listed["handoffs"][0]["task"], "Write the exporter's tests");
+    let (_, theirs) = inbox(bystander.clone(), "").await;
+    assert_eq!(theirs["handoffs"], json!([]), "not the bystander's");
+    let (status, _) = inbox(bystander.clone(), "?to_agent=coder").await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "an agent reads its own inbox only"
+    );
+    let (_, all) = inbox(operator.clone(), "?to_agent=coder").await;
+    assert_eq!(all["handoffs"].as_array().unwrap().len(), 2);
+
+    // The coder's bundle in a session of its own holds the newest pending
+    // packet, and its own session's history stays in its window.
+    app.append(
+        &coder,
+        &json!({"session_id": "coder-desk", "channel": "private",
+                "actor": {"type": "agent", "id": "coder"}, "kind": "message",
+                "content": {"text": "setting up the workspace"}}),
+    )
+    .await;
+    wait_projected(&app.pool, "acme").await;
+    let bundle = app
+        .acb(
+            &coder,
+            json!({"session_id": "coder-desk", "agent_id": "coder", "max_tokens": 2000}),
+        )
+        .await;
+    assert_eq!(
+        bundle["provenance"]["handoff_id"], second["handoff_id"],
+        "{:#?}",
+        bundle["provenance"]
+    );
+    assert!(
+        texts(&bundle, "recent_window")
+            .iter()
+            .any(|t| t.contains("setting up the workspace"))
+    );
+
+    // Citing the packet accepts it: it leaves the pending inbox, and the
+    // bundle elsewhere shows the next pending one.
+    app.append(
+        &coder,
+        &json!({"session_id": "coder-desk", "channel": "private",
+                "actor": {"type": "agent", "id": "coder"}, "kind": "message",
+                "refs": [second["handoff_id"]],
+                "content": {"text": "on it: tests first"}}),
+    )
+    .await;
+    wait_projected(&app.pool, "acme").await;
+    let (_, pending) = inbox(coder.clone(), "").await;
+    assert_eq!(pending["handoffs"].as_array().unwrap().len(), 1);
+    assert_eq!(pending["handoffs"][0]["handoff_id"], first["handoff_id"]);
+    let (_, accepted) = inbox(coder.clone(), "?state=accepted").await;
+    assert_eq!(accepted["handoffs"][0]["handoff_id"], second["handoff_id"]);
+    assert_eq!(accepted["handoffs"][0]["state"], "accepted");
+    let bundle = app
+        .acb(
+            &coder,
+            json!({"session_id": "coder-desk", "agent_id": "coder", "max_tokens": 2000}),
+        )
+        .await;
+    assert_eq!(bundle["provenance"]["handoff_id"], first["handoff_id"]);
+
+    // The log shows a packet to its sender, its receiver and operators.
+    let packets = |token: String| {
+        let app = &app;
+        async move {
+            let (_, page) = app.get_json("/api/v1/events?kind=handoff", &token).await;
+            page["events"].as_array().unwrap().len()
+        }
+    };
+    assert_eq!(packets(planner.clone()).await, 2);
+    assert_eq!(packets(coder.clone()).await, 2);
+    assert_eq!(packets(operator.clone()).await, 2);
+    assert_eq!(packets(bystander.clone()).await, 0);
+    let (status, _) = app
+        .get_json(
+            &format!("/api/v1/events/{}", first["handoff_id"].as_str().unwrap()),
+            &bystander,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // To oneself: refused. Another agent's private decision: answered as
+    // an unknown one.
+    let (status, refused) = app
+        .post_handoff(&planner, &handoff("planner", "Talk to myself"))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert_eq!(refused["error"]["field"], "to_agent");
+    let evidence = id(&app
+        .append(
+            &bystander,
+            &json!({"session_id": "b", "channel": "private",
+                "actor": {"type": "agent", "id": "bystander"}, "kind": "message",
+                "content": {"text": "the bystander's own notes"}}),
+        )
+        .await);
+    let private_decision = id(&app
+        .append(
+            &bystander,
+            &json!({"session_id": "b", "channel": "private",
+                    "actor": {"type": "agent", "id": "bystander"}, "kind": "decision",
+                    "refs": [evidence],
+                    "content": {"decision": "Bystander's private plan", "scope": "project"}}),
+        )
+        .await);
+    wait_projected(&app.pool, "acme").await;
+    let mut naming = handoff("coder", "Use the plan");
+    naming["decision_ids"] = json!([private_decision]);
+    let (status, theirs) = app.post_handoff(&planner, &naming).await;
+    naming["decision_ids"] = json!(["evt_01M00000000000000000000000"]);
+    let (unknown_status, unknown) = app.post_handoff(&planner, &naming).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{theirs}");
+    assert_eq!(unknown_status, StatusCode::BAD_REQUEST, "{unknown}");
+    assert_eq!(theirs["error"]["field"], unknown["error"]["field"]);
+    assert_eq!(
+        theirs["error"]["message"]
+            .as_str()
+            .unwrap()
+            .replace(&private_decision, "ID"),
+        unknown["error"]["message"]
+            .as_str()
+            .unwrap()
+            .replace("evt_01M00000000000000000000000", "ID"),
+        "the same answer as for a decision that does not exist"
+    );
 }

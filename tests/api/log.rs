@@ -338,3 +338,43 @@ async fn the_log_filters_by_words_and_shows_each_events_chunks(
     let (status, error) = get_json(&app, &format!("/api/v1/events/{id}/chunks"), &other).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{error}");
 }
+
+/// `before_seq` alone is the page just before it, in the order asked for,
+/// and pages on backwards.
+#[sqlx::test]
+async fn before_seq_reads_the_events_just_before_it(_: PgPoolOptions, connect: PgConnectOptions) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    for i in 1..=12 {
+        app.append(&token, &message("s1", &format!("note {i}")))
+            .await;
+    }
+    let (status, page) = get_json(&app, "/api/v1/events?before_seq=10&limit=2", &token).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(seqs(&page), [8, 9]);
+    assert_eq!(page["next_before_seq"], 8);
+    assert_eq!(page["next_after_seq"], Value::Null);
+    let (_, back) = get_json(&app, "/api/v1/events?before_seq=8&limit=2", &token).await;
+    assert_eq!(seqs(&back), [6, 7]);
+    let (_, newest_first) = get_json(
+        &app,
+        "/api/v1/events?before_seq=10&limit=2&order=desc",
+        &token,
+    )
+    .await;
+    assert_eq!(seqs(&newest_first), [9, 8]);
+    let (_, between) = get_json(
+        &app,
+        "/api/v1/events?after_seq=2&before_seq=10&limit=2",
+        &token,
+    )
+    .await;
+    assert_eq!(seqs(&between), [3, 4], "with after_seq, forward as before");
+    let (_, first) = get_json(&app, "/api/v1/events?before_seq=3&limit=5", &token).await;
+    assert_eq!(seqs(&first), [1, 2]);
+    assert_eq!(
+        first["next_before_seq"],
+        Value::Null,
+        "a short page is the last"
+    );
+}

@@ -55,15 +55,15 @@ async fn high_memory_is_sealed_in_every_table_and_bundles_and_routes_see_it_open
     );
     message["session_id"] = json!("s0");
     let said = app.append(&token, &message).await;
-    app.append(
-        &token,
-        &high(
-            "decision",
-            json!({"decision": "Keep the quetzalledger in the EU region.", "key": "ledger.region", "scope": "project",
-                   "rationale": ["quetzalledger audit"], "value": "eu-quetzalledger"}),
-        ),
-    )
-    .await;
+    // Citing its evidence: in force, so the ledger shows it (a decision
+    // without refs is rejected, and left out of the window as such).
+    let mut decision = high(
+        "decision",
+        json!({"decision": "Keep the quetzalledger in the EU region.", "key": "ledger.region", "scope": "project",
+               "rationale": ["quetzalledger audit"], "value": "eu-quetzalledger"}),
+    );
+    decision["refs"] = json!([said["event_id"]]);
+    app.append(&token, &decision).await;
     app.append(
         &token,
         &high(

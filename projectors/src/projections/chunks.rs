@@ -80,7 +80,9 @@ impl Prepared {
 impl ChunkProjector {
     /// 2: `token_est` counts the chunk as a bundle renders it.
     /// 3: `word_hashes`, the chunk's content words for dedupe.
-    const BASE_VERSION: i32 = 3;
+    /// 4: tool calls are chunked (tool and arguments), so what an agent
+    /// asked a tool is retrievable.
+    const BASE_VERSION: i32 = 4;
 
     pub fn new(tokens: TokenCounter) -> Self {
         Self {
@@ -179,6 +181,14 @@ fn retrievable(content: &Content<'_>) -> Option<(String, Option<i32>, Option<Str
                 text.push_str(details);
             }
             Some((text, None, Some(format!("task {task}"))))
+        }
+        Content::ToolCall(call) => {
+            let tool = call.tool?;
+            let text = match &call.args {
+                Some(args) if !args.is_null() => format!("{tool} {args}"),
+                _ => tool.to_owned(),
+            };
+            Some((text, None, Some(format!("tool_call {tool}"))))
         }
         Content::ViewUpdate(_) | Content::Handoff(_) | Content::Other => None,
     }

@@ -1,6 +1,8 @@
 //! `handoffs`: the packets agents hand each other (PRD A6), one row per
 //! `handoff` event. A receiving agent's bundle shows the packet instead of
-//! the sender's transcript.
+//! the sender's transcript; its inbox lists the packets it has not
+//! accepted yet (a packet is accepted by the receiver's first event that
+//! cites it).
 
 use sqlx::PgConnection;
 
@@ -19,9 +21,11 @@ pub struct HandoffProjector;
 
 impl Fold for HandoffProjector {
     const NAME: &'static str = "handoffs";
-    const VERSION: i32 = 1;
+    /// 2: packets are accepted by the receiver's first event citing them
+    /// (`accepted_seq`, `accepted_by`), so every kind is read.
+    const VERSION: i32 = 2;
     const TABLES: &'static [Table] = TABLES;
-    const KINDS: &'static [Kind] = &[Kind::Handoff];
+    const KINDS: &'static [Kind] = Kind::ALL;
 
     async fn fold<'a>(
         &'a self,
@@ -30,38 +34,75 @@ impl Fold for HandoffProjector {
         events: Vec<&'a StoredEvent>,
     ) -> Result<(), sqlx::Error> {
         for event in events {
-            let Content::Handoff(handoff) = event.shape() else {
+            if event.kind() != Some(Kind::Handoff) {
+                // Content is read only for packets: most events just cite.
+                if event.refs.iter().any(|r| r.starts_with("evt_")) {
+                    accept(tx, tenant, event).await?;
+                }
                 continue;
-            };
-            let (Some(to_agent), Some(task)) = (handoff.to_agent, handoff.task) else {
-                continue;
-            };
-            sqlx::query(
-                "INSERT INTO handoffs (tenant_id, handoff_id, seq, ts, session_id, channel,
-                                       sensitivity, from_agent, to_agent, task, task_id,
-                                       constraints, decision_ids, required_files,
-                                       open_questions, refs)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
-            )
-            .bind(tenant)
-            .bind(&event.event_id)
-            .bind(event.seq)
-            .bind(event.ts)
-            .bind(&event.session_id)
-            .bind(&event.channel)
-            .bind(&event.sensitivity)
-            .bind(&event.actor_id)
-            .bind(to_agent)
-            .bind(event.protect(task.to_owned()))
-            .bind(handoff.task_id)
-            .bind(event.protect_all(&handoff.constraints))
-            .bind(&handoff.decision_ids)
-            .bind(event.protect_all(&handoff.required_files))
-            .bind(event.protect_all(&handoff.open_questions))
-            .bind(&event.refs)
-            .execute(&mut *tx)
-            .await?;
+            }
+            if let Content::Handoff(handoff) = event.shape() {
+                let (Some(to_agent), Some(task)) = (handoff.to_agent, handoff.task) else {
+                    continue;
+                };
+                sqlx::query(
+                    "INSERT INTO handoffs (tenant_id, handoff_id, seq, ts, session_id, channel,
+                                           sensitivity, from_agent, to_agent, task, task_id,
+                                           constraints, decision_ids, required_files,
+                                           open_questions, refs)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+                )
+                .bind(tenant)
+                .bind(&event.event_id)
+                .bind(event.seq)
+                .bind(event.ts)
+                .bind(&event.session_id)
+                .bind(&event.channel)
+                .bind(&event.sensitivity)
+                .bind(&event.actor_id)
+                .bind(to_agent)
+                .bind(event.protect(task.to_owned()))
+                .bind(handoff.task_id)
+                .bind(event.protect_all(&handoff.constraints))
+                .bind(&handoff.decision_ids)
+                .bind(event.protect_all(&handoff.required_files))
+                .bind(event.protect_all(&handoff.open_questions))
+                .bind(&event.refs)
+                .execute(&mut *tx)
+                .await?;
+            }
         }
         Ok(())
     }
+}
+
+/// The packets `event` accepts: those it cites that were addressed to the
+/// agent that records it (its `agent_id`, or its actor when that is an
+/// agent) and are still pending. Only a statement for events that cite an
+/// event at all.
+async fn accept(
+    tx: &mut PgConnection,
+    tenant: &str,
+    event: &StoredEvent,
+) -> Result<(), sqlx::Error> {
+    let agent = event
+        .agent_id
+        .as_deref()
+        .or_else(|| (event.actor_type == "agent").then_some(event.actor_id.as_str()));
+    let Some(agent) = agent else {
+        return Ok(());
+    };
+    sqlx::query(
+        "UPDATE handoffs SET accepted_seq = $4, accepted_by = $5
+          WHERE tenant_id = $1 AND handoff_id = ANY ($2) AND to_agent = $3
+            AND accepted_seq IS NULL AND seq < $4",
+    )
+    .bind(tenant)
+    .bind(&event.refs)
+    .bind(agent)
+    .bind(event.seq)
+    .bind(&event.event_id)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
 }
