@@ -73,8 +73,8 @@ check() { # check NAME JQ-EXPR INPUT
 
 echo "== MCP Inspector $INSPECTOR_VERSION (node $(node --version)) against $URL"
 tools=$(inspector --method tools/list)
-check "tools/list: the seven memory tools" \
-  '[.tools[].name] | sort == ["memory_build_acb","memory_create_handoff","memory_get_artifact","memory_list_tasks","memory_list_views","memory_query_decisions","memory_record_event"]' "$tools"
+check "tools/list: the eight memory tools" \
+  '[.tools[].name] | sort == ["memory_build_acb","memory_create_handoff","memory_get_artifact","memory_handoff_inbox","memory_list_tasks","memory_list_views","memory_query_decisions","memory_record_event"]' "$tools"
 jq -r '.tools[] | "       \(.name): \(.description[0:90])…"' <<<"$tools"
 
 said=$(call memory_record_event '{"session_id":"inspector","text":"exports time out above 500 rows per page","actor":{"type":"human","id":"alice"}}')

@@ -115,6 +115,14 @@ struct Conversation {
     questions: Vec<Question>,
 }
 
+/// The text of every turn of the conversations in `dir`.
+pub(super) fn turn_texts(dir: &Path) -> anyhow::Result<Vec<String>> {
+    Ok(conversations(dir)?
+        .into_iter()
+        .flat_map(|c| c.turns.into_iter().map(|t| t.text))
+        .collect())
+}
+
 /// Reads every `*.json` of `dir`, as the kit does.
 fn conversations(dir: &Path) -> anyhow::Result<Vec<Conversation>> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)

@@ -11,6 +11,7 @@ pub(crate) mod harness;
 pub mod histories;
 mod locomo;
 mod project;
+mod redaction;
 mod scale;
 mod transfer;
 mod vectors;
@@ -186,6 +187,18 @@ pub enum BenchCommand {
         #[command(flatten)]
         embedder: EmbedderArgs,
     },
+    /// How often secret redaction fires on ordinary chat and code, by
+    /// pattern, with examples: its false positives.
+    Redaction {
+        /// A directory of LoCoMo conversation files (`*.json`).
+        #[arg(long, default_value = "../shared/bench/locomo")]
+        dir: PathBuf,
+        /// A source tree (this repository by default).
+        #[arg(long, default_value = ".")]
+        source: PathBuf,
+        #[arg(long, default_value = "bench/redaction.md")]
+        out: PathBuf,
+    },
 }
 
 /// The embedder a benchmark's daemon runs.
@@ -348,6 +361,9 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
         } => {
             let semantic = embedder.config()?;
             locomo::run(database_url, locomo::Options { dir, kit, semantic }, &out).await
+        }
+        BenchCommand::Redaction { dir, source, out } => {
+            redaction::run(redaction::Options { dir, source }, &out)
         }
     }
 }

@@ -11,6 +11,8 @@ use regex::{Regex, RegexSet};
 
 /// Built-in patterns: (name, regex). Ordered from most to least specific, so a
 /// private key block is redacted whole before the assignment rule sees it.
+/// Patterns whose matches need a second look (a checksum, a shape the
+/// regex cannot say) have a check in [`confirms`].
 const BUILTIN_PATTERNS: &[(&str, &str)] = &[
     (
         "private_key",
@@ -29,15 +31,48 @@ const BUILTIN_PATTERNS: &[(&str, &str)] = &[
         r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9\-._~+/]{8,}=*)",
     ),
     ("api_key", r"\bsk-[A-Za-z0-9_-]{16,}"),
+    // memd's own tokens: an agent that prints its environment must not
+    // hand its token to every reader of the tenant.
+    ("memd_token", r"\bmemd_[0-9a-f]{64}\b"),
+    ("stripe_key", r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"),
+    ("google_api_key", r"\bAIza[0-9A-Za-z_-]{35}"),
+    ("huggingface_token", r"\bhf_[A-Za-z0-9]{30,}"),
     ("aws_access_key", r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"),
     (
         "github_token",
         r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
     ),
     ("slack_token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
+    // 40 characters of an AWS secret access key, on their own (checked:
+    // upper and lower case letters and digits, not a hex digest).
+    (
+        "aws_secret_key",
+        r"(?:^|[^A-Za-z0-9/+=])(?P<secret>[A-Za-z0-9/+]{40})(?:$|[^A-Za-z0-9/+=])",
+    ),
+    // A payment card number, 13-19 digits in groups (checked: Luhn, and a
+    // card network's first digit).
+    ("card_number", r"\b(?P<secret>[2-6](?:[ -]?[0-9]){12,18})\b"),
+    // A US social security number, dashed (checked: no 000, 666 or 9xx
+    // area, no 00 group, no 0000 serial).
+    ("us_ssn", r"\b(?P<secret>[0-9]{3}-[0-9]{2}-[0-9]{4})\b"),
     (
         "assignment",
         r#"(?i)\b(?:password|passwd|pwd|pass|secret|client_secret|secret_key|token|access_token|refresh_token|auth_token|api[_-]?key|apikey|aws_secret_access_key|private_key)["']?\s*[:=]\s*(?P<secret>"[^"\n]*"|'[^'\n]*'|[^\s,;&"'}\]]+)"#,
+    ),
+    // Environment and config lines, the form tool output has: a name that
+    // ends in (or is) a secret's word, whatever comes before it
+    // (`DB_PASSWORD=`, `GITHUB_TOKEN=`, `OPENAI_API_KEY=`, `AccountKey=`,
+    // `credentials:`); the value goes. The name must end in the word (or
+    // a number after it: `TOKEN_2`), so `tokenizer:` and `token_est:` are
+    // not secrets' names.
+    (
+        "env_secret",
+        r#"(?i)\b[A-Za-z0-9_]*(?:password|passwd|secret|token|api[_-]?key|apikey|access[_-]?key|account[_-]?key|private[_-]?key|credentials?)(?:_?[0-9]+)?["']?\s*[:=]\s*(?P<secret>"[^"\n]*"|'[^'\n]*'|[^\s,;&"'}\]]+)"#,
+    ),
+    // A secret given as a command-line flag: `--password X`, `--token=X`.
+    (
+        "flag_secret",
+        r"(?i)(?:^|\s)--?(?:password|passwd|pass|token|secret|api-key|apikey|access-key|secret-key)(?:=|\s+)(?P<secret>[^\s-][^\s]*)",
     ),
 ];
 
@@ -61,6 +96,54 @@ pub enum RedactConfigError {
 struct Pattern {
     name: String,
     regex: Regex,
+}
+
+/// Whether a match of the built-in pattern `name` is the secret it looks
+/// like: what a regular expression cannot say.
+fn confirms(name: &str, candidate: &str) -> bool {
+    // Already redacted by an earlier pattern (`TOKEN=` is also `token=`).
+    if candidate.starts_with("[REDACTED:") {
+        return false;
+    }
+    match name {
+        "aws_secret_key" => {
+            let has = |class: fn(&char) -> bool| candidate.chars().any(|c| class(&c));
+            has(char::is_ascii_uppercase)
+                && has(char::is_ascii_lowercase)
+                && has(char::is_ascii_digit)
+        }
+        "card_number" => {
+            let digits: Vec<u32> = candidate.chars().filter_map(|c| c.to_digit(10)).collect();
+            (13..=19).contains(&digits.len())
+                && digits.iter().any(|d| *d != digits[0])
+                && luhn(&digits)
+        }
+        "us_ssn" => {
+            let (area, rest) = candidate.split_at(3);
+            let (group, serial) = (&rest[1..3], &rest[4..]);
+            area != "000"
+                && area != "666"
+                && !area.starts_with('9')
+                && group != "00"
+                && serial != "0000"
+        }
+        _ => true,
+    }
+}
+
+/// The Luhn checksum every payment card number carries.
+fn luhn(digits: &[u32]) -> bool {
+    let sum: u32 = digits
+        .iter()
+        .rev()
+        .enumerate()
+        .map(|(index, digit)| match (index % 2, digit * 2) {
+            (1, doubled) if doubled > 9 => doubled - 9,
+            (1, doubled) => doubled,
+            _ => *digit,
+        })
+        .sum();
+    sum.is_multiple_of(10)
 }
 
 /// The compiled patterns. Cheap to share behind an `Arc`.
@@ -134,6 +217,11 @@ impl Redactor {
         Ok(Self::with_extra(extra))
     }
 
+    /// The names of its patterns, built-in first.
+    pub fn pattern_names(&self) -> impl Iterator<Item = &str> {
+        self.patterns.iter().map(|p| p.name.as_str())
+    }
+
     /// The text with every secret replaced; `None` when nothing matched, so
     /// callers keep the original without copying it.
     pub fn redact(&self, text: &str) -> Option<String> {
@@ -142,11 +230,15 @@ impl Redactor {
             return None;
         }
         let mut current = text.to_string();
+        let mut changed = false;
         for index in matched.iter() {
             let pattern = &self.patterns[index];
-            current = replace_secrets(&pattern.regex, &pattern.name, &current);
+            if let Some(replaced) = replace_secrets(&pattern.regex, &pattern.name, &current) {
+                current = replaced;
+                changed = true;
+            }
         }
-        Some(current)
+        changed.then_some(current)
     }
 
     /// Redacts in place; returns whether anything changed.
@@ -184,22 +276,27 @@ impl Redactor {
     }
 }
 
-fn replace_secrets(regex: &Regex, name: &str, text: &str) -> String {
+/// `text` with each confirmed match of `regex` replaced; `None` when no
+/// match was a secret.
+fn replace_secrets(regex: &Regex, name: &str, text: &str) -> Option<String> {
     let marker = format!("[REDACTED:{name}]");
     let mut out = String::with_capacity(text.len());
     let mut last = 0;
     for caps in regex.captures_iter(text) {
         let whole = caps.get(0).expect("group 0 always exists");
         let target = caps.name("secret").unwrap_or(whole);
-        if target.start() < last {
+        if target.start() < last || !confirms(name, target.as_str()) {
             continue;
         }
         out.push_str(&text[last..target.start()]);
         out.push_str(&marker);
         last = target.end();
     }
+    if last == 0 {
+        return None;
+    }
     out.push_str(&text[last..]);
-    out
+    Some(out)
 }
 
 #[cfg(test)]
@@ -240,6 +337,76 @@ mod tests {
             let out = redacted(text);
             assert!(!out.contains(secret), "{text:?} became {out:?}");
             assert!(out.contains("[REDACTED:"), "{out:?}");
+        }
+    }
+
+    #[test]
+    fn secrets_in_env_form_and_other_vendors_tokens_are_caught() {
+        let memd = format!("memd_{}", "ab12".repeat(16));
+        let cases = [
+            ("DB_PASSWORD=hunter2hunter2", "hunter2hunter2"),
+            (
+                "GITHUB_TOKEN=gho_notatokenbutsecret",
+                "gho_notatokenbutsecret",
+            ),
+            ("OPENAI_API_KEY=abcdef123456", "abcdef123456"),
+            ("AWS_SECRET=wobblewobble", "wobblewobble"),
+            ("PGPASSWORD=correcthorse", "correcthorse"),
+            ("export MEMD_TOKEN=plainvalue", "plainvalue"),
+            ("access_key=AK123XYZ", "AK123XYZ"),
+            ("psql --password s3cretpass", "s3cretpass"),
+            ("run --token=abc123def", "abc123def"),
+            (
+                "DefaultEndpointsProtocol=https;AccountName=x;AccountKey=Zm9vYmFyYmF6cXV4==;",
+                "Zm9vYmFyYmF6cXV4",
+            ),
+            ("credentials: swordfish42", "swordfish42"),
+            (
+                "sk_live_4eC39HqLyjWDarjtT1zdp7dc",
+                "4eC39HqLyjWDarjtT1zdp7dc",
+            ),
+            (
+                "rk_test_4eC39HqLyjWDarjtT1zdp7dc",
+                "4eC39HqLyjWDarjtT1zdp7dc",
+            ),
+            (
+                "key AIzaSyA-1234567890abcdefghijklmnopqrstu",
+                "AIzaSyA-123456",
+            ),
+            ("hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", "hf_AbCdEf"),
+            (
+                "aws wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY here",
+                "wJalrXUtnFEMI",
+            ),
+            ("card 4111 1111 1111 1111 exp 12/29", "4111 1111 1111 1111"),
+            ("card 5500-0000-0000-0004", "5500-0000-0000-0004"),
+            ("ssn 123-45-6789 on file", "123-45-6789"),
+            (&format!("token printed: {memd}"), memd.as_str()),
+        ];
+        for (text, secret) in cases {
+            let out = redacted(text);
+            assert!(!out.contains(secret), "{text:?} became {out:?}");
+            assert!(out.contains("[REDACTED:"), "{out:?}");
+            assert!(!out.contains("]]"), "redacted twice: {out:?}");
+        }
+    }
+
+    #[test]
+    fn look_alikes_that_fail_their_check_are_left_alone() {
+        for text in [
+            // Luhn fails; a timestamp in ms; a git object id (hex, no caps).
+            "order 4111 1111 1111 1112",
+            "at 1733456789012 ms",
+            "commit 3f786850e387550fdab836ed7e6dc881de23001b",
+            // Not an SSN: area 000, 666 and 9xx.
+            "ref 000-12-3456, 666-12-3456, 912-12-3456",
+            // Words near a secret's name, no value assigned.
+            "max_tokens: 2000",
+            r#"{"token_est": 412, "token_used_est": 980}"#,
+            "the tokenizer: byte pair",
+            "we passed the secret santa list around",
+        ] {
+            assert_eq!(Redactor::default().redact(text), None, "{text}");
         }
     }
 

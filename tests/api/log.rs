@@ -322,7 +322,7 @@ async fn the_log_filters_by_words_and_shows_each_events_chunks(
         );
     }
 
-    // The chunks each event produced; none for a tool call.
+    // The chunks each event produced; a tool call's are its tool and arguments.
     let id = ids[0].as_str().unwrap();
     let (status, chunks) = get_json(&app, &format!("/api/v1/events/{id}/chunks"), &token).await;
     assert_eq!(status, StatusCode::OK, "{chunks}");
@@ -333,7 +333,8 @@ async fn the_log_filters_by_words_and_shows_each_events_chunks(
     let call = page["events"][0]["event_id"].as_str().unwrap().to_owned();
     let (status, chunks) = get_json(&app, &format!("/api/v1/events/{call}/chunks"), &token).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(chunks["chunks"], json!([]));
+    assert_eq!(chunks["chunks"].as_array().unwrap().len(), 1, "{chunks}");
+    assert_eq!(chunks["chunks"][0]["source"], "tool_call fs.read_file");
     // Another tenant's event is missing, not empty.
     let (status, error) = get_json(&app, &format!("/api/v1/events/{id}/chunks"), &other).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{error}");

@@ -89,6 +89,7 @@ async fn the_tools_are_listed_with_schemas_a_model_can_act_on(
             "memory_build_acb",
             "memory_create_handoff",
             "memory_get_artifact",
+            "memory_handoff_inbox",
             "memory_list_tasks",
             "memory_list_views",
             "memory_query_decisions",

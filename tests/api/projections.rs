@@ -40,9 +40,14 @@ async fn messages_become_searchable_chunks_with_exact_token_counts(
     let token = app.tenant("acme").await;
     let text = "The billing service stores invoices in PostgreSQL.";
     let sent = app.append(&token, &message("s1", text)).await;
+    // Not a retrieval unit: a summary without text.
     app.append(
         &token,
-        &event("tool_call", json!({"tool": "ls", "args": {}}), &[]),
+        &event(
+            "view_update",
+            json!({"view": "rules", "text": "Be brief."}),
+            &[],
+        ),
     )
     .await;
     wait_projected(&app.pool, "acme").await;
@@ -77,7 +82,7 @@ async fn messages_become_searchable_chunks_with_exact_token_counts(
     assert_eq!(
         app.count("SELECT count(*) FROM projections.chunks").await,
         1,
-        "a tool call is not a retrieval unit"
+        "a view is not a retrieval unit"
     );
 }
 

@@ -30,6 +30,32 @@ const SECRETS: &[(&str, &str)] = &[
         "TESTSECRET08",
     ),
     ("ghp_TESTSECRET09abcdefghijklmnopqrstuvwxyz", "TESTSECRET09"),
+    // Environment lines, flags, connection strings and other vendors'
+    // tokens, as tool output prints them.
+    ("DB_PASSWORD=TESTSECRET11pw", "TESTSECRET11"),
+    ("GITHUB_TOKEN=TESTSECRET12tok", "TESTSECRET12"),
+    ("OPENAI_API_KEY=TESTSECRET13key", "TESTSECRET13"),
+    ("PGPASSWORD=TESTSECRET14", "TESTSECRET14"),
+    ("psql --password TESTSECRET15", "TESTSECRET15"),
+    (
+        "AccountName=x;AccountKey=TESTSECRET16abc==;",
+        "TESTSECRET16",
+    ),
+    ("credentials: TESTSECRET17", "TESTSECRET17"),
+    ("sk_live_TESTSECRET18abcdefghijkl", "TESTSECRET18"),
+    ("AIzaTESTSECRET19abcdefghijklmnopqrstuvw", "TESTSECRET19"),
+    ("hf_TESTSECRET20abcdefghijklmnopqrstuvwxyz", "TESTSECRET20"),
+    (
+        "aws wJalrXUtnFEMI/K7MDENG/TESTSECRET21EXAMPL",
+        "TESTSECRET21",
+    ),
+    // A card number (Luhn) and an SSN: their digits are their marker.
+    ("card 4111 1111 1111 1111", "4111 1111 1111 1111"),
+    ("ssn 078-05-1120", "078-05-1120"),
+    (
+        "MEMD_TOKEN memd_7e57000000000000000000000000000000000000000000000000000000000022",
+        "7e5700000000000000000000000000000000000000000000000000000000",
+    ),
 ];
 
 /// Text that matches no pattern, sent with `sensitivity: "secret"`.
