@@ -802,7 +802,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 std::fs::create_dir_all(dir)
                     .with_context(|| format!("creating {}", dir.display()))?;
             }
-            for checkpoint in &taken {
+            for checkpoint in &taken.signed {
                 let written = match &out {
                     Some(dir) => {
                         let path =
@@ -818,8 +818,17 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     checkpoint.tenant, checkpoint.seq, checkpoint.head_hash
                 );
             }
-            if taken.is_empty() {
+            for refused in &taken.refused {
+                println!(
+                    "REFUSED tenant={} (newest checkpoint seq={}): {}",
+                    refused.tenant, refused.checkpoint_seq, refused.reason
+                );
+            }
+            if taken.signed.is_empty() && taken.refused.is_empty() {
                 println!("no tenant with events to checkpoint");
+            }
+            if !taken.refused.is_empty() {
+                return Ok(ExitCode::FAILURE);
             }
         }
         Command::Verify {

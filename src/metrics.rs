@@ -113,6 +113,10 @@ pub struct Metrics {
     candidate_pool: Histogram,
     bundle_cache: Family<Labels, Counter>,
     rate_limited: Family<Labels, Counter>,
+    checkpoints_refused: Family<Labels, Counter>,
+    /// Tenants whose head the signer refused, and why: what `/readyz`
+    /// reports until a checkpoint of theirs is signed again.
+    refused_logs: std::sync::Mutex<std::collections::BTreeMap<String, String>>,
     /// Given to the token cache, which counts what notifications dropped.
     pub token_invalidations: Counter,
     // Read at each scrape.
@@ -153,6 +157,8 @@ impl Metrics {
             candidate_pool: Histogram::new(exponential_buckets(16.0, 2.0, 8)),
             bundle_cache: Family::default(),
             rate_limited: Family::default(),
+            checkpoints_refused: Family::default(),
+            refused_logs: std::sync::Mutex::default(),
             token_invalidations: Counter::default(),
             projection_lag_events: Family::default(),
             projection_lag_seconds: Family::default(),
@@ -170,6 +176,11 @@ impl Metrics {
         };
         metrics.pool_max.set(i64::from(pool_max));
         let r = &mut registry;
+        r.register(
+            "checkpoints_refused",
+            "Heads the checkpoint signer refused to sign: the log no longer extends the newest signed checkpoint (a rewritten log)",
+            metrics.checkpoints_refused.clone(),
+        );
         r.register(
             "append_requests",
             "Append requests (one event or a batch) by outcome",
@@ -365,6 +376,32 @@ impl Metrics {
         if let Some(lag) = lag {
             self.standby_lag_seconds.set(lag.as_secs_f64());
         }
+    }
+
+    /// The signer refused `tenant`'s head (`reason`).
+    pub fn checkpoint_refused(&self, tenant: &str, reason: &str) {
+        // Always by tenant: an alarm must say whose log it is.
+        self.checkpoints_refused
+            .get_or_create(&vec![("tenant", tenant.to_owned())])
+            .inc();
+        self.refused_logs
+            .lock()
+            .expect("refused logs lock")
+            .insert(tenant.to_owned(), reason.to_owned());
+    }
+
+    /// A checkpoint of `tenant` was signed: no alarm stands for it.
+    pub fn checkpoint_signed(&self, tenant: &str) {
+        self.refused_logs
+            .lock()
+            .expect("refused logs lock")
+            .remove(tenant);
+    }
+
+    /// The tenants whose heads the signer refuses, and why.
+    pub fn refused_logs(&self) -> Vec<(String, String)> {
+        let logs = self.refused_logs.lock().expect("refused logs lock");
+        logs.iter().map(|(t, r)| (t.clone(), r.clone())).collect()
     }
 
     /// A request refused by the tenant's rate limits.

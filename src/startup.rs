@@ -180,6 +180,8 @@ pub struct Daemon {
     reader: Arc<Reader>,
     tokens: Arc<TokenCache>,
     checkpoint_interval: Duration,
+    /// Where the checkpoint signer raises its alarms.
+    counters: Arc<Metrics>,
 }
 
 impl Daemon {
@@ -241,7 +243,7 @@ impl Daemon {
             tokens: tokens.clone(),
             limiter: Arc::new(RateLimiter::new(config.rate_limits)),
             max_clock_skew: config.max_clock_skew,
-            metrics,
+            metrics: metrics.clone(),
         };
         Ok(Self {
             listener,
@@ -264,6 +266,7 @@ impl Daemon {
             reader,
             tokens,
             checkpoint_interval: config.checkpoint_interval,
+            counters: metrics,
         })
     }
 
@@ -318,6 +321,7 @@ impl Daemon {
                     self.pool.clone(),
                     self.reader.keyring.clone(),
                     self.checkpoint_interval,
+                    self.counters.clone(),
                     stop_listening.subscribe(),
                 ))
             });
@@ -367,11 +371,14 @@ fn scraped_projectors(encoding: Encoding, semantic: &Semantic) -> Vec<(String, i
 
 /// Signs every tenant's head every `interval` until `stopped` (a head
 /// already signed is not signed again). Several daemons may do it: one
-/// signature per head is kept.
+/// signature per head is kept. A head the log no longer proves to extend
+/// the newest checkpoint is not signed: the refusal is counted in the
+/// metrics and shown by `/readyz` until that tenant is signed again.
 async fn take_checkpoints(
     pool: PgPool,
     keyring: Keyring,
     interval: Duration,
+    alarms: Arc<Metrics>,
     mut stopped: watch::Receiver<bool>,
 ) {
     loop {
@@ -379,8 +386,18 @@ async fn take_checkpoints(
             _ = stopped.changed() => return,
             () = tokio::time::sleep(interval) => {}
         }
-        if let Err(err) = checkpoint::take(&pool, &keyring, None).await {
-            tracing::warn!(error = %err, "taking checkpoints failed; trying again later");
+        match checkpoint::take(&pool, &keyring, None).await {
+            Ok(taken) => {
+                for signed in &taken.signed {
+                    alarms.checkpoint_signed(&signed.tenant);
+                }
+                for refused in &taken.refused {
+                    alarms.checkpoint_refused(&refused.tenant, &refused.reason);
+                }
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "taking checkpoints failed; trying again later");
+            }
         }
     }
 }

@@ -11,7 +11,10 @@ use axum::{
 
 use super::{ApiState, error::ApiError};
 use crate::calls::authenticate;
-use crate::{domain::FieldError, tenants::Caller};
+use crate::{
+    domain::{FieldError, strict_json},
+    tenants::Caller,
+};
 
 /// A JSON body, parsed with errors that name the `body` field. The size limit
 /// is the router's `DefaultBodyLimit`; over it the answer is 413. Its bytes
@@ -67,11 +70,10 @@ async fn body_bytes(req: Request, state: &ApiState) -> Result<Bytes, ApiError> {
 
 /// Every request body of the API is a JSON object. (serde would read a
 /// struct from an array of its fields in order, so `[]` must be refused
-/// here, not left to each handler.)
+/// here, not left to each handler.) A key twice in one object, or an
+/// integer past 64 bits, is refused ([`strict_json`]).
 fn parse(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
-    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|err| {
-        ApiError::invalid(FieldError::new("body", format!("is not valid JSON: {err}")))
-    })?;
+    let value = strict_json::parse(bytes).map_err(ApiError::invalid)?;
     if !value.is_object() {
         return Err(ApiError::invalid(FieldError::new(
             "body",

@@ -21,6 +21,12 @@ pub struct Health {
     /// readyz: whether high and secret memory is sealed at rest.
     #[serde(skip_serializing_if = "Option::is_none")]
     encryption_at_rest: Option<EncryptionStatus>,
+    /// readyz: tenants whose log the checkpoint signer refused to sign
+    /// (it no longer extends their newest signed checkpoint: a rewritten
+    /// log), with the reason. The daemon still serves; an operator must
+    /// look (`memd verify --checkpoint` with the checkpoints kept).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refused_checkpoints: Option<std::collections::BTreeMap<String, String>>,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -63,7 +69,14 @@ pub async fn healthz() -> Json<Health> {
         reason: None,
         semantic: None,
         encryption_at_rest: None,
+        refused_checkpoints: None,
     })
+}
+
+/// The tenants the signer refused, when any.
+fn refused(state: &ApiState) -> Option<std::collections::BTreeMap<String, String>> {
+    let refused = state.metrics.refused_logs();
+    (!refused.is_empty()).then(|| refused.into_iter().collect())
 }
 
 /// Readiness
@@ -90,6 +103,7 @@ pub async fn readyz(State(state): State<ApiState>) -> (StatusCode, Json<Health>)
                 reason: None,
                 semantic: Some(state.reader.semantic.status()),
                 encryption_at_rest: Some(EncryptionStatus::of(&state)),
+                refused_checkpoints: refused(&state),
             }),
         ),
         Err(err) => {
@@ -101,6 +115,7 @@ pub async fn readyz(State(state): State<ApiState>) -> (StatusCode, Json<Health>)
                     reason: Some("database unreachable"),
                     semantic: Some(state.reader.semantic.status()),
                     encryption_at_rest: Some(EncryptionStatus::of(&state)),
+                    refused_checkpoints: refused(&state),
                 }),
             )
         }

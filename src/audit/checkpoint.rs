@@ -104,13 +104,34 @@ pub enum CheckpointError {
     Tree(#[from] super::tree::ProofError),
 }
 
+/// What [`take`] did: the checkpoints it signed (or found signed), and the
+/// tenants whose log it refused to sign.
+#[derive(Debug, Default)]
+pub struct Taken {
+    pub signed: Vec<Checkpoint>,
+    pub refused: Vec<Refusal>,
+}
+
+/// A head not signed: the log no longer extends the tenant's newest
+/// checkpoint, so signing it would vouch for a rewritten history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub tenant: String,
+    /// The checkpoint the log should extend.
+    pub checkpoint_seq: i64,
+    pub reason: String,
+}
+
 /// Signs the current head of `tenant` (or of every tenant with events) and
 /// stores it; a head already checkpointed is returned as it was signed.
+/// A head is signed only if the log still extends the tenant's newest
+/// stored checkpoint ([`extends`]): otherwise it is refused (logged as an
+/// error; the caller raises its alarms).
 pub async fn take(
     pool: &PgPool,
     keyring: &Keyring,
     tenant: Option<&TenantId>,
-) -> Result<Vec<Checkpoint>, CheckpointError> {
+) -> Result<Taken, CheckpointError> {
     let public_key = keyring.public_key().ok_or(CheckpointError::NoKey)?;
     let heads: Vec<(String, i64, Vec<u8>)> = sqlx::query_as(
         "SELECT tenant_id, seq, hash FROM tenant_heads
@@ -120,12 +141,23 @@ pub async fn take(
     .bind(tenant.map(TenantId::as_str))
     .fetch_all(pool)
     .await?;
-    let mut taken = Vec::with_capacity(heads.len());
+    let mut taken = Taken::default();
     for (tenant, seq, hash) in heads {
         // PostgreSQL keeps microseconds: sign exactly what is stored.
         let signed_at = Utc::now().trunc_subsecs(6);
         let head_hash = hex::encode(&hash);
         let tree_root = super::tree::root(pool, &tenant, seq as u64).await?;
+        if let Some(refusal) = extends(pool, &tenant, seq, &hash, &tree_root).await? {
+            tracing::error!(
+                tenant = %refusal.tenant,
+                checkpoint_seq = refusal.checkpoint_seq,
+                reason = %refusal.reason,
+                "REFUSED to sign a checkpoint: the log no longer extends the newest signed one \
+                 (a rewritten log?); run `memd verify --checkpoint` with the copies you keep"
+            );
+            taken.refused.push(refusal);
+            continue;
+        }
         let signature = keyring
             .sign(
                 statement(
@@ -158,9 +190,94 @@ pub async fn take(
         .bind(tree_root.as_slice())
         .fetch_one(pool)
         .await?;
-        taken.push(from_row(&row)?);
+        taken.signed.push(from_row(&row)?);
     }
     Ok(taken)
+}
+
+/// Why the log of `tenant`, whose head is `seq` with `hash` and tree
+/// `tree_root`, does not extend its newest stored checkpoint, if it does
+/// not: the event at the checkpoint's seq no longer has the hash it signed,
+/// the chain since it does not hold (links, hashes recomputed from the
+/// rows), or the tree of the head is not proven to extend the tree it
+/// signed (RFC 9162's consistency proof). The cost is the events since the
+/// last checkpoint, not the whole log.
+async fn extends(
+    pool: &PgPool,
+    tenant: &str,
+    seq: i64,
+    hash: &[u8],
+    tree_root: &merkle::Hash,
+) -> Result<Option<Refusal>, CheckpointError> {
+    let Some(newest) = latest(pool, tenant).await? else {
+        return Ok(None);
+    };
+    let refuse = |reason: String| {
+        Ok(Some(Refusal {
+            tenant: tenant.to_owned(),
+            checkpoint_seq: newest.seq,
+            reason,
+        }))
+    };
+    if newest.seq > seq {
+        return refuse(format!(
+            "the log's head is seq {seq}, but a checkpoint signed seq {}: the log was cut",
+            newest.seq
+        ));
+    }
+    let stored: Option<Vec<u8>> =
+        sqlx::query_scalar("SELECT hash FROM events WHERE tenant_id = $1 AND seq = $2")
+            .bind(tenant)
+            .bind(newest.seq)
+            .fetch_optional(pool)
+            .await?;
+    let signed_hash: [u8; 32] = match hex::decode(&newest.head_hash)
+        .ok()
+        .and_then(|h| h.try_into().ok())
+    {
+        Some(hash) => hash,
+        None => return refuse("the newest checkpoint's head hash is not 32 bytes".to_owned()),
+    };
+    match stored {
+        Some(stored) if stored == signed_hash => {}
+        Some(stored) => {
+            return refuse(format!(
+                "event {} now has hash {}, the checkpoint signed {}",
+                newest.seq,
+                hex::encode(stored),
+                newest.head_hash
+            ));
+        }
+        None => return refuse(format!("event {} is gone", newest.seq)),
+    }
+    if newest.seq == seq {
+        return Ok((hash != signed_hash.as_slice()).then(|| Refusal {
+            tenant: tenant.to_owned(),
+            checkpoint_seq: newest.seq,
+            reason: "the head row's hash is not the signed event's".to_owned(),
+        }));
+    }
+    let walked = super::verify_from(pool, tenant, newest.seq, signed_hash).await?;
+    if let Some(broken) = walked.broken {
+        return refuse(format!(
+            "the chain since it does not hold at seq {}: {}",
+            broken.seq, broken.reason
+        ));
+    }
+    if let Some(signed_root) = &newest.tree_root {
+        let proof = super::tree::consistency(pool, tenant, newest.seq as u64, seq as u64).await?;
+        if !proof.first_root.eq_ignore_ascii_case(signed_root)
+            || proof.second_root != hex::encode(tree_root)
+            || !proof.holds()
+        {
+            return refuse(format!(
+                "the tree of {seq} events is not proven to extend the tree of {} the checkpoint \
+                 signed (root {signed_root}; the log's tree there is {})",
+                newest.seq, proof.first_root
+            ));
+        }
+    }
+    Ok(None)
 }
 
 /// The newest checkpoint of `tenant`, if any.

@@ -5,4 +5,4 @@ pub mod checkpoint;
 pub mod tree;
 mod verify;
 
-pub use verify::{ChainBreak, ChainReport, verify_chains};
+pub use verify::{ChainBreak, ChainReport, verify_chains, verify_from};

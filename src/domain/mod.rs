@@ -6,6 +6,7 @@ pub mod hash_chain;
 pub mod jsonb_text;
 pub mod limits;
 pub mod redact;
+pub mod strict_json;
 pub mod tenant;
 pub mod tool_result;
 

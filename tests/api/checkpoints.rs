@@ -112,7 +112,7 @@ async fn checkpoint_now(pool: &sqlx::PgPool, tenant: &str) -> Value {
     let taken = checkpoint::take(pool, &test_keyring(), Some(&tenant))
         .await
         .unwrap();
-    serde_json::to_value(&taken[0]).unwrap()
+    serde_json::to_value(&taken.signed[0]).unwrap()
 }
 
 #[sqlx::test]
@@ -216,4 +216,101 @@ async fn the_verify_job_checks_pasted_checkpoints_and_catches_a_rehashed_rewrite
         assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
         assert_eq!(answer["error"]["field"], field, "{answer}");
     }
+}
+
+/// A superuser rewrites the log and rehashes the chain consistently: the
+/// chain alone passes, but nothing new is signed with the real key. The
+/// daemon's signer and `memd checkpoint` both refuse (the log no longer
+/// extends the newest signed checkpoint), the metrics count it and
+/// `/readyz` names the tenant.
+#[sqlx::test]
+async fn a_rewritten_and_rehashed_log_is_never_signed(_: PgPoolOptions, connect: PgConnectOptions) {
+    let app = crate::helpers::spawn_daemon_with(
+        connect,
+        memd::startup::ServeConfig {
+            keyring: test_keyring(),
+            checkpoint_interval: std::time::Duration::from_millis(100),
+            metrics_listen: Some("127.0.0.1:0".into()),
+            ..memd::startup::ServeConfig::default()
+        },
+    )
+    .await;
+    let token = app.tenant("acme").await;
+    for i in 1..=10 {
+        app.append(&token, &message("s1", &format!("we agreed on plan {i}")))
+            .await;
+    }
+    let signed = |seq: i64| {
+        let pool = app.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM checkpoints WHERE tenant_id = 'acme' AND seq >= $1",
+            )
+            .bind(seq)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while signed(10).await == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the signer never signed seq 10"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    rewrite_and_rehash(&app.pool, "acme", 3, "we agreed on nothing").await;
+    app.append(&token, &message("s1", "and then more happened"))
+        .await;
+    let chain = memd::audit::verify_chains(&app.pool, None).await.unwrap();
+    assert!(
+        chain.iter().all(|r| r.broken.is_none()),
+        "the chain alone passes"
+    );
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let ready = app.readyz().await;
+        if ready["refused_checkpoints"]["acme"].is_string() {
+            assert!(
+                ready["refused_checkpoints"]["acme"]
+                    .as_str()
+                    .unwrap()
+                    .contains("now has hash"),
+                "{ready}"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no refusal in /readyz: {ready}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let scraped = app
+        .client
+        .get(format!("{}/metrics", app.metrics_url.as_ref().unwrap()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        scraped.contains("memd_checkpoints_refused_total{tenant=\"acme\"}"),
+        "{scraped}"
+    );
+    let (code, out, err) = memd_cli(
+        &app.database_url().await,
+        &["checkpoint", "--tenant", "acme"],
+    )
+    .await;
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("REFUSED tenant=acme (newest checkpoint seq=10)"),
+        "{out}"
+    );
+    assert_eq!(signed(11).await, 0, "nothing past the rewrite was signed");
 }

@@ -387,7 +387,8 @@ async fn the_verify_page_proves_the_chain_and_names_the_first_rewritten_event(
     let acme = TenantId::parse("acme").unwrap();
     let kept = checkpoint::take(&app.pool, &test_keyring(), Some(&acme))
         .await
-        .unwrap();
+        .unwrap()
+        .signed;
     let browser = Browser::start().await;
     browser
         .open(&format!("{}/console#/verify", app.base_url))

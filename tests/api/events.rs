@@ -685,3 +685,67 @@ async fn tool_calls_are_chunked_with_their_arguments(_: PgPoolOptions, connect: 
     assert!(evidence.contains("platypus_orders"), "{evidence}");
     assert!(evidence.contains("db.query"), "{evidence}");
 }
+
+/// A body that says a field twice, or an integer memd would have to round,
+/// is refused by name: nothing is stored under a guess.
+#[sqlx::test]
+async fn duplicate_keys_and_integers_past_64_bits_are_refused(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let send = |raw: &'static str| {
+        let app = &app;
+        let token = &token;
+        async move {
+            let response = app
+                .client
+                .post(format!("{}/api/v1/events", app.base_url))
+                .bearer_auth(token)
+                .header("content-type", "application/json")
+                .body(raw)
+                .send()
+                .await
+                .unwrap();
+            let status = response.status();
+            (status, response.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, refused) = send(
+        r#"{"session_id": "s1", "channel": "private", "actor": {"type": "human", "id": "u"},
+            "kind": "message", "content": {"text": "the vault code"},
+            "sensitivity": "high", "sensitivity": "none"}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert_eq!(refused["error"]["field"], "sensitivity");
+    let (status, refused) = send(
+        r#"{"events": [{"session_id": "s1", "channel": "private", "actor": {"type": "human", "id": "u"},
+            "kind": "message", "content": {"text": "a", "text": "b"}}]}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert_eq!(refused["error"]["field"], "events[0].content.text");
+    let (status, refused) = send(
+        r#"{"session_id": "s1", "channel": "private", "actor": {"type": "human", "id": "u"},
+            "kind": "message", "content": {"text": "order", "order_id": 123456789012345678901234567890}}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("123456789012345678901234567890"),
+        "{refused}"
+    );
+    assert_eq!(app.count("SELECT count(*) FROM events").await, 0);
+    // The same numbers as floats, or in 64 bits, are fine.
+    let (status, stored) = send(
+        r#"{"session_id": "s1", "channel": "private", "actor": {"type": "human", "id": "u"},
+            "kind": "message", "content": {"text": "order", "big": 1.5e29, "id": 18446744073709551615}}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{stored}");
+}
