@@ -33,6 +33,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod read;
 pub mod scenario;
+pub mod serve;
 pub mod startup;
 pub mod telemetry;
 pub mod tenants;

@@ -161,6 +161,22 @@ enum Command {
         /// daemon's time. Past times are always accepted (imports).
         #[arg(long, env = "MEMD_MAX_CLOCK_SKEW_SECS", default_value_t = limits::DEFAULT_MAX_CLOCK_SKEW.as_secs())]
         max_clock_skew_secs: u64,
+        /// Seconds a connection may take to send a request's headers, from
+        /// when it waits for one (a new connection, or a kept-alive one
+        /// between requests): slow and idle clients are closed after it.
+        #[arg(long, env = "MEMD_HEADER_READ_TIMEOUT_SECS", default_value_t = 10)]
+        header_read_timeout_secs: u64,
+        /// Seconds a request's body may take after its headers (then 408).
+        #[arg(long, env = "MEMD_BODY_READ_TIMEOUT_SECS", default_value_t = 30)]
+        body_read_timeout_secs: u64,
+        /// Connections served at once; more wait in the kernel's backlog.
+        /// Default: the open-file limit (ulimit -n) less 128, 16 to 4,096.
+        #[arg(long, env = "MEMD_MAX_CONNECTIONS")]
+        max_connections: Option<usize>,
+        /// Seconds a stop (SIGTERM) waits for requests in flight before it
+        /// closes their connections.
+        #[arg(long, env = "MEMD_SHUTDOWN_DEADLINE_SECS", default_value_t = 30)]
+        shutdown_deadline_secs: u64,
         /// Serve `GET /metrics` (Prometheus) on this address, a listener of
         /// its own: the figures span every tenant, so no tenant token may
         /// read them. Bind it to localhost or a private interface. Off
@@ -666,6 +682,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             rate_limit_bytes,
             checkpoint_interval_secs,
             max_clock_skew_secs,
+            header_read_timeout_secs,
+            body_read_timeout_secs,
+            max_connections,
+            shutdown_deadline_secs,
             metrics_listen,
             metrics_tenant_labels,
             read_database_url,
@@ -708,6 +728,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 keyring: keyring.clone(),
                 checkpoint_interval: Duration::from_secs(checkpoint_interval_secs),
                 max_clock_skew: Duration::from_secs(max_clock_skew_secs),
+                http: memd::serve::HttpLimits {
+                    header_read_timeout: Duration::from_secs(header_read_timeout_secs.max(1)),
+                    body_read_timeout: Duration::from_secs(body_read_timeout_secs.max(1)),
+                    max_connections: max_connections
+                        .unwrap_or_else(memd::serve::default_max_connections),
+                    shutdown_deadline: Duration::from_secs(shutdown_deadline_secs),
+                },
                 metrics_listen,
                 metrics_tenant_labels,
                 read_replica: read_database_url

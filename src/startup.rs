@@ -77,6 +77,8 @@ pub struct ServeConfig {
     /// How far ahead of this daemon's clock an event's `ts` may be (a
     /// client's clock skew); further is refused.
     pub max_clock_skew: Duration,
+    /// Timeouts and the connection cap for HTTP clients.
+    pub http: crate::serve::HttpLimits,
 }
 
 /// How the projector runtime runs.
@@ -162,6 +164,7 @@ impl Default for ServeConfig {
             metrics_tenant_labels: false,
             read_replica: None,
             max_clock_skew: limits::DEFAULT_MAX_CLOCK_SKEW,
+            http: crate::serve::HttpLimits::default(),
         }
     }
 }
@@ -182,6 +185,7 @@ pub struct Daemon {
     checkpoint_interval: Duration,
     /// Where the checkpoint signer raises its alarms.
     counters: Arc<Metrics>,
+    http: crate::serve::HttpLimits,
 }
 
 impl Daemon {
@@ -251,8 +255,10 @@ impl Daemon {
             router: api::router(
                 state.clone(),
                 config.max_body_bytes,
+                config.http.body_read_timeout,
                 mcp::service(state, config.max_body_bytes),
             ),
+            http: config.http,
             pool,
             appends,
             // One key for the whole daemon: what it appends, projects and reads.
@@ -325,9 +331,7 @@ impl Daemon {
                     stop_listening.subscribe(),
                 ))
             });
-        let served = axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(stop)
-            .await;
+        let served = crate::serve::serve(self.listener, self.router, self.http, stop).await;
         let _ = stop_listening.send(true);
         let _ = notifications.await;
         let _ = caches.await;

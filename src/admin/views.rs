@@ -30,7 +30,9 @@ pub struct Exported {
     pub event_id: String,
 }
 
-/// Writes the tenant's projected views into `dir` (created if missing).
+/// Writes the tenant's projected views into `dir` (created if missing): the
+/// shared versions, which people curate (an agent's own versions are its
+/// memory, not the tenant's documents).
 pub async fn export(
     pool: &PgPool,
     keyring: &Keyring,
@@ -38,7 +40,8 @@ pub async fn export(
     dir: &Path,
 ) -> anyhow::Result<Vec<Exported>> {
     let views: Vec<(String, String, String)> = sqlx::query_as(
-        "SELECT view, text, event_id FROM projections.views WHERE tenant_id = $1 ORDER BY view",
+        "SELECT view, text, event_id FROM projections.views
+          WHERE tenant_id = $1 AND owner = '' ORDER BY view",
     )
     .bind(tenant.as_str())
     .fetch_all(pool)

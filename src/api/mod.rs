@@ -245,8 +245,14 @@ pub const ROUTES: &[Route] = &[
 ];
 
 /// Every route of [`ROUTES`], the console, and `mcp` (the MCP endpoint,
-/// which lists its tools itself) at `/mcp`, behind the same body limit.
-pub fn router(state: ApiState, max_body_bytes: usize, mcp: Router) -> Router {
+/// which lists its tools itself) at `/mcp`, behind the same body limit and
+/// body deadline ([`body_deadline`]).
+pub fn router(
+    state: ApiState,
+    max_body_bytes: usize,
+    body_read_timeout: std::time::Duration,
+    mcp: Router,
+) -> Router {
     ROUTES
         .iter()
         .fold(Router::new(), |router, route| {
@@ -270,7 +276,62 @@ pub fn router(state: ApiState, max_body_bytes: usize, mcp: Router) -> Router {
         })
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(axum::middleware::from_fn(refuse_nul_in_uri))
+        .layer(axum::middleware::from_fn_with_state(
+            (body_read_timeout, max_body_bytes),
+            body_deadline,
+        ))
         .with_state(state)
+}
+
+/// Every body is read whole before any handler, within `deadline` of the
+/// request's headers: a client that trickles its body is answered 408 and
+/// holds no handler, connection slot or database work meanwhile. A body
+/// over `max` is a 413 here (in the API's error shape, `/mcp` included).
+async fn body_deadline(
+    axum::extract::State((deadline, max)): axum::extract::State<(std::time::Duration, usize)>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            "the request body is over the daemon's limit (--max-body-bytes)",
+        )
+        .with_field("body")
+        .into_response()
+    };
+    let declared = request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > max as u64) {
+        return too_large();
+    }
+    let (parts, body) = request.into_parts();
+    match tokio::time::timeout(deadline, axum::body::to_bytes(body, max)).await {
+        Ok(Ok(bytes)) => {
+            next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes)))
+                .await
+        }
+        // http-body-util's limit error, as axum wraps it.
+        Ok(Err(err)) if err.to_string() == "length limit exceeded" => too_large(),
+        Ok(Err(err)) => ApiError::new(StatusCode::BAD_REQUEST, "bad_body", err.to_string())
+            .with_field("body")
+            .into_response(),
+        Err(_) => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            format!(
+                "the request body did not arrive within {} s of its headers (--body-read-timeout-secs)",
+                deadline.as_secs_f64()
+            ),
+        )
+        .with_field("body")
+        .into_response(),
+    }
 }
 
 /// A path or query holding an encoded U+0000 (`%00`) is refused before any

@@ -102,16 +102,23 @@ pub struct View {
     channel: String,
     #[schema(value_type = Sensitivity)]
     sensitivity: String,
+    /// The agent whose own version it is (its private updates); null for
+    /// the shared version.
+    owner: Option<String>,
 }
 
-/// The tenant's views: shared by HTTP and MCP.
+/// The tenant's views: shared by HTTP and MCP. An agent's token sees the
+/// shared versions and its own, never another agent's.
 pub(crate) async fn list_views(state: &ApiState, caller: &Caller) -> Result<Vec<View>, ApiError> {
     require_scope(caller, Scope::Read)?;
     let mut views: Vec<View> = sqlx::query_as(
-        "SELECT view, text, event_id, ts, actor_id, channel, sensitivity
-           FROM projections.views WHERE tenant_id = $1 ORDER BY view",
+        "SELECT view, text, event_id, ts, actor_id, channel, sensitivity, nullif(owner, '') AS owner
+           FROM projections.views
+          WHERE tenant_id = $1 AND (owner = '' OR $2::text IS NULL OR owner = $2)
+          ORDER BY view, owner",
     )
     .bind(caller.tenant.as_str())
+    .bind(&caller.agent)
     .fetch_all(&state.pool)
     .await?;
     for view in &mut views {

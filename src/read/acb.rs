@@ -892,7 +892,26 @@ fn view_sections(
 ) -> [Candidates; 2] {
     let mut identity = Vec::new();
     let mut rules = Vec::new();
+    // Each view once: the requesting agent's own version where it has one
+    // (its private `view_update`s), else the shared one. Another agent's
+    // version is neither shown nor named.
+    let own = |name: &str| {
+        visibility.agent.is_some_and(|agent| {
+            state
+                .views
+                .iter()
+                .any(|v| v.view == name && v.visible.owner.as_deref() == Some(agent))
+        })
+    };
     for view in &state.views {
+        let shown_version = match (&view.visible.owner, visibility.agent) {
+            (Some(owner), Some(agent)) => owner == agent,
+            (Some(_), None) => false,
+            (None, _) => !own(&view.view),
+        };
+        if !shown_version {
+            continue;
+        }
         let is_identity = view.view == "identity";
         if !visibility.allows_view(&view.view, &view.visible.sensitivity) {
             let section = if is_identity {
@@ -938,7 +957,7 @@ fn task_items(
         }
         if visible(visibility, task) {
             tasks.push(task.item.clone());
-        } else {
+        } else if nameable(visibility, task) {
             omissions.privacy(SectionName::TaskState, task.item.id.clone());
         }
     }
@@ -974,7 +993,7 @@ async fn decision_items(
                 };
                 if visible(visibility, &visible_row) {
                     decisions.push((position, seq, visible_row.item));
-                } else {
+                } else if nameable(visibility, &visible_row) {
                     omissions.privacy(SectionName::DecisionLedger, visible_row.item.id);
                 }
             }
@@ -982,7 +1001,10 @@ async fn decision_items(
         None => {
             for decision in &state.decisions {
                 if !visible(visibility, &decision.visible) {
-                    omissions.privacy(SectionName::DecisionLedger, decision.decision_id.clone());
+                    if nameable(visibility, &decision.visible) {
+                        omissions
+                            .privacy(SectionName::DecisionLedger, decision.decision_id.clone());
+                    }
                     continue;
                 }
                 let rank = evidence
@@ -1111,6 +1133,13 @@ fn rank_pool(
 fn visible(visibility: Visibility<'_>, item: &Visible) -> bool {
     visibility.allows(&item.channel, &item.sensitivity)
         && visibility.owner_allows(&item.channel, item.owner.as_deref())
+}
+
+/// Whether an item the bundle leaves out may be named in its omissions:
+/// another agent's private memory is not even named (its id would tell
+/// that it exists), whatever the channel allows.
+fn nameable(visibility: Visibility<'_>, item: &Visible) -> bool {
+    visibility.owner_allows(&item.channel, item.owner.as_deref())
 }
 
 fn asks_for_history(query: &str) -> bool {

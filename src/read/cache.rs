@@ -459,9 +459,18 @@ async fn load(
     counter: &TokenCounter,
     tenant: &str,
 ) -> Result<TenantState, sqlx::Error> {
-    let views: Vec<(String, String, String, DateTime<Utc>, String, String)> = sqlx::query_as(
-        "SELECT view, text, event_id, ts, channel, sensitivity
-           FROM projections.views WHERE tenant_id = $1 ORDER BY view",
+    type ViewRow = (
+        String,
+        String,
+        String,
+        DateTime<Utc>,
+        String,
+        String,
+        String,
+    );
+    let views: Vec<ViewRow> = sqlx::query_as(
+        "SELECT view, text, event_id, ts, channel, sensitivity, owner
+           FROM projections.views WHERE tenant_id = $1 ORDER BY view, owner",
     )
     .bind(tenant)
     .fetch_all(pool)
@@ -472,7 +481,7 @@ async fn load(
     }
     let views = views
         .into_iter()
-        .filter_map(|(view, text, event_id, ts, channel, sensitivity)| {
+        .filter_map(|(view, text, event_id, ts, channel, sensitivity, owner)| {
             let meta = render::meta([format!("view {view}").as_str()], ts);
             let item = Item::counted(
                 "view",
@@ -490,7 +499,7 @@ async fn load(
                     item,
                     channel,
                     sensitivity,
-                    owner: None,
+                    owner: (!owner.is_empty()).then_some(owner),
                 },
             })
         })

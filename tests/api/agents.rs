@@ -316,3 +316,86 @@ async fn the_cli_issues_agent_tokens_never_with_scope_admin(
     assert_ne!(code, 0);
     assert!(stderr.contains("cannot have scope admin"), "{stderr}");
 }
+
+/// An agent's private view is its own, as all its private memory is:
+/// another agent sees neither it (views, bundles) nor its private task's
+/// id in omissions; the agent itself sees its own version of the view.
+#[sqlx::test]
+async fn an_agents_private_views_and_tasks_stay_its_own_even_in_omissions(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = crate::helpers::spawn_daemon(connect).await;
+    let operator = app.tenant("acme").await;
+    let alpha = agent_token(&app, "acme", "alpha").await;
+    let beta = agent_token(&app, "acme", "beta").await;
+    let view = |text: &str| {
+        json!({"session_id": "s1", "channel": "private", "actor": {"type": "agent", "id": "x"},
+               "kind": "view_update", "content": {"view": "rules", "text": text}})
+    };
+    app.append(&operator, &view("Shared rule: answer politely."))
+        .await;
+    app.append(
+        &alpha,
+        &view("Alpha's own rule: the vault is behind the ferns."),
+    )
+    .await;
+    let task = app
+        .send_json(
+            reqwest::Method::POST,
+            "/api/v1/tasks",
+            &alpha,
+            &json!({"session_id": "s1", "actor": {"type": "agent", "id": "alpha"},
+                    "task_id": "QX-1", "status": "doing", "title": "Alpha's private chore"}),
+        )
+        .await;
+    assert_eq!(task.0, StatusCode::CREATED, "{}", task.1);
+    crate::helpers::wait_projected(&app.pool, "acme").await;
+
+    let views = |token: String| {
+        let app = &app;
+        async move {
+            let (_, listed) = app.get_json("/api/v1/views", &token).await;
+            listed["views"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v["text"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(views(beta.clone()).await, ["Shared rule: answer politely."]);
+    assert_eq!(
+        views(alpha.clone()).await.len(),
+        2,
+        "its own and the shared"
+    );
+    assert_eq!(views(operator.clone()).await.len(), 2);
+
+    let bundle = |token: String, agent: &'static str| {
+        let app = &app;
+        async move {
+            app.acb(
+                &token,
+                json!({"session_id": "s2", "agent_id": agent, "max_tokens": 2000}),
+            )
+            .await
+        }
+    };
+    let beta_bundle = bundle(beta.clone(), "beta").await;
+    let rules = crate::acb::texts(&beta_bundle, "rules").join("\n");
+    assert!(rules.contains("answer politely"), "{rules}");
+    assert!(!beta_bundle.to_string().contains("ferns"), "{beta_bundle}");
+    assert!(
+        !beta_bundle["omissions"].to_string().contains("QX-1"),
+        "{:#?}",
+        beta_bundle["omissions"]
+    );
+    let alpha_bundle = bundle(alpha.clone(), "alpha").await;
+    let rules = crate::acb::texts(&alpha_bundle, "rules").join("\n");
+    assert!(rules.contains("ferns"), "its own version: {rules}");
+    assert!(
+        !rules.contains("answer politely"),
+        "its own version stands for the view: {rules}"
+    );
+}

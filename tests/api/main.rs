@@ -40,6 +40,7 @@ mod sealing;
 mod secrets;
 mod semantic;
 mod shutdown;
+mod slow_clients;
 mod tenants;
 mod tool_results;
 mod transactions;

@@ -153,6 +153,7 @@ class Provenance(TypedDict):
     encoding: str
     elapsed_ms: float
     stages_ms: Dict[str, float]
+    diagnostics: Dict[str, Any]
     policy_version: int
     read: Dict[str, Any]
 

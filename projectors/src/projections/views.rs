@@ -1,5 +1,7 @@
 //! `views`: identity, rules, preferences and other documents a person can
-//! read and edit (P6). The latest `view_update` of each view wins.
+//! read and edit (P6). The latest `view_update` of each view wins, per
+//! owner: a private `view_update` of an agent is that agent's own version
+//! (`owner`), every other update the shared one (`owner` '').
 
 use std::collections::BTreeMap;
 
@@ -13,14 +15,15 @@ use crate::{
 
 const TABLES: &[Table] = &[Table {
     name: "views",
-    key: &["tenant_id", "view"],
+    key: &["tenant_id", "view", "owner"],
 }];
 
 pub struct ViewProjector;
 
 impl Fold for ViewProjector {
     const NAME: &'static str = "views";
-    const VERSION: i32 = 1;
+    /// 2: a view per owner (an agent's private updates are its own).
+    const VERSION: i32 = 2;
     const TABLES: &'static [Table] = TABLES;
     const KINDS: &'static [Kind] = &[Kind::ViewUpdate];
 
@@ -32,20 +35,21 @@ impl Fold for ViewProjector {
     ) -> Result<(), sqlx::Error> {
         // The latest update of each view in the batch is the only one
         // that shows: write it once (see the tasks projector for why).
-        let mut latest: BTreeMap<&str, (&str, &StoredEvent)> = BTreeMap::new();
+        let mut latest: BTreeMap<(&str, &str), (&str, &StoredEvent)> = BTreeMap::new();
         for event in events {
             if let Content::ViewUpdate(ViewUpdate {
                 view: Some(view),
                 text: Some(text),
             }) = event.shape()
             {
-                latest.insert(view, (text, event));
+                latest.insert((view, owner_of(event)), (text, event));
             }
         }
         if latest.is_empty() {
             return Ok(());
         }
         let mut view = Vec::new();
+        let mut owner = Vec::new();
         let mut text = Vec::new();
         let mut event_id = Vec::new();
         let mut seq = Vec::new();
@@ -53,8 +57,9 @@ impl Fold for ViewProjector {
         let mut actor_id = Vec::new();
         let mut channel = Vec::new();
         let mut sensitivity = Vec::new();
-        for (name, (body, event)) in latest {
+        for ((name, owned_by), (body, event)) in latest {
             view.push(name);
+            owner.push(owned_by);
             text.push(event.protect(body.to_owned()));
             event_id.push(event.event_id.as_str());
             seq.push(event.seq);
@@ -65,11 +70,12 @@ impl Fold for ViewProjector {
         }
         sqlx::query(
             "INSERT INTO views (tenant_id, view, text, event_id, seq, ts, actor_id, channel,
-                                sensitivity)
+                                sensitivity, owner)
              SELECT $1, u.* FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[],
-                                        $6::timestamptz[], $7::text[], $8::text[], $9::text[])
-                    AS u (view, text, event_id, seq, ts, actor_id, channel, sensitivity)
-             ON CONFLICT (tenant_id, view) DO UPDATE SET
+                                        $6::timestamptz[], $7::text[], $8::text[], $9::text[],
+                                        $10::text[])
+                    AS u (view, text, event_id, seq, ts, actor_id, channel, sensitivity, owner)
+             ON CONFLICT (tenant_id, view, owner) DO UPDATE SET
                  text = EXCLUDED.text, event_id = EXCLUDED.event_id,
                  seq = EXCLUDED.seq, ts = EXCLUDED.ts, actor_id = EXCLUDED.actor_id,
                  channel = EXCLUDED.channel, sensitivity = EXCLUDED.sensitivity",
@@ -83,8 +89,19 @@ impl Fold for ViewProjector {
         .bind(actor_id)
         .bind(channel)
         .bind(sensitivity)
+        .bind(owner)
         .execute(&mut *tx)
         .await?;
         Ok(())
+    }
+}
+
+/// Whose version of a view an update is: an agent's, for its private
+/// updates (as every private memory of an agent is its own); the shared
+/// version ('') otherwise.
+fn owner_of(event: &StoredEvent) -> &str {
+    match &event.agent_id {
+        Some(agent) if event.channel == "private" => agent,
+        _ => "",
     }
 }
