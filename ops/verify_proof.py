@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks a memd inclusion proof against a signed memd checkpoint, offline.
 
-    python3 ops/verify_proof.py PROOF.json CHECKPOINT.json [--public-key HEX]
+    python3 ops/verify_proof.py PROOF.json CHECKPOINT.json [--public-key HEX] [--event EVENT.json]
 
 PROOF.json is what `GET /api/v1/events/{id}/proof?tree_size=SEQ` answered;
 CHECKPOINT.json a checkpoint of format memd-checkpoint-v2 whose `seq` is
@@ -15,6 +15,17 @@ Exit 0 when all three hold, 1 otherwise:
 3. the proof's hashes lead from the event's hash to that root
    (RFC 6962 tree: leaf = SHA-256(0x00 || event hash),
    node = SHA-256(0x01 || left || right); RFC 9162 section 2.1.3.2).
+
+A proof binds the event's *hash*, not the content a daemon shows: it
+proves that an event with that hash is in the signed log. To tie the hash
+to content, give --event EVENT.json (the event as `GET
+/api/v1/events/{id}` answers it, or as the auditor kept it): the script
+recomputes the event's hash from its fields and content (memd's canonical
+form: a compact JSON head, a newline, the content as PostgreSQL renders
+`jsonb`) and checks it is the proof's. Sealed content cannot be checked
+this way (the hash covers the sealed text, which the API does not show),
+and a fractional number whose text PostgreSQL kept differently than JSON
+reads it back may not match: the script says so rather than pass.
 
 Python's standard library only; Ed25519 verification is RFC 8032's
 reference arithmetic (slow, and plenty for one signature).
@@ -119,6 +130,73 @@ def inclusion_holds(index, size, leaf, path, root):
     return sn == 0 and r == root
 
 
+# --- An event's hash from its content ----------------------------------------
+def pg_jsonb_text(value):
+    """`value::jsonb::text`: keys by length then bytes, ", " and ": "."""
+    if isinstance(value, dict):
+        keys = sorted(value, key=lambda k: (len(k.encode()), k.encode()))
+        return "{" + ", ".join(pg_string(k) + ": " + pg_jsonb_text(value[k]) for k in keys) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(pg_jsonb_text(v) for v in value) + "]"
+    if isinstance(value, str):
+        return pg_string(value)
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return "null"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def pg_string(text):
+    short = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n",
+             "\r": "\\r", "\t": "\\t"}
+    out = []
+    for ch in text:
+        if ch in short:
+            out.append(short[ch])
+        elif ord(ch) < 0x20:
+            out.append("\\u%04x" % ord(ch))
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def micros(rfc3339):
+    moment = datetime.fromisoformat(rfc3339.replace("Z", "+00:00"))
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    delta = moment - epoch
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def event_hash(tenant, event):
+    """memd's chain hash of `event` (src/domain/hash_chain.rs)."""
+    agent, subject = event.get("agent_id"), event.get("subject_id")
+    head = ["memd-event-v3" if subject else "memd-event-v2" if agent else "memd-event-v1",
+            tenant, event["seq"], event["event_id"], micros(event["created_at"]),
+            micros(event["ts"]), event["session_id"], event["channel"], event["actor_type"],
+            event["actor_id"], event["kind"], event["sensitivity"], event["tags"], event["refs"],
+            event.get("idempotency_key"), event.get("artifact_id")]
+    if subject:
+        head += [agent, subject]
+    elif agent:
+        head.append(agent)
+    canonical = (json.dumps(head, ensure_ascii=False, separators=(",", ":")) + "\n"
+                 + pg_jsonb_text(event["content"])).encode()
+    return hashlib.sha256(bytes.fromhex(event["prev_hash"]) + canonical).hexdigest()
+
+
+def has_fraction(value):
+    if isinstance(value, float):
+        return True
+    if isinstance(value, dict):
+        return any(has_fraction(v) for v in value.values())
+    if isinstance(value, list):
+        return any(has_fraction(v) for v in value)
+    return False
+
+
 def checkpoint_message(c):
     """What memd signs: one line each (format v2)."""
     return "\n".join([c["format"], c["tenant"], str(c["seq"]), c["head_hash"],
@@ -131,6 +209,12 @@ def main(argv):
     if "--public-key" in argv:
         trusted = argv[argv.index("--public-key") + 1]
         args.remove(trusted)
+    event = None
+    if "--event" in argv:
+        event_file = argv[argv.index("--event") + 1]
+        args.remove(event_file)
+        with open(event_file) as f:
+            event = json.load(f)
     if len(args) != 2:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
@@ -167,8 +251,22 @@ def main(argv):
     if not inclusion_holds(proof["leaf_index"], proof["tree_size"], leaf, path,
                            bytes.fromhex(checkpoint["tree_root"])):
         return fail("the proof's hashes do not lead from event %s to the signed root" % proof["event_id"])
+    if event is not None:
+        if event.get("event_id") != proof["event_id"]:
+            return fail("--event is %s, the proof is for %s" % (event.get("event_id"), proof["event_id"]))
+        if event.get("sealed") or event.get("erased"):
+            return fail("event %s is sealed at rest: its hash covers the sealed text, not the "
+                        "content shown, so it cannot be recomputed here" % proof["event_id"])
+        recomputed = event_hash(proof["tenant"], event)
+        if recomputed != proof["event_hash"].lower():
+            why = " (its content holds fractional numbers: PostgreSQL may keep their text " \
+                  "otherwise than JSON reads it back)" if has_fraction(event["content"]) else ""
+            return fail("the content of %s hashes to %s, the proof proves %s%s" % (
+                proof["event_id"], recomputed, proof["event_hash"], why))
     print("ok      event %s (seq %d) is in %s's log as of the checkpoint at seq %d signed by %s" % (
         proof["event_id"], proof["seq"], proof["tenant"], checkpoint["seq"], key))
+    if event is not None:
+        print("ok      its content (--event) hashes to the proven hash")
     return 0
 
 

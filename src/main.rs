@@ -705,7 +705,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if !no_migrate {
                 db::create_database_if_missing(&cli.database_url)
                     .await
-                    .context("creating the database")?;
+                    .context(
+                        "connecting to PostgreSQL (to create the database if it is missing)",
+                    )?;
             }
             let pool = db::connect_waiting_at_most(
                 options,
@@ -767,7 +769,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Migrate => {
             db::create_database_if_missing(&cli.database_url)
                 .await
-                .context("creating the database")?;
+                .context("connecting to PostgreSQL (to create the database if it is missing)")?;
             let pool = connect(options, 2).await?;
             db::migrate(&pool).await?;
             eprintln!("migrations applied");

@@ -366,18 +366,50 @@ async fn work(
 /// Applies batches until the tenant is caught up, another worker has it, or
 /// the log has a hole (an earlier seq not committed yet: the next
 /// notification or poll comes back for it).
+///
+/// A projector whose statements fail holds back only itself: the batch is
+/// applied again without it, so the tenant's other projections go on, and
+/// its failure is returned (recorded, and retried at the next catch-up with
+/// every projector).
 async fn catch_up(
     pool: &PgPool,
     engine: &Engine,
     tenant: &str,
     stopped: &watch::Receiver<bool>,
 ) -> Result<(), ProjectError> {
+    let mut engine = std::borrow::Cow::Borrowed(engine);
+    let mut failed: Option<ProjectError> = None;
+    let done = |failed: Option<ProjectError>| failed.map_or(Ok(()), Err);
     loop {
-        match engine.step(pool, tenant).await? {
+        let step = match engine.step(pool, tenant).await {
+            Ok(step) => step,
+            Err(err) => match err.projector() {
+                Some(name) if engine.projectors().len() > 1 => {
+                    tracing::warn!(
+                        tenant,
+                        projector = name,
+                        error = %err,
+                        "a projection failed; the tenant's others go on without it"
+                    );
+                    let others: Vec<String> = engine
+                        .projectors()
+                        .iter()
+                        .map(|p| p.name())
+                        .filter(|other| *other != name)
+                        .map(str::to_owned)
+                        .collect();
+                    engine = std::borrow::Cow::Owned(engine.only(&others)?);
+                    failed.get_or_insert(err);
+                    continue;
+                }
+                _ => return Err(failed.unwrap_or(err)),
+            },
+        };
+        match step {
             // A short batch read everything committed when it began; what
             // committed since has announced itself and queued the tenant
             // again, so asking once more would only find nothing.
-            Step::Advanced { from, to } if to - from < engine.batch_size() => return Ok(()),
+            Step::Advanced { from, to } if to - from < engine.batch_size() => return done(failed),
             Step::Advanced { .. } if !*stopped.borrow() => continue,
             Step::Gap { after, next } => {
                 tracing::debug!(
@@ -386,9 +418,9 @@ async fn catch_up(
                     next,
                     "waiting for an earlier event to commit"
                 );
-                return Ok(());
+                return done(failed);
             }
-            _ => return Ok(()),
+            _ => return done(failed),
         }
     }
 }

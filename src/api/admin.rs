@@ -4,7 +4,7 @@
 
 use axum::{
     Json,
-    extract::{Path, State},
+    extract::State,
     http::StatusCode,
     response::{IntoResponse, Response},
 };
@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     ApiState,
     error::{ApiError, BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
-    extract::{Authenticated, JsonBody, OptionalJsonBody},
+    extract::{Authenticated, JsonBody, OptionalJsonBody, PathId},
     require_scope,
 };
 use crate::{
@@ -399,7 +399,7 @@ pub async fn get_projections(
 pub async fn get_job(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
-    Path(job_id): Path<String>,
+    PathId(job_id): PathId,
 ) -> Result<Response, ApiError> {
     require_scope(&caller, Scope::Admin)?;
     let status = jobs::status(&state.pool, caller.tenant.as_str(), &job_id)

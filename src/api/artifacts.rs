@@ -1,7 +1,7 @@
 //! `GET /api/v1/artifacts/{id}`: the full output behind a truncated tool result.
 
 use axum::{
-    extract::{Path, State},
+    extract::State,
     http::{HeaderValue, header},
     response::{IntoResponse, Response},
 };
@@ -9,7 +9,7 @@ use axum::{
 use super::{
     ApiState,
     error::{ApiError, ErrorBody, RateLimited, Unauthorized, Unavailable},
-    extract::Authenticated,
+    extract::{Authenticated, PathId},
 };
 use crate::calls::artifacts::{Artifact, fetch};
 
@@ -42,7 +42,7 @@ use crate::calls::artifacts::{Artifact, fetch};
 pub async fn get_artifact(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
-    Path(artifact_id): Path<String>,
+    PathId(artifact_id): PathId,
 ) -> Result<Response, ApiError> {
     let Artifact {
         bytes,

@@ -106,6 +106,22 @@ where
     }
 }
 
+/// The id in a route's path (`/api/v1/events/{id}`), with errors in the
+/// API's shape naming `path` (an id that is not UTF-8 once decoded, say),
+/// where axum's own extractor answers plain text.
+pub struct PathId(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<String>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(id)| PathId(id))
+            .map_err(|err| ApiError::invalid(FieldError::new("path", err.body_text())))
+    }
+}
+
 /// The caller, from `Authorization: Bearer <token>`. The tenant of every call
 /// comes from here and nowhere else. A tenant over its request or byte rate
 /// is refused here (429), before any work.

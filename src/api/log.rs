@@ -6,7 +6,7 @@
 
 use axum::{
     Json,
-    extract::{Path, State},
+    extract::State,
     response::{IntoResponse, Response},
 };
 use chrono::{DateTime, Utc};
@@ -17,7 +17,7 @@ use serde_json::Value;
 use super::{
     ApiState,
     error::{ApiError, ErrorBody, RateLimited, Unauthorized, Unavailable},
-    extract::{Authenticated, QueryParams},
+    extract::{Authenticated, PathId, QueryParams},
     page_limit, require_scope,
 };
 use crate::{
@@ -344,7 +344,7 @@ pub async fn get_events(
 pub async fn get_event(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
-    Path(event_id): Path<String>,
+    PathId(event_id): PathId,
 ) -> Result<Response, ApiError> {
     require_scope(&caller, Scope::Read)?;
     let (caller_ref, event_ref) = (&caller, &event_id);
@@ -440,7 +440,7 @@ pub struct ChunkList {
 pub async fn get_event_chunks(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
-    Path(event_id): Path<String>,
+    PathId(event_id): PathId,
 ) -> Result<Response, ApiError> {
     require_scope(&caller, Scope::Read)?;
     let (caller_ref, event_ref) = (&caller, &event_id);
@@ -500,7 +500,7 @@ pub async fn get_event_chunks(
 pub async fn get_chunk(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
-    Path(chunk_id): Path<String>,
+    PathId(chunk_id): PathId,
 ) -> Result<Response, ApiError> {
     require_scope(&caller, Scope::Read)?;
     let (caller_ref, chunk_ref) = (&caller, &chunk_id);

@@ -6,7 +6,7 @@
 
 use axum::{
     Json,
-    extract::{Path, State},
+    extract::State,
     response::{IntoResponse, Response},
 };
 use serde::Deserialize;
@@ -14,7 +14,7 @@ use serde::Deserialize;
 use super::{
     ApiState,
     error::{ApiError, ErrorBody, RateLimited, Unauthorized, Unavailable},
-    extract::{Authenticated, QueryParams},
+    extract::{Authenticated, PathId, QueryParams},
     require_scope,
 };
 use crate::{
@@ -79,7 +79,7 @@ fn out_of_range(field: &str, err: ProofError) -> ApiError {
 pub async fn get_inclusion(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
-    Path(event_id): Path<String>,
+    PathId(event_id): PathId,
     QueryParams(query): QueryParams<ProofQuery>,
 ) -> Result<Response, ApiError> {
     require_scope(&caller, Scope::Read)?;

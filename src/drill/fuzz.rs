@@ -46,15 +46,141 @@ pub(super) async fn run(
     )
     .await;
     scratch.drop_now().await?;
-    let (report, environment) = result?;
+    let (report, malformed, environment) = result?;
     let verdict = Verdict::of(&report);
-    write_section(out, &render(&report, &verdict, &environment))?;
+    let mut section = render(&report, &verdict, &environment);
+    section.push_str(&render_malformed(&malformed));
+    write_section(out, &section)?;
     anyhow::ensure!(
         verdict.failures.is_empty() && verdict.errors == 0,
         "schemathesis found failures (see {})",
         out.display()
     );
+    anyhow::ensure!(
+        malformed.iter().all(|case| case.held),
+        "a malformed request was not refused as it must be (see {})",
+        out.display()
+    );
     Ok(())
+}
+
+/// A request no document describes, sent byte for byte, and what must come
+/// back: the status, in the API's JSON error shape naming `field`.
+struct Malformed {
+    name: &'static str,
+    status: u16,
+    field: &'static str,
+    /// What came back: the status line and body.
+    answer: String,
+    held: bool,
+}
+
+/// Requests schemathesis cannot make from the document: a key twice, a
+/// field of no route, an integer past 64 bits, a path id that is not UTF-8,
+/// an `Authorization` header holding a byte no token has, a body over the
+/// limit on `/mcp`. Each must be refused in the API's error shape.
+async fn malformed(base_url: &str, token: &str) -> anyhow::Result<Vec<Malformed>> {
+    let address = base_url.trim_start_matches("http://").to_owned();
+    let envelope = r#""session_id": "s1", "channel": "private", "actor": {"type": "human", "id": "u"}, "kind": "message""#;
+    let post = |path: &str, body: String| -> Vec<u8> {
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: memd\r\nAuthorization: Bearer {token}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    };
+    let bad_token = b"GET /api/v1/events HTTP/1.1\r\nHost: memd\r\nAuthorization: Bearer memd_\xff\xfe\r\nConnection: close\r\n\r\n".to_vec();
+    let cases: Vec<(&'static str, Vec<u8>, u16, &'static str)> = vec![
+        (
+            "a key twice (`sensitivity`)",
+            post(
+                "/api/v1/events",
+                format!(r#"{{{envelope}, "content": {{"text": "x"}}, "sensitivity": "high", "sensitivity": "none"}}"#),
+            ),
+            400,
+            "sensitivity",
+        ),
+        (
+            "an unknown field on POST /decisions (`sensitivty`)",
+            post(
+                "/api/v1/decisions",
+                r#"{"session_id": "s1", "actor": {"type": "agent", "id": "a"}, "refs": ["evt_x"], "scope": "project", "decision": "x", "sensitivty": "high"}"#.to_owned(),
+            ),
+            400,
+            "sensitivty",
+        ),
+        (
+            "an integer past 64 bits",
+            post(
+                "/api/v1/events",
+                format!(r#"{{{envelope}, "content": {{"text": "x", "n": 123456789012345678901234567890}}}}"#),
+            ),
+            400,
+            "body",
+        ),
+        (
+            "a path id that is not UTF-8 (`%FF`)",
+            format!("GET /api/v1/events/%FF HTTP/1.1\r\nHost: memd\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n").into_bytes(),
+            400,
+            "path",
+        ),
+        ("bytes no token has in Authorization", bad_token, 401, ""),
+        (
+            "a body over the limit on /mcp",
+            b"POST /mcp HTTP/1.1\r\nHost: memd\r\nContent-Type: application/json\r\nContent-Length: 999999999999\r\nConnection: close\r\n\r\n{".to_vec(),
+            413,
+            "body",
+        ),
+    ];
+    let mut results = Vec::new();
+    for (name, request, status, field) in cases {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(&address).await?;
+        stream.write_all(&request).await?;
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            stream.read_to_end(&mut answer),
+        )
+        .await;
+        let answer = String::from_utf8_lossy(&answer).into_owned();
+        let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let json: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+        let held = answer.starts_with(&format!("HTTP/1.1 {status}"))
+            && json["error"]["code"].is_string()
+            && (field.is_empty() || json["error"]["field"] == field);
+        let first_line = answer.lines().next().unwrap_or_default().to_owned();
+        results.push(Malformed {
+            name,
+            status,
+            field,
+            answer: format!("{first_line} {body}"),
+            held,
+        });
+    }
+    Ok(results)
+}
+
+fn render_malformed(cases: &[Malformed]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::from(
+        "\nMalformed requests the document cannot describe, sent byte for byte: each must be refused in the \
+         API's error shape.\n\n| request | expected | answered | held |\n|---|---|---|---|\n",
+    );
+    for case in cases {
+        let answer: String = case.answer.chars().take(160).collect();
+        let _ = writeln!(
+            out,
+            "| {} | {} `{}` | `{}` | {} |",
+            case.name,
+            case.status,
+            case.field,
+            answer.replace('|', "\\|"),
+            if case.held { "yes" } else { "NO" }
+        );
+    }
+    out
 }
 
 /// The schemathesis program in `venv`, installed there from PyPI if missing.
@@ -89,7 +215,7 @@ async fn fuzz(
     max_examples: u32,
     seconds: Option<u64>,
     seed: u64,
-) -> anyhow::Result<(Value, String)> {
+) -> anyhow::Result<(Value, Vec<Malformed>, String)> {
     let prepared = prepare(scratch.options.clone()).await?;
     let url = db::with_database(database_url, &scratch.name);
     let (daemon, _) = Daemon::start(&url, "hashed").await?;
@@ -128,6 +254,7 @@ async fn fuzz(
     // schemathesis's own account goes to the terminal; its verdict is read
     // from the JSON report.
     let status = command.status().await.context("running schemathesis")?;
+    let malformed = malformed(&daemon.base_url, &prepared.token).await?;
     daemon.kill().await?;
     prepared.pool.close().await;
     let report: Value = serde_json::from_slice(
@@ -135,7 +262,7 @@ async fn fuzz(
             .with_context(|| format!("schemathesis ({status}) wrote no report"))?,
     )?;
     let _ = std::fs::remove_file(&report_path);
-    Ok((report, prepared.environment))
+    Ok((report, malformed, prepared.environment))
 }
 
 /// What the report says, in the drill's terms.

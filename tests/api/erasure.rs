@@ -338,3 +338,150 @@ async fn an_erased_subjects_vectors_leave_the_daemons_memory(
     assert_eq!(semantic["used"], true, "{semantic}");
     assert_eq!(semantic["vectors"], 1, "{semantic}");
 }
+
+/// Every path that records a subject's words seals them under the
+/// subject's key, so that after the erasure none is left anywhere: events,
+/// the decision and task routes, a handoff that copies the subject's task,
+/// a view, a summary; then the dump (text and hex), bundles, the inbox,
+/// views, decisions, tasks and the log read.
+#[sqlx::test]
+async fn after_an_erasure_no_route_leaves_the_subjects_words_anywhere(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    const WORDS: &[&str] = &[
+        "xylodora",
+        "quibbledora",
+        "frondodora",
+        "zephyrdora",
+        "glimmerdora",
+        "marzipandora",
+    ];
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let said = app
+        .append(
+            &token,
+            &about(
+                Some("dora"),
+                "message",
+                json!({"text": "Dora's xylodora account"}),
+                &[],
+            ),
+        )
+        .await;
+    let said = said["event_id"].as_str().unwrap().to_owned();
+    let post = |path: &'static str, body: Value| {
+        let (app, token) = (&app, &token);
+        async move {
+            let (status, answer) = app
+                .send_json(reqwest::Method::POST, path, token, &body)
+                .await;
+            assert!(status.is_success(), "{path}: {status} {answer}");
+            answer
+        }
+    };
+    let actor = json!({"type": "agent", "id": "desk"});
+    post(
+        "/api/v1/decisions",
+        json!({"session_id": "support-1", "actor": actor, "refs": [said], "scope": "user",
+               "subject_id": "dora", "decision": "Refund Dora's quibbledora order"}),
+    )
+    .await;
+    post(
+        "/api/v1/tasks",
+        json!({"session_id": "support-1", "actor": actor, "task_id": "DORA-1", "status": "doing",
+               "subject_id": "dora", "title": "Call Dora about frondodora",
+               "details": "zephyrdora follow-up"}),
+    )
+    .await;
+    app.append(
+        &token,
+        &about(
+            Some("dora"),
+            "view_update",
+            json!({"view": "dora-notes", "text": "glimmerdora"}),
+            &[],
+        ),
+    )
+    .await;
+    app.append(
+        &token,
+        &about(
+            Some("dora"),
+            "summary",
+            json!({"text": "marzipandora summary"}),
+            &[&said],
+        ),
+    )
+    .await;
+    wait_projected(&app.pool, "acme").await;
+    let handoff = post(
+        "/api/v1/handoffs",
+        json!({"from_agent": "desk", "to_agent": "billing", "task_id": "DORA-1",
+               "session_id": "billing-1", "decision_ids": []}),
+    )
+    .await;
+    assert!(
+        handoff["packet"]["task"]
+            .as_str()
+            .unwrap()
+            .contains("frondodora"),
+        "{handoff}"
+    );
+    assert_eq!(
+        handoff["packet"]["subject_id"], "dora",
+        "the copy carries its subject"
+    );
+    wait_projected(&app.pool, "acme").await;
+    let dump = app.pg_dump().await;
+    for word in WORDS {
+        assert!(
+            !dump.contains(word),
+            "{word} in the clear before the erasure"
+        );
+    }
+
+    let (status, erased) = app
+        .post_admin("erase", &token, Some(json!({"subject_id": "dora"})))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{erased}");
+    let job = app
+        .wait_job(&token, erased["rebuild"]["job_id"].as_str().unwrap())
+        .await;
+    assert_eq!(job["status"], "done", "{job}");
+    wait_projected(&app.pool, "acme").await;
+
+    let mut seen = vec![("pg_dump".to_owned(), app.pg_dump().await)];
+    for path in [
+        "/api/v1/events?limit=1000",
+        "/api/v1/decisions",
+        "/api/v1/tasks",
+        "/api/v1/views",
+        "/api/v1/summaries",
+        "/api/v1/handoffs?state=all",
+    ] {
+        let (_, answer) = app.get_json(path, &token).await;
+        seen.push((path.to_owned(), answer.to_string()));
+    }
+    for (session, agent) in [("support-1", None), ("billing-1", Some("billing"))] {
+        let mut ask = json!({"session_id": session, "max_tokens": 4000, "render": true,
+                             "query_text": "what about Dora's account, order and call?"});
+        if let Some(agent) = agent {
+            ask["agent_id"] = json!(agent);
+        }
+        seen.push((
+            format!("bundle {session}"),
+            app.acb(&token, ask).await.to_string(),
+        ));
+    }
+    for (place, text) in &seen {
+        for word in WORDS {
+            assert!(!text.contains(word), "{word} left in {place}");
+            assert!(
+                !text.contains(&hex::encode(word)),
+                "{word} left hex-encoded in {place}"
+            );
+        }
+    }
+}

@@ -649,3 +649,75 @@ async fn a_daemon_hears_appends_projections_revocations_and_jobs_on_one_connecti
         );
     }
 }
+
+/// One projection that fails (its stored tree nodes deleted under it) holds
+/// back only itself: the tenant's other projections reach the head, and the
+/// failure is visible to operators.
+#[sqlx::test]
+async fn a_failing_projection_holds_back_only_itself(
+    _: sqlx::postgres::PgPoolOptions,
+    connect: sqlx::postgres::PgConnectOptions,
+) {
+    let app = crate::helpers::spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    for i in 1..=40 {
+        app.append(&token, &crate::helpers::message("s1", &format!("note {i}")))
+            .await;
+    }
+    crate::helpers::wait_projected(&app.pool, "acme").await;
+    sqlx::query("DELETE FROM projections.event_tree WHERE tenant_id = 'acme'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    // Seq 64 completes a block whose parent's left half (leaves 0-31) is
+    // gone: the tree projector fails there.
+    for i in 41..=70 {
+        app.append(&token, &crate::helpers::message("s1", &format!("note {i}")))
+            .await;
+    }
+    let cursor = |projector: &'static str| {
+        let pool = app.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT seq FROM projections.cursors WHERE tenant_id = 'acme' AND projector = $1",
+            )
+            .bind(projector)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while cursor("chunks").await < 70 || cursor("decisions").await < 70 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the other projections stopped with the tree: chunks at {}",
+            cursor("chunks").await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        cursor("event_tree").await < 64,
+        "the tree cannot pass the hole"
+    );
+    let failed: String =
+        sqlx::query_scalar("SELECT projector FROM projections.failures WHERE tenant_id = 'acme'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(failed, "event_tree");
+    let (status, projections) = app.get_json("/api/v1/admin/projections", &token).await;
+    assert_eq!(status, reqwest::StatusCode::OK);
+    assert!(
+        projections.to_string().contains("event_tree"),
+        "{projections}"
+    );
+    // Bundles still answer, from what the other projections hold.
+    let acb = app
+        .acb(
+            &token,
+            serde_json::json!({"session_id": "q", "query_text": "note 69"}),
+        )
+        .await;
+    assert!(acb.to_string().contains("note 69"), "{acb}");
+}

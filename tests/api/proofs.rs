@@ -20,6 +20,11 @@ fn scratch_dir() -> PathBuf {
 
 /// `ops/verify_proof.py PROOF CHECKPOINT`: its exit code and output.
 async fn python_verifier(proof: &Path, checkpoint: &Path) -> (i32, String) {
+    python_verifier_with(proof, checkpoint, &[]).await
+}
+
+/// [`python_verifier`] with more arguments.
+async fn python_verifier_with(proof: &Path, checkpoint: &Path, more: &[&str]) -> (i32, String) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("ops/verify_proof.py");
     let output = tokio::time::timeout(
         std::time::Duration::from_secs(60),
@@ -27,6 +32,7 @@ async fn python_verifier(proof: &Path, checkpoint: &Path) -> (i32, String) {
             .arg(script)
             .arg(proof)
             .arg(checkpoint)
+            .args(more)
             .kill_on_drop(true)
             .output(),
     )
@@ -130,6 +136,32 @@ async fn an_event_is_proven_against_a_signed_checkpoint_and_a_changed_proof_is_n
     let (code, out) = python_verifier(&proof_file, &checkpoint_file).await;
     assert_eq!(code, 0, "{out}");
     assert!(out.starts_with("ok      event"), "{out}");
+    // The proof binds the hash; with the event in hand the script ties the
+    // hash to its content too, and a changed text does not pass.
+    let event_file = dir.join("event.json");
+    std::fs::write(&event_file, event.to_string()).unwrap();
+    let (code, out) = python_verifier_with(
+        &proof_file,
+        &checkpoint_file,
+        &["--event", event_file.to_str().unwrap()],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("its content (--event) hashes to the proven hash"),
+        "{out}"
+    );
+    let mut altered = event.clone();
+    altered["content"]["text"] = json!("decision number 70");
+    std::fs::write(&event_file, altered.to_string()).unwrap();
+    let (code, out) = python_verifier_with(
+        &proof_file,
+        &checkpoint_file,
+        &["--event", event_file.to_str().unwrap()],
+    )
+    .await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("hashes to"), "{out}");
 
     // Changed: one hash of the path, the event's hash, the signed root.
     let mut changed_path = proof.clone();
