@@ -87,6 +87,84 @@ pub struct TenantState {
     /// PostgreSQL plans anew each time (its filters' estimates keep the
     /// generic plan dearer than a custom one).
     pub any_pinned: bool,
+    /// Where decisions, summaries and tasks stand, as bundles of this state
+    /// asked (the recent window's stale items, the evidence's outdated task
+    /// updates): a new state starts empty, since what changes a standing
+    /// (a decision, a task update) makes a new state.
+    pub standings: StandingMemo,
+}
+
+/// [`TenantState::standings`]: answers read once per state, not once per
+/// bundle.
+#[derive(Debug, Default)]
+pub struct StandingMemo {
+    events: std::sync::Mutex<HashMap<String, Option<retrieve::Standing>>>,
+    tasks: std::sync::Mutex<HashMap<String, Option<retrieve::TaskNow>>>,
+}
+
+impl StandingMemo {
+    /// The standings of `event_ids` (absent: not a decision or summary of
+    /// the ledger), reading only those not asked before.
+    pub async fn events(
+        &self,
+        pool: &PgPool,
+        keyring: &Keyring,
+        tenant: &str,
+        event_ids: &[&str],
+    ) -> Result<HashMap<String, retrieve::Standing>, sqlx::Error> {
+        let missing: Vec<&str> = {
+            let known = self.events.lock().expect("standings lock");
+            event_ids
+                .iter()
+                .copied()
+                .filter(|id| !known.contains_key(*id))
+                .collect()
+        };
+        if !missing.is_empty() {
+            // The parts of one event ask for it once each: any order.
+            let read = retrieve::standings(pool, keyring, tenant, &missing).await?;
+            let mut known = self.events.lock().expect("standings lock");
+            for id in missing {
+                known.insert(id.to_owned(), read.get(id).cloned());
+            }
+        }
+        let known = self.events.lock().expect("standings lock");
+        Ok(event_ids
+            .iter()
+            .filter_map(|id| Some(((*id).to_owned(), known.get(*id)?.clone()?)))
+            .collect())
+    }
+
+    /// The state now of `task_ids` (absent: not projected), reading only
+    /// those not asked before.
+    pub async fn tasks(
+        &self,
+        pool: &PgPool,
+        tenant: &str,
+        task_ids: &[String],
+    ) -> Result<HashMap<String, retrieve::TaskNow>, sqlx::Error> {
+        let missing: Vec<String> = {
+            let known = self.tasks.lock().expect("tasks lock");
+            task_ids
+                .iter()
+                .filter(|id| !known.contains_key(*id))
+                .cloned()
+                .collect()
+        };
+        if !missing.is_empty() {
+            let read = retrieve::tasks_now(pool, tenant, &missing).await?;
+            let mut known = self.tasks.lock().expect("tasks lock");
+            for id in missing {
+                let now = read.get(&id).cloned();
+                known.insert(id, now);
+            }
+        }
+        let known = self.tasks.lock().expect("tasks lock");
+        Ok(task_ids
+            .iter()
+            .filter_map(|id| Some((id.clone(), known.get(id)?.clone()?)))
+            .collect())
+    }
 }
 
 /// The kinds of event that can change a [`TenantState`]: what the views,
@@ -563,6 +641,7 @@ async fn load(
         active_decision_ids,
         tasks,
         any_pinned,
+        standings: StandingMemo::default(),
     })
 }
 

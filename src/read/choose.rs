@@ -122,8 +122,10 @@ impl Evidence {
                 .filter(|c| matches!(c.kind, Some(Kind::Decision | Kind::Summary)) && !active(c))
                 .map(Candidate::event_id)
                 .collect();
-            let standings =
-                retrieve::standings(&reader.pool, &reader.keyring, tenant, &ledgered).await?;
+            let standings = state
+                .standings
+                .events(&reader.pool, &reader.keyring, tenant, &ledgered)
+                .await?;
             let mut task_ids: Vec<String> = page
                 .iter()
                 .filter_map(updated_task)
@@ -131,7 +133,10 @@ impl Evidence {
                 .collect();
             task_ids.sort_unstable();
             task_ids.dedup();
-            let tasks = retrieve::tasks_now(&reader.pool, tenant, &task_ids).await?;
+            let tasks = state
+                .standings
+                .tasks(&reader.pool, tenant, &task_ids)
+                .await?;
             for candidate in page {
                 if self.full() {
                     break;

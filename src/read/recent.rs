@@ -544,8 +544,10 @@ pub(super) async fn without_stale(
         return Ok(items);
     }
     let asked: Vec<&str> = asked.iter().map(String::as_str).collect();
-    let standings =
-        super::retrieve::standings(&reader.pool, &reader.keyring, tenant, &asked).await?;
+    let standings = state
+        .standings
+        .events(&reader.pool, &reader.keyring, tenant, &asked)
+        .await?;
     let section = Some(SectionName::RecentWindow);
     let mut kept = Vec::with_capacity(items.len());
     for item in items {
