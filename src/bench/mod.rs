@@ -190,8 +190,9 @@ pub enum BenchCommand {
     /// How often secret redaction fires on ordinary chat and code, by
     /// pattern, with examples: its false positives.
     Redaction {
-        /// A directory of LoCoMo conversation files (`*.json`).
-        #[arg(long, default_value = "../shared/bench/locomo")]
+        /// A directory of LoCoMo conversation files (`*.json`): ordinary
+        /// chat (no default: none ships in this repository).
+        #[arg(long)]
         dir: PathBuf,
         /// A source tree (this repository by default).
         #[arg(long, default_value = ".")]

@@ -120,24 +120,9 @@ pub struct InboxQuery {
 /// A packet in an inbox, opened, with where it stands.
 #[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct InboxPacket {
-    pub handoff_id: String,
-    pub seq: i64,
-    pub ts: DateTime<Utc>,
-    /// The session the sender recorded it in.
-    pub session_id: String,
-    pub from_agent: String,
-    pub to_agent: String,
-    pub task: String,
-    pub task_id: Option<String>,
-    pub constraints: Vec<String>,
-    pub decision_ids: Vec<String>,
-    pub required_files: Vec<String>,
-    pub open_questions: Vec<String>,
-    pub refs: Vec<String>,
-    #[schema(value_type = crate::domain::event::Channel)]
-    pub channel: String,
-    #[schema(value_type = crate::domain::event::Sensitivity)]
-    pub sensitivity: String,
+    #[serde(flatten)]
+    #[sqlx(flatten)]
+    pub packet: handoff::Handoff,
     /// `pending`, or `accepted`: the receiver recorded an event citing it.
     pub state: String,
     /// The receiver's event that accepted it.
@@ -189,16 +174,10 @@ pub(crate) async fn inbox(
     .bind(limit)
     .fetch_all(&state.pool)
     .await?;
-    let (keyring, tenant) = (&state.reader.keyring, caller.tenant.as_str());
-    for packet in &mut packets {
-        keyring.open_in_place(tenant, &mut packet.task)?;
-        for items in [
-            &mut packet.constraints,
-            &mut packet.required_files,
-            &mut packet.open_questions,
-        ] {
-            keyring.open_all(tenant, items)?;
-        }
+    for inbox in &mut packets {
+        inbox
+            .packet
+            .open(&state.reader.keyring, caller.tenant.as_str())?;
     }
     Ok(packets)
 }

@@ -7,7 +7,11 @@
 //! conversation.
 
 use chrono::{DateTime, Utc};
-use memd_projectors::{projections::TokenCounter, render, seal::Keyring};
+use memd_projectors::{
+    projections::TokenCounter,
+    render,
+    seal::{Keyring, SealError},
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -294,15 +298,17 @@ pub async fn build(
     }))
 }
 
-/// A recorded packet, as the receiver's bundle shows it.
-#[derive(Debug, Clone, sqlx::FromRow)]
+/// A recorded packet, as the receiver's bundle and inbox show it.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Handoff {
     pub handoff_id: String,
     pub seq: i64,
     pub ts: DateTime<Utc>,
     /// The session it was recorded in (the receiver's, as the sender chose).
     pub session_id: String,
+    #[schema(value_type = Channel)]
     pub channel: String,
+    #[schema(value_type = Sensitivity)]
     pub sensitivity: String,
     pub from_agent: String,
     pub to_agent: String,
@@ -336,18 +342,24 @@ pub async fn by_id(
     let Some(mut handoff) = handoff else {
         return Ok(None);
     };
-    keyring.open_in_place(tenant, &mut handoff.task)?;
-    for items in [
-        &mut handoff.constraints,
-        &mut handoff.required_files,
-        &mut handoff.open_questions,
-    ] {
-        keyring.open_all(tenant, items)?;
-    }
+    handoff.open(keyring, tenant)?;
     Ok(Some(handoff))
 }
 
 impl Handoff {
+    /// Its texts opened, as the projection seals them for a sealed packet.
+    pub fn open(&mut self, keyring: &Keyring, tenant: &str) -> Result<(), SealError> {
+        keyring.open_in_place(tenant, &mut self.task)?;
+        for items in [
+            &mut self.constraints,
+            &mut self.required_files,
+            &mut self.open_questions,
+        ] {
+            keyring.open_all(tenant, items)?;
+        }
+        Ok(())
+    }
+
     pub fn item(&self, counter: &TokenCounter) -> Option<Item> {
         let label = format!("handoff from {} to {}", self.from_agent, self.to_agent);
         let meta = render::meta([label.as_str()], self.ts);

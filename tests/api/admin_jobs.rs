@@ -31,6 +31,18 @@ impl TestApp {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
+    /// `POST /api/v1/admin/erase` with `body`, then its rebuild job, which
+    /// must finish: the erasure's answer.
+    pub async fn erase_and_rebuild(&self, token: &str, body: Value) -> Value {
+        let (status, erased) = self.post_admin("erase", token, Some(body)).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{erased}");
+        let job = self
+            .wait_job(token, erased["rebuild"]["job_id"].as_str().unwrap())
+            .await;
+        assert_eq!(job["status"], "done", "{job}");
+        erased
+    }
+
     /// Polls the job until it is done or failed.
     pub async fn wait_job(&self, token: &str, job_id: &str) -> Value {
         let deadline = Instant::now() + Duration::from_secs(60);

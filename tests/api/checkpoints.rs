@@ -252,14 +252,14 @@ async fn a_rewritten_and_rehashed_log_is_never_signed(_: PgPoolOptions, connect:
             .unwrap()
         }
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while signed(10).await == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the signer never signed seq 10"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let bound = std::time::Duration::from_secs(30);
+    crate::helpers::wait_until(bound, "the signer signs seq 10", || async {
+        match signed(10).await {
+            0 => Err("no checkpoint at seq 10".to_owned()),
+            _ => Ok(()),
+        }
+    })
+    .await;
 
     rewrite_and_rehash(&app.pool, "acme", 3, "we agreed on nothing").await;
     app.append(&token, &message("s1", "and then more happened"))
@@ -270,25 +270,15 @@ async fn a_rewritten_and_rehashed_log_is_never_signed(_: PgPoolOptions, connect:
         "the chain alone passes"
     );
 
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
+    let refusal = crate::helpers::wait_until(bound, "/readyz names the refusal", || async {
         let ready = app.readyz().await;
-        if ready["refused_checkpoints"]["acme"].is_string() {
-            assert!(
-                ready["refused_checkpoints"]["acme"]
-                    .as_str()
-                    .unwrap()
-                    .contains("now has hash"),
-                "{ready}"
-            );
-            break;
+        match ready["refused_checkpoints"]["acme"].as_str() {
+            Some(reason) => Ok(reason.to_owned()),
+            None => Err(ready.to_string()),
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no refusal in /readyz: {ready}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    })
+    .await;
+    assert!(refusal.contains("now has hash"), "{refusal}");
     let scraped = app
         .client
         .get(format!("{}/metrics", app.metrics_url.as_ref().unwrap()))

@@ -115,20 +115,11 @@ async fn an_erased_subjects_memory_is_unreadable_everywhere_and_the_chain_still_
     assert_eq!(verified_before.0, 0, "{verified_before:?}");
 
     // Erase.
-    let (status, erased) = app
-        .post_admin(
-            "erase",
-            &token,
-            Some(json!({"subject_id": "alice", "by": "dpo-ticket-7"})),
-        )
+    let erased = app
+        .erase_and_rebuild(&token, json!({"subject_id": "alice", "by": "dpo-ticket-7"}))
         .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{erased}");
     assert_eq!(erased["erasure"]["events"], 3);
     assert_eq!(erased["erasure"]["erased_by"], "dpo-ticket-7");
-    let job = app
-        .wait_job(&token, erased["rebuild"]["job_id"].as_str().unwrap())
-        .await;
-    assert_eq!(job["status"], "done", "{job}");
     wait_projected(&app.pool, "acme").await;
 
     // The log keeps the events, unreadable, and records the erasure.
@@ -442,14 +433,8 @@ async fn after_an_erasure_no_route_leaves_the_subjects_words_anywhere(
         );
     }
 
-    let (status, erased) = app
-        .post_admin("erase", &token, Some(json!({"subject_id": "dora"})))
+    app.erase_and_rebuild(&token, json!({"subject_id": "dora"}))
         .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{erased}");
-    let job = app
-        .wait_job(&token, erased["rebuild"]["job_id"].as_str().unwrap())
-        .await;
-    assert_eq!(job["status"], "done", "{job}");
     wait_projected(&app.pool, "acme").await;
 
     let mut seen = vec![("pg_dump".to_owned(), app.pg_dump().await)];

@@ -345,6 +345,27 @@ pub const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a `memd` command of a test may run.
 pub const CLI_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Asks `check` every 50 ms until it answers `Ok`, and returns that; after
+/// `bound`, fails the test with `what` and the last `Err` it gave (what was
+/// seen instead). Bounded, so a condition that never comes fails, never
+/// hangs.
+pub async fn wait_until<T, F, Fut>(bound: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = std::time::Instant::now() + bound;
+    loop {
+        match check().await {
+            Ok(found) => return found,
+            Err(seen) if std::time::Instant::now() >= deadline => {
+                panic!("{what} within {bound:?}; instead: {seen}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
 /// Waits until every projector has applied `tenant`'s log up to its head.
 pub async fn wait_projected(pool: &PgPool, tenant: &str) {
     let engine = memd::startup::ProjectionConfig::default().engine();

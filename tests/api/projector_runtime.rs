@@ -687,15 +687,15 @@ async fn a_failing_projection_holds_back_only_itself(
             .unwrap()
         }
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while cursor("chunks").await < 70 || cursor("decisions").await < 70 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the other projections stopped with the tree: chunks at {}",
-            cursor("chunks").await
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let bound = std::time::Duration::from_secs(60);
+    crate::helpers::wait_until(bound, "the other projections reach seq 70", || async {
+        let (chunks, decisions) = (cursor("chunks").await, cursor("decisions").await);
+        match chunks >= 70 && decisions >= 70 {
+            true => Ok(()),
+            false => Err(format!("chunks at {chunks}, decisions at {decisions}")),
+        }
+    })
+    .await;
     assert!(
         cursor("event_tree").await < 64,
         "the tree cannot pass the hole"

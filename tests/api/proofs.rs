@@ -11,7 +11,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::helpers::{memd_cli, message, spawn_daemon, wait_projected};
 
-fn scratch_dir() -> PathBuf {
+pub(crate) fn scratch_dir() -> PathBuf {
     let dir =
         Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("proofs-{}", ulid::Ulid::generate()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -19,7 +19,7 @@ fn scratch_dir() -> PathBuf {
 }
 
 /// `ops/verify_proof.py PROOF CHECKPOINT`: its exit code and output.
-async fn python_verifier(proof: &Path, checkpoint: &Path) -> (i32, String) {
+pub(crate) async fn python_verifier(proof: &Path, checkpoint: &Path) -> (i32, String) {
     python_verifier_with(proof, checkpoint, &[]).await
 }
 

@@ -5,7 +5,7 @@
 //! hashes, and `memd verify --checkpoint` recomputes that root from the log
 //! and refuses a checkpoint whose signed root is another.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use memd::audit::{
     checkpoint::Checkpoint,
@@ -16,7 +16,10 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::helpers::{TestApp, memd_cli, message, spawn_daemon, test_keyring, wait_projected};
+use crate::{
+    helpers::{TestApp, memd_cli, message, spawn_daemon, test_keyring, wait_projected},
+    proofs::{python_verifier, scratch_dir},
+};
 
 /// The subject's events: inside the first stored 16-leaf subtree, in the
 /// second, and in the third (completed only after the erasure).
@@ -27,13 +30,6 @@ enum Erase {
     Cli,
     /// `POST /api/v1/admin/erase`, then the rebuild job it queues.
     AdminRoute,
-}
-
-fn scratch_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("proofs-erasure-{}", ulid::Ulid::generate()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// RFC 6962's Merkle tree hash, written from the RFC's definition (not from
@@ -78,27 +74,6 @@ fn read_json(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-async fn python_verifier(proof: &Path, checkpoint: &Path) -> (i32, String) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("ops/verify_proof.py");
-    let output = tokio::time::timeout(
-        std::time::Duration::from_secs(60),
-        tokio::process::Command::new("python3")
-            .arg(script)
-            .arg(proof)
-            .arg(checkpoint)
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("the Python verifier ran past 60 s")
-    .expect("python3 runs");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned()
-            + &String::from_utf8_lossy(&output.stderr),
-    )
-}
-
 async fn proofs_hold_across_an_erasure(app: &TestApp, erase: Erase) {
     let token = app.tenant("acme").await;
     let mut ids = Vec::new();
@@ -138,14 +113,8 @@ async fn proofs_hold_across_an_erasure(app: &TestApp, erase: Erase) {
             assert!(out.contains("rebuilt tenant=acme"), "{out}");
         }
         Erase::AdminRoute => {
-            let (status, erased) = app
-                .post_admin("erase", &token, Some(json!({"subject_id": "carol"})))
+            app.erase_and_rebuild(&token, json!({"subject_id": "carol"}))
                 .await;
-            assert_eq!(status, StatusCode::ACCEPTED, "{erased}");
-            let job = app
-                .wait_job(&token, erased["rebuild"]["job_id"].as_str().unwrap())
-                .await;
-            assert_eq!(job["status"], "done", "{job}");
         }
     }
     for i in 1..=20 {

@@ -176,26 +176,27 @@ async fn a_rebuild_as_the_daemons_role_vacuums_the_projections_it_rebuilt(
         "{vacuumed:?}"
     );
     // The statistics arrive a moment after the VACUUM: waited for, bounded.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let stale: Vec<String> = sqlx::query_scalar(
-            "SELECT relid::regclass::text FROM pg_stat_user_tables
+    let bound = std::time::Duration::from_secs(30);
+    crate::helpers::wait_until(
+        bound,
+        "every rebuilt table vacuumed and analyzed",
+        || async {
+            let stale: Vec<String> = sqlx::query_scalar(
+                "SELECT relid::regclass::text FROM pg_stat_user_tables
               WHERE relid::regclass::text = ANY ($1)
                 AND (last_vacuum IS NULL OR last_vacuum < $2
                      OR last_analyze IS NULL OR last_analyze < $2)",
-        )
-        .bind(&vacuumed)
-        .bind(before)
-        .fetch_all(&owner)
-        .await
-        .unwrap();
-        if stale.is_empty() {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not vacuumed and analyzed by the rebuild: {stale:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+            )
+            .bind(&vacuumed)
+            .bind(before)
+            .fetch_all(&owner)
+            .await
+            .unwrap();
+            match stale.is_empty() {
+                true => Ok(()),
+                false => Err(format!("not yet: {stale:?}")),
+            }
+        },
+    )
+    .await;
 }

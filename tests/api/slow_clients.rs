@@ -61,6 +61,23 @@ async fn read_until_closed(stream: &mut TcpStream) -> (String, bool) {
     }
 }
 
+/// A connection that sent an append's headers (a 200-byte body promised)
+/// and the body's first bytes, then nothing more.
+async fn half_sent_append(app: &TestApp, token: &str) -> TcpStream {
+    let mut stream = connect_to(app).await;
+    stream
+        .write_all(
+            format!(
+                "POST /api/v1/events HTTP/1.1\r\nHost: memd\r\nAuthorization: Bearer {token}\r\n\
+                 Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{{\"session_id\""
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    stream
+}
+
 #[sqlx::test]
 async fn trickled_headers_and_idle_keep_alive_connections_are_closed(
     _: PgPoolOptions,
@@ -108,17 +125,7 @@ async fn a_trickled_body_is_answered_408_in_the_error_shape(
 ) {
     let app = daemon(connect, limits(10, 1, 64, 5)).await;
     let token = app.tenant("acme").await;
-    let mut stream = connect_to(&app).await;
-    stream
-        .write_all(
-            format!(
-                "POST /api/v1/events HTTP/1.1\r\nHost: memd\r\nAuthorization: Bearer {token}\r\n\
-                 Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{{\"session_id\""
-            )
-            .as_bytes(),
-        )
-        .await
-        .unwrap();
+    let stream = half_sent_append(&app, &token).await;
     let (mut reader, mut writer) = stream.into_split();
     let trickle = tokio::spawn(async move {
         for _ in 0..50 {
@@ -176,17 +183,7 @@ async fn a_stop_does_not_wait_past_its_deadline_for_a_half_sent_request(
 ) {
     let mut app = daemon(connect, limits(60, 60, 64, 1)).await;
     let token = app.tenant("acme").await;
-    let mut stream = connect_to(&app).await;
-    stream
-        .write_all(
-            format!(
-                "POST /api/v1/events HTTP/1.1\r\nHost: memd\r\nAuthorization: Bearer {token}\r\n\
-                 Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{{"
-            )
-            .as_bytes(),
-        )
-        .await
-        .unwrap();
+    let stream = half_sent_append(&app, &token).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let started = Instant::now();
     app.stop().await;
