@@ -1,6 +1,6 @@
 //! `memd bench locomo`: retrieval quality on LoCoMo conversations, scored as
-//! `locomo_kit.py` defines it, beside a plain BM25 baseline computed in the
-//! same run.
+//! `locomo_kit.py` defines it, beside baselines computed in the same run
+//! (BM25, exact cosine search with memd's embedder, and their fusion).
 //!
 //! Corpus, queries and metric follow the kit: every turn of a conversation
 //! is one memory item (`<speaker>: <text>`, plus ` [shares <caption>]`),
@@ -8,12 +8,14 @@
 //! share of a question's evidence turns in the top k (R@k) or in the ranked
 //! turns that fit 2,000 tokens at 4 characters a token (R@2000tok).
 //!
-//! memd: each conversation is one tenant and one session, appended over
-//! HTTP with the turns' own dates; each question builds a bundle with
+//! memd: each conversation is appended over HTTP as an agent records it
+//! ([`Recording::Agent`]), and once more as the kit's corpus reads it, each
+//! time into a tenant of its own; each question builds a bundle with
 //! `max_tokens` 2,000 from another session (so the recent window is empty)
 //! and its ranking is the order of `retrieved_evidence`. BM25 ranks every
 //! turn of the conversation (k1 1.2, b 0.75, lowercase alphanumeric words
-//! without stopwords, no stemming).
+//! without stopwords, no stemming); exact search ranks every turn by its
+//! cosine with the question.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -39,8 +41,9 @@ use crate::{
 
 /// The budget each question is asked with.
 const MAX_TOKENS: u32 = 2_000;
-/// Turns ranked by BM25 (the kit scores up to R@50).
-const BM25_DEPTH: usize = 50;
+/// The budget of the rows that compare rankings: the turns that fit 2,000
+/// tokens of bare text fit in its evidence with their headers.
+const RANKING_TOKENS: u32 = 8_000;
 
 /// Questions about what no LoCoMo conversation (chat about people's lives)
 /// holds: asked of every conversation, each should get no evidence. They
@@ -96,8 +99,14 @@ pub struct Options {
 struct Turn {
     id: String,
     speaker: String,
+    /// The conversation's session the turn was said in.
+    session: u32,
     ts: DateTime<Utc>,
+    /// The kit's memory item: `<speaker>: <said>`.
     text: String,
+    /// What the speaker said (with ` [shares <caption>]`), as an agent
+    /// records it: the speaker is the actor, not part of the text.
+    said: String,
 }
 
 #[derive(Debug, Clone)]
@@ -174,19 +183,21 @@ fn parse(name: String, conversation: &Value) -> anyhow::Result<Conversation> {
         let ts = parse_date(date).unwrap_or(DateTime::UNIX_EPOCH);
         for item in items {
             let speaker = item["speaker"].as_str().unwrap_or_default().to_owned();
-            let mut text = format!("{speaker}: {}", item["text"].as_str().unwrap_or_default());
+            let mut said = item["text"].as_str().unwrap_or_default().to_owned();
             if let Some(caption) = item.get("blip_caption").and_then(Value::as_str)
                 && !caption.is_empty()
             {
-                text.push_str(&format!(" [shares {caption}]"));
+                said.push_str(&format!(" [shares {caption}]"));
             }
             turns.push((
                 session,
                 Turn {
                     id: item["dia_id"].as_str().unwrap_or_default().to_owned(),
+                    text: format!("{speaker}: {said}"),
                     speaker,
+                    session,
                     ts,
-                    text,
+                    said,
                 },
             ));
         }
@@ -336,37 +347,67 @@ fn slug(system: &str) -> String {
         .join("-")
 }
 
-async fn measure(
-    scratch: &ScratchDatabase,
-    conversations: &[Conversation],
-    semantic: &SemanticConfig,
-) -> anyhow::Result<(Vec<(String, Vec<Ranking>)>, Vec<OffTopic>, String)> {
-    let pool = db::connect(scratch.options.clone(), 8).await?;
-    db::migrate(&pool).await?;
-    let environment = environment(&pool).await?;
-    let daemon = start_daemon(pool.clone(), semantic.clone()).await?;
-    let embedder = semantic.embedder.as_deref().unwrap_or("none");
-    let client = reqwest::Client::new();
-    let base = daemon.base_url.clone();
+/// How a conversation is written into memd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recording {
+    /// As an agent records a conversation while it happens: a session per
+    /// conversation session, each speaker as the actor (the text is what
+    /// they said, without their name), two tags per turn, each turn at its
+    /// session's date.
+    Agent,
+    /// As the kit's corpus reads it: one session, each turn's text
+    /// `<speaker>: <said>`, at its session's date, no tags.
+    Corpus,
+}
 
+impl Recording {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Agent => "agent",
+            Self::Corpus => "corpus",
+        }
+    }
+
+    fn event(self, turn: &Turn) -> Value {
+        match self {
+            Self::Agent => json!({
+                "session_id": format!("session-{}", turn.session), "channel": "private",
+                "actor": {"type": "human", "id": turn.speaker}, "kind": "message",
+                "ts": turn.ts, "tags": ["conversation", format!("session-{}", turn.session)],
+                "content": {"text": turn.said}}),
+            Self::Corpus => json!({
+                "session_id": "conversation", "channel": "private",
+                "actor": {"type": "human", "id": turn.speaker}, "kind": "message",
+                "ts": turn.ts, "content": {"text": turn.text}}),
+        }
+    }
+}
+
+/// Each conversation's tenant token under one recording.
+type Tokens = HashMap<String, String>;
+
+async fn record(
+    pool: &sqlx::PgPool,
+    client: &reqwest::Client,
+    base: &str,
+    conversations: &[Conversation],
+    recording: Recording,
+    dia_of_event: &mut HashMap<String, String>,
+) -> anyhow::Result<Tokens> {
     let mut tokens = HashMap::new();
-    let mut dia_of_event: HashMap<String, String> = HashMap::new();
     for conversation in conversations {
-        let tenant = TenantId::parse(&format!("locomo-{}", slug(&conversation.name)))
-            .map_err(|e| anyhow::anyhow!("tenant name: {}", e.message))?;
-        let token = tenants::create_tenant(&pool, &tenant, Scope::Admin)
+        let tenant = TenantId::parse(&format!(
+            "locomo-{}-{}",
+            recording.name(),
+            slug(&conversation.name)
+        ))
+        .map_err(|e| anyhow::anyhow!("tenant name: {}", e.message))?;
+        let token = tenants::create_tenant(pool, &tenant, Scope::Admin)
             .await?
             .expose()
             .to_string();
         for batch in conversation.turns.chunks(500) {
-            let events: Vec<Value> = batch
-                .iter()
-                .map(|turn| {
-                    json!({"session_id": "conversation", "channel": "private",
-                           "actor": {"type": "human", "id": turn.speaker}, "kind": "message",
-                           "ts": turn.ts, "content": {"text": turn.text}})
-                })
-                .collect();
+            let events: Vec<Value> = batch.iter().map(|turn| recording.event(turn)).collect();
             let response: Value = client
                 .post(format!("{base}/api/v1/events"))
                 .bearer_auth(&token)
@@ -386,6 +427,41 @@ async fn measure(
         }
         tokens.insert(conversation.name.clone(), token);
     }
+    Ok(tokens)
+}
+
+async fn measure(
+    scratch: &ScratchDatabase,
+    conversations: &[Conversation],
+    semantic: &SemanticConfig,
+) -> anyhow::Result<(Vec<(String, Vec<Ranking>)>, Vec<OffTopic>, String)> {
+    let pool = db::connect(scratch.options.clone(), 8).await?;
+    db::migrate(&pool).await?;
+    let environment = environment(&pool).await?;
+    let daemon = start_daemon(pool.clone(), semantic.clone()).await?;
+    let embedder = semantic.embedder.as_deref().unwrap_or("none");
+    let client = reqwest::Client::new();
+    let base = daemon.base_url.clone();
+
+    let mut dia_of_event: HashMap<String, String> = HashMap::new();
+    let agent = record(
+        &pool,
+        &client,
+        &base,
+        conversations,
+        Recording::Agent,
+        &mut dia_of_event,
+    )
+    .await?;
+    let corpus = record(
+        &pool,
+        &client,
+        &base,
+        conversations,
+        Recording::Corpus,
+        &mut dia_of_event,
+    )
+    .await?;
     wait_projected(&pool).await?;
     let embedding_started = Instant::now();
     wait_embedded(&pool, semantic.embedder.as_deref()).await?;
@@ -394,73 +470,145 @@ async fn measure(
         embedding_started.elapsed().as_secs_f64()
     );
 
-    // The same questions under three policies: the default (hybrid), and
-    // each side of it alone.
+    // The same questions under several policies: the default (hybrid),
+    // each side of it alone, and variants, all of conversations recorded
+    // as an agent records them; then the default again over the kit's
+    // corpus, to show what the recording changes.
     let mut systems = Vec::new();
-    for (system, scoring) in [
+    for (system, tokens, policy, max_tokens) in [
         (
             format!("memd hybrid ({embedder}, default policy)"),
+            &agent,
             json!({}),
+            MAX_TOKENS,
         ),
         (
             "memd lexical only (semantic_weight 0)".to_owned(),
-            json!({"semantic_weight": 0.0}),
+            &agent,
+            json!({"scoring": {"semantic_weight": 0.0}}),
+            MAX_TOKENS,
         ),
         (
             format!("memd semantic only ({embedder}, lexical_weight 0)"),
-            json!({"lexical_weight": 0.0, "semantic_weight": 1.0}),
+            &agent,
+            json!({"scoring": {"lexical_weight": 0.0, "semantic_weight": 1.0}}),
+            MAX_TOKENS,
+        ),
+        (
+            format!(
+                "memd semantic only ({embedder}, lexical_weight 0, by relevance alone: beta 0, gamma 0, no floors, no dedupe)"
+            ),
+            &agent,
+            json!({"scoring": {"lexical_weight": 0.0, "semantic_weight": 1.0, "beta": 0.0,
+                               "gamma": 0.0, "min_relevance": 0.0, "min_similarity": -1.0},
+                   "duplicate_similarity": 1.0}),
+            MAX_TOKENS,
         ),
         // LoCoMo asks about any point of months of conversation, so
         // "recent" is not "relevant": the hybrid without recency.
         (
             format!("memd hybrid ({embedder}, alpha 0.9, beta 0, gamma 0.1)"),
-            json!({"alpha": 0.9, "beta": 0.0, "gamma": 0.1}),
+            &agent,
+            json!({"scoring": {"alpha": 0.9, "beta": 0.0, "gamma": 0.1}}),
+            MAX_TOKENS,
         ),
         (
             format!("memd hybrid ({embedder}, rrf fusion)"),
-            json!({"fusion": "rrf"}),
+            &agent,
+            json!({"scoring": {"fusion": "rrf"}}),
+            MAX_TOKENS,
         ),
         // The default without its absolute floor of meaning: what the
         // floor costs in recall.
         (
             format!("memd hybrid ({embedder}, no similarity floor: min_similarity -1)"),
-            json!({"min_similarity": -1.0}),
+            &agent,
+            json!({"scoring": {"min_similarity": -1.0}}),
+            MAX_TOKENS,
+        ),
+        // Rankings rather than bundles: a budget large enough that the
+        // kit's 2,000 tokens of bare text end inside the evidence, so the
+        // order is compared with the baselines' on equal terms (a bundle
+        // spends part of its budget on headers and citations).
+        (
+            format!(
+                "memd hybrid ({embedder}, default policy), ranking (max_tokens {RANKING_TOKENS})"
+            ),
+            &agent,
+            json!({}),
+            RANKING_TOKENS,
+        ),
+        (
+            format!(
+                "memd semantic only ({embedder}, by relevance alone), ranking (max_tokens {RANKING_TOKENS})"
+            ),
+            &agent,
+            json!({"scoring": {"lexical_weight": 0.0, "semantic_weight": 1.0, "beta": 0.0,
+                               "gamma": 0.0, "min_relevance": 0.0, "min_similarity": -1.0},
+                   "duplicate_similarity": 1.0}),
+            RANKING_TOKENS,
+        ),
+        (
+            format!("memd hybrid ({embedder}, default policy), recorded as the kit's corpus"),
+            &corpus,
+            json!({}),
+            MAX_TOKENS,
         ),
     ] {
-        set_scoring(&client, &base, &tokens, &scoring).await?;
+        set_policy(&client, &base, tokens, &policy).await?;
         systems.push((
             system,
-            ask_all(&client, &base, conversations, &tokens, &dia_of_event).await?,
+            ask_all(
+                &client,
+                &base,
+                conversations,
+                tokens,
+                &dia_of_event,
+                max_tokens,
+            )
+            .await?,
         ));
     }
-    systems.push(("BM25".to_owned(), bm25_all(conversations)));
+    let bm25 = bm25_all(conversations);
+    if let Some(name) = semantic.embedder.as_deref() {
+        let model = memd_projectors::embed::Loader::default()
+            .load(name, &semantic.model_dir)
+            .map_err(|e| anyhow::anyhow!("loading {name} for exact search: {e}"))?;
+        let exact = exact_dense_all(conversations, model.as_ref())?;
+        systems.push((
+            format!("naive RRF of BM25 and exact {name} (k 60)"),
+            reciprocal_rank_fusion(&bm25, &exact),
+        ));
+        systems.push((format!("exact {name} cosine (every turn)"), exact));
+    }
+    systems.push(("BM25".to_owned(), bm25));
     let mut off_topic = Vec::new();
     for (policy, scoring) in [
         ("default", json!({})),
         (
             "no similarity floor (min_similarity -1)",
-            json!({"min_similarity": -1.0}),
+            json!({"scoring": {"min_similarity": -1.0}}),
         ),
     ] {
-        set_scoring(&client, &base, &tokens, &scoring).await?;
-        off_topic.push(ask_off_topic(&client, &base, &tokens, policy).await?);
+        set_policy(&client, &base, &agent, &scoring).await?;
+        off_topic.push(ask_off_topic(&client, &base, &agent, policy).await?);
     }
     daemon.stop().await?;
     pool.close().await;
     Ok((systems, off_topic, environment))
 }
 
-async fn set_scoring(
+async fn set_policy(
     client: &reqwest::Client,
     base: &str,
-    tokens: &HashMap<String, String>,
-    scoring: &Value,
+    tokens: &Tokens,
+    policy: &Value,
 ) -> anyhow::Result<()> {
     for token in tokens.values() {
         client
             .put(format!("{base}/api/v1/policy"))
             .bearer_auth(token)
-            .json(&json!({ "scoring": scoring }))
+            .json(policy)
             .send()
             .await?
             .error_for_status()?;
@@ -468,11 +616,88 @@ async fn set_scoring(
     Ok(())
 }
 
+/// Turns ranked by the baselines computed here (BM25, exact search, RRF):
+/// more than 2,000 tokens of turns.
+const BASELINE_DEPTH: usize = 100;
+
+/// Every turn ranked by its cosine with the question, with `model`'s
+/// vectors of the kit's memory items (exact search: no index, no other
+/// score).
+fn exact_dense_all(
+    conversations: &[Conversation],
+    model: &dyn memd_projectors::embed::Embedder,
+) -> anyhow::Result<Vec<Ranking>> {
+    let mut rankings = Vec::new();
+    for conversation in conversations {
+        let texts: Vec<&str> = conversation.turns.iter().map(|t| t.text.as_str()).collect();
+        let vectors = model
+            .embed(&texts)
+            .map_err(|e| anyhow::anyhow!("embedding turns: {e}"))?;
+        for question in &conversation.questions {
+            let started = Instant::now();
+            let asked = model
+                .embed(&[question.question.as_str()])
+                .map_err(|e| anyhow::anyhow!("embedding a question: {e}"))?;
+            let mut scored: Vec<(f32, usize)> = vectors
+                .iter()
+                .enumerate()
+                .map(|(index, v)| (dot(v, &asked[0]), index))
+                .collect();
+            scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            rankings.push(Ranking {
+                qid: question.qid.clone(),
+                ranked: scored
+                    .iter()
+                    .take(BASELINE_DEPTH)
+                    .map(|(_, index)| conversation.turns[*index].id.clone())
+                    .collect(),
+                ms: started.elapsed().as_secs_f64() * 1e3,
+            });
+        }
+    }
+    Ok(rankings)
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Reciprocal rank fusion of two rankings of the same questions: a turn
+/// scores 1/(60 + rank) in each list it is in.
+fn reciprocal_rank_fusion(a: &[Ranking], b: &[Ranking]) -> Vec<Ranking> {
+    let others: HashMap<&str, &Ranking> = b.iter().map(|r| (r.qid.as_str(), r)).collect();
+    a.iter()
+        .map(|first| {
+            let mut scores: HashMap<&str, f64> = HashMap::new();
+            let second = others.get(first.qid.as_str()).map(|r| r.ranked.as_slice());
+            for ranked in [Some(first.ranked.as_slice()), second]
+                .into_iter()
+                .flatten()
+            {
+                for (rank, turn) in ranked.iter().enumerate() {
+                    *scores.entry(turn.as_str()).or_default() += 1.0 / (60.0 + rank as f64 + 1.0);
+                }
+            }
+            let mut fused: Vec<(&str, f64)> = scores.into_iter().collect();
+            fused.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(y.0)));
+            Ranking {
+                qid: first.qid.clone(),
+                ranked: fused
+                    .into_iter()
+                    .take(BASELINE_DEPTH)
+                    .map(|(turn, _)| turn.to_owned())
+                    .collect(),
+                ms: first.ms + others.get(first.qid.as_str()).map_or(0.0, |r| r.ms),
+            }
+        })
+        .collect()
+}
+
 /// Asks every [`OFF_TOPIC`] question of every conversation.
 async fn ask_off_topic(
     client: &reqwest::Client,
     base: &str,
-    tokens: &HashMap<String, String>,
+    tokens: &Tokens,
     policy: &str,
 ) -> anyhow::Result<OffTopic> {
     let mut answered = OffTopic {
@@ -519,8 +744,9 @@ async fn ask_all(
     client: &reqwest::Client,
     base: &str,
     conversations: &[Conversation],
-    tokens: &HashMap<String, String>,
+    tokens: &Tokens,
     dia_of_event: &HashMap<String, String>,
+    max_tokens: u32,
 ) -> anyhow::Result<Vec<Ranking>> {
     let mut rankings = Vec::new();
     for conversation in conversations {
@@ -532,7 +758,7 @@ async fn ask_all(
                 .bearer_auth(token)
                 .json(
                     &json!({"session_id": "questions", "channel": "private", "intent": "question",
-                              "query_text": question.question, "max_tokens": MAX_TOKENS}),
+                              "query_text": question.question, "max_tokens": max_tokens}),
                 )
                 .send()
                 .await?
@@ -632,7 +858,7 @@ fn bm25_all(conversations: &[Conversation]) -> Vec<Ranking> {
                 qid: question.qid.clone(),
                 ranked: scored
                     .iter()
-                    .take(BM25_DEPTH)
+                    .take(BASELINE_DEPTH)
                     .map(|(_, index)| conversation.turns[*index].id.clone())
                     .collect(),
                 ms: started.elapsed().as_secs_f64() * 1e3,
@@ -648,6 +874,9 @@ struct Scores {
     recall: BTreeMap<String, f64>,
     by_category: BTreeMap<i64, (usize, f64, f64)>,
     queries: usize,
+    /// Turns a ranking holds, on average (a bundle's evidence ends at its
+    /// budget, after its own headers and citations).
+    mean_ranked: f64,
     p50_ms: f64,
     p95_ms: f64,
 }
@@ -660,6 +889,7 @@ fn score(conversations: &[Conversation], rankings: &[Ranking]) -> Scores {
     let mut by_category: BTreeMap<i64, (usize, f64, f64)> = BTreeMap::new();
     let mut latencies = Vec::new();
     let mut queries = 0;
+    let mut ranked_turns = 0;
     for conversation in conversations {
         let text: HashMap<&str, &str> = conversation
             .turns
@@ -671,6 +901,7 @@ fn score(conversations: &[Conversation], rankings: &[Ranking]) -> Scores {
                 continue;
             };
             queries += 1;
+            ranked_turns += ranking.ranked.len();
             latencies.push(Duration::from_secs_f64(ranking.ms / 1e3));
             let evidence = question.evidence.len() as f64;
             let found = |items: &[String]| {
@@ -714,6 +945,7 @@ fn score(conversations: &[Conversation], rankings: &[Ranking]) -> Scores {
             .map(|(c, (count, r10, rb))| (c, (count, r10 / count as f64, rb / count as f64)))
             .collect(),
         queries,
+        mean_ranked: ranked_turns as f64 / n,
         p50_ms: percentile(&latencies, 50.0).as_secs_f64() * 1e3,
         p95_ms: percentile(&latencies, 95.0).as_secs_f64() * 1e3,
     }
@@ -762,28 +994,35 @@ fn render(
     );
     let _ = writeln!(
         out,
-        "Each conversation is one tenant and one session; each question builds a bundle of `max_tokens` {MAX_TOKENS} \
-         (channel private, from another session, so no recent window) and memd's ranking is the order of its \
-         `retrieved_evidence`. BM25 ranks every turn (k1 1.2, b 0.75, lowercase words without stopwords, no stemming). \
-         Recall is `locomo_kit.py`'s: evidence turns found in the top k, or in the ranked turns that fit 2,000 tokens \
-         at 4 characters a token. Latency is per question: the HTTP round trip for memd, the in-process ranking for BM25.\n"
+        "Each conversation is recorded twice, each time into a tenant of its own. As an agent records it (all rows \
+         but one): a session per conversation session, each speaker as the actor and what they said as the text, \
+         tags `conversation` and `session-<n>`, each turn at its session's date. As the kit's corpus (the row that \
+         says so): one session, each turn's text `<speaker>: <said>`. Each question builds a bundle of `max_tokens` \
+         {MAX_TOKENS} (channel private, from another session, so no recent window) and memd's ranking is the order of \
+         its `retrieved_evidence`. Outside memd, over the kit's items: BM25 (k1 1.2, b 0.75, lowercase words without \
+         stopwords, no stemming), exact cosine with memd's embedder over every turn (f32 vectors, no index), and their \
+         reciprocal-rank fusion (k 60). Recall is `locomo_kit.py`'s: evidence turns found in the top k, or in the \
+         ranked turns that fit 2,000 tokens at 4 characters a token. Turns ranked: the length of a ranking, on \
+         average (a bundle's evidence ends at its budget, headers and citations included). Latency is per question: \
+         the HTTP round trip for memd, the in-process ranking for the others.\n"
     );
     let _ = writeln!(
         out,
-        "| system | R@1 | R@5 | R@10 | R@25 | R@50 | R@2000tok | p50 ms | p95 ms |"
+        "| system | R@1 | R@5 | R@10 | R@25 | R@50 | R@2000tok | turns ranked | p50 ms | p95 ms |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (system, scores, _, _) in rows {
         let r = |k: &str| scores.recall.get(k).copied().unwrap_or(0.0);
         let _ = writeln!(
             out,
-            "| {system} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.1} |",
+            "| {system} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.1} | {:.1} |",
             r("R@1"),
             r("R@5"),
             r("R@10"),
             r("R@25"),
             r("R@50"),
             r("R@2000tok"),
+            scores.mean_ranked,
             scores.p50_ms,
             scores.p95_ms
         );
@@ -862,6 +1101,8 @@ mod tests {
         let parsed = parse("26".into(), &conversation).unwrap();
         assert_eq!(parsed.turns[0].id, "D1:1", "sessions in order");
         assert_eq!(parsed.turns[0].text, "A: look [shares a cat]");
+        assert_eq!(parsed.turns[0].said, "look [shares a cat]");
+        assert_eq!(parsed.turns[0].session, 1);
         assert_eq!(parsed.questions.len(), 1);
         assert_eq!(parsed.questions[0].qid, "26/0");
         assert_eq!(parsed.questions[0].evidence, ["D1:1", "D2:1"]);
@@ -875,8 +1116,10 @@ mod tests {
                 .map(|i| Turn {
                     id: format!("D1:{i}"),
                     speaker: "A".into(),
+                    session: 1,
                     ts: DateTime::UNIX_EPOCH,
                     text: "x".repeat(if i == 0 { 8_000 } else { 40 }),
+                    said: String::new(),
                 })
                 .collect(),
             questions: vec![Question {
@@ -903,8 +1146,10 @@ mod tests {
         let turn = |id: &str, text: &str| Turn {
             id: id.into(),
             speaker: "A".into(),
+            session: 1,
             ts: DateTime::UNIX_EPOCH,
             text: text.into(),
+            said: text.into(),
         };
         let conversation = Conversation {
             name: "c".into(),
