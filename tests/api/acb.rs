@@ -1538,3 +1538,45 @@ async fn outdated_tasks_and_decisions_that_no_longer_stand_are_left_out_and_name
         acb["omissions"]
     );
 }
+
+/// Who said a message is found with its words, whether the speaker was
+/// recorded as the actor or written into the text: "what did Caroline
+/// say?" finds what Caroline recorded as "I painted a sunset".
+#[sqlx::test]
+async fn a_speaker_is_found_however_the_conversation_was_recorded(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let mut app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let said = |speaker: &str, text: &str| {
+        json!({"session_id": "s1", "channel": "private", "kind": "message",
+               "actor": {"type": "human", "id": speaker}, "content": {"text": text}})
+    };
+    app.append(
+        &token,
+        &json!({"events": [
+            said("caroline", "I painted a sunset with my kids."),
+            said("melanie", "The pottery class starts on Monday."),
+            said("notetaker", "Melanie: I bought new running shoes."),
+        ]}),
+    )
+    .await;
+    wait_projected(&app.pool, "acme").await;
+    let ask = |question: &str| json!({"session_id": "questions", "query_text": question, "max_tokens": 2000});
+    let evidence = |acb: Value| -> Vec<String> {
+        texts(&acb, "retrieved_evidence")
+            .iter()
+            .map(|t| t.trim_end().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        evidence(app.acb(&token, ask("What did Caroline say?")).await),
+        ["I painted a sunset with my kids."]
+    );
+    let melanie = evidence(app.acb(&token, ask("Anything from Melanie?")).await);
+    assert_eq!(melanie.len(), 2, "{melanie:?}");
+    assert!(melanie.contains(&"The pottery class starts on Monday.".to_owned()));
+    assert!(melanie.contains(&"Melanie: I bought new running shoes.".to_owned()));
+    app.stop().await;
+}

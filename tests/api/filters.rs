@@ -37,12 +37,21 @@ const BEAGLE: &str = "Bob brought home a beagle puppy called Rex last spring.";
 const TRIP: &str = "Alice booked the train to Porto for the team offsite.";
 const PLANT: &str = "Alice repotted the fern on the office windowsill.";
 
-/// Four memories in two sessions, two months, two agents and a few tags.
+/// Four memories in two sessions, two months, two agents and a few tags;
+/// Bob said the beagle's (a speaker is searched with the words).
 fn memories() -> Value {
+    let mut beagle = said(
+        "may",
+        "2026-05-04T10:00:00Z",
+        "keeper",
+        &["pets", "family"],
+        BEAGLE,
+    );
+    beagle["actor"]["id"] = json!("bob");
     json!({"events": [
         said("march", "2026-03-02T10:00:00Z", "scout", &["pets"], RETRIEVER),
         said("march", "2026-03-03T10:00:00Z", "scout", &["travel"], TRIP),
-        said("may", "2026-05-04T10:00:00Z", "keeper", &["pets", "family"], BEAGLE),
+        beagle,
         said("may", "2026-05-05T10:00:00Z", "keeper", &["office"], PLANT),
     ]})
 }

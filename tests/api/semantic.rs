@@ -9,7 +9,11 @@ use memd::{
     read::semantic::SemanticConfig,
     startup::{ProjectionConfig, ServeConfig},
 };
-use memd_projectors::{Schema, embed, rebuild};
+use memd_projectors::{
+    Schema,
+    embed::{self, Embedder as _},
+    rebuild,
+};
 use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
@@ -966,4 +970,109 @@ async fn a_question_about_nothing_held_gets_no_evidence_and_is_told_why(
     let anything = app.acb(&token, ask("quantum chromodynamics lattice")).await;
     assert_eq!(anything["provenance"]["semantic"]["similarity_floor"], -1.0);
     assert!(!evidence_texts(&anything).is_empty());
+}
+
+/// Semantic parity: ranked by meaning alone (no lexical weight, recency,
+/// importance, floors or dedupe), a bundle's evidence is the tenant's
+/// chunks in the order of their cosine with the question, as a brute-force
+/// search over the vectors the embeddings projection stored ranks them,
+/// even when the vector search returns fewer candidates than the tenant
+/// holds chunks.
+#[sqlx::test]
+async fn ranked_by_meaning_alone_evidence_is_the_exact_cosine_order(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    const SUBJECTS: &[&str] = &[
+        "the garden",
+        "our boat",
+        "the piano",
+        "a marathon",
+        "the bakery",
+        "my thesis",
+        "the roof",
+        "a puppy",
+        "the camera",
+        "our trip",
+    ];
+    const DOINGS: &[&str] = &[
+        "needs repairs before winter",
+        "was sold at the market",
+        "won a small prize",
+        "made everyone laugh",
+        "took three weekends",
+        "cost more than planned",
+        "is finally finished",
+        "got rained on twice",
+    ];
+    let mut app = spawn_daemon_with(connect, semantic(embed::HashedEmbedder::NAME)).await;
+    let token = app.tenant("acme").await;
+    let events: Vec<Value> = (0..240)
+        .map(|i| {
+            let text = format!(
+                "{} {} (entry {i})",
+                SUBJECTS[i % SUBJECTS.len()],
+                DOINGS[(i / SUBJECTS.len() + i) % DOINGS.len()]
+            );
+            said("s1", "private", "none", &text)
+        })
+        .collect();
+    app.append(&token, &json!({ "events": events })).await;
+    wait_projected(&app.pool, "acme").await;
+    wait_embedded(&app, "acme", embed::HashedEmbedder::NAME).await;
+    app.put_policy(
+        &token,
+        &json!({
+            "scoring": {"lexical_weight": 0.0, "semantic_weight": 1.0, "beta": 0.0, "gamma": 0.0,
+                        "min_relevance": 0.0, "min_similarity": -1.0, "semantic_candidates": 60},
+            "duplicate_similarity": 1.0,
+            "retrieved_max": 25,
+        }),
+    )
+    .await;
+
+    let question = "was the boat repaired before the winter rains?";
+    let asked = embed::HashedEmbedder
+        .embed_questions(&[question])
+        .unwrap()
+        .remove(0);
+    let stored: Vec<(String, Vec<u8>)> = sqlx::query_as(
+        "SELECT chunk_id, vector FROM projections.embeddings_hashed WHERE tenant_id = 'acme'",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(stored.len(), 240);
+    let cosine: std::collections::HashMap<String, f32> = stored
+        .into_iter()
+        .map(|(chunk, bytes)| {
+            let vector = embed::decode(&bytes);
+            let dot = vector.iter().zip(&asked).map(|(a, b)| a * b).sum::<f32>();
+            (chunk, dot)
+        })
+        .collect();
+    let mut exact: Vec<f32> = cosine.values().copied().collect();
+    exact.sort_by(|a, b| b.total_cmp(a));
+
+    let acb = app
+        .acb(
+            &token,
+            json!({"session_id": "other", "query_text": question, "max_tokens": 8000}),
+        )
+        .await;
+    assert_eq!(acb["provenance"]["semantic"]["used"], true);
+    let ranked: Vec<f32> = section(&acb, "retrieved_evidence")
+        .iter()
+        .map(|item| cosine[item["chunk_id"].as_str().unwrap()])
+        .collect();
+    assert_eq!(ranked.len(), 25, "{acb}");
+    // The same cosines in the same places: equal rankings, up to ties.
+    for (place, (memd, brute)) in ranked.iter().zip(&exact).enumerate() {
+        assert!(
+            (memd - brute).abs() < 1e-5,
+            "place {place}: memd ranks a chunk of cosine {memd}, brute force one of {brute}\nmemd {ranked:?}\nexact {:?}",
+            &exact[..25]
+        );
+    }
+    app.stop().await;
 }

@@ -82,7 +82,9 @@ impl ChunkProjector {
     /// 3: `word_hashes`, the chunk's content words for dedupe.
     /// 4: tool calls are chunked (tool and arguments), so what an agent
     /// asked a tool is retrievable.
-    const BASE_VERSION: i32 = 4;
+    /// 5: a message's source is its speaker ([`speaker`]), searched with
+    /// its words.
+    const BASE_VERSION: i32 = 5;
 
     pub fn new(tokens: TokenCounter) -> Self {
         Self {
@@ -335,11 +337,13 @@ pub struct ChunkText {
 }
 
 impl ChunkText {
-    /// What an embedder reads: where the chunk came from, then its text.
-    pub fn embedding_input(&self) -> String {
-        match &self.source {
-            Some(source) => format!("{source}\n{}", self.text),
-            None => self.text.clone(),
+    /// What an embedder reads: where the chunk came from, then its text;
+    /// a message as a transcript line, `<speaker>: <text>`.
+    pub fn embedding_input(&self, kind: Option<Kind>) -> String {
+        match (&self.source, kind) {
+            (Some(speaker), Some(Kind::Message)) => format!("{speaker}: {}", self.text),
+            (Some(source), _) => format!("{source}\n{}", self.text),
+            (None, _) => self.text.clone(),
         }
     }
 }
@@ -352,9 +356,12 @@ pub fn texts_of(event: &StoredEvent) -> Vec<ChunkText> {
 
 /// [`texts_of`], its content already read.
 fn texts_read(event: &StoredEvent, content: &Content<'_>) -> Vec<ChunkText> {
-    let Some((text, first_line, source)) = retrievable(content) else {
+    let Some((text, first_line, mut source)) = retrievable(content) else {
         return Vec::new();
     };
+    if event.kind() == Some(Kind::Message) && source.is_none() {
+        source = speaker(&event.actor_id, &text).map(str::to_owned);
+    }
     let ulid = event
         .event_id
         .strip_prefix("evt_")
@@ -372,6 +379,21 @@ fn texts_read(event: &StoredEvent, content: &Content<'_>) -> Vec<ChunkText> {
             text: part.text.to_owned(),
         })
         .collect()
+}
+
+/// Who said a message, as part of what it means: "what did Caroline
+/// paint?" is answered by a message Caroline recorded as "I painted a
+/// sunset", so the speaker is searched and embedded with the words. `None`
+/// when the text already opens with the speaker's name (a transcript line,
+/// `Caroline: ...`), so that a conversation gives the same retrieval units
+/// however it was recorded: speaker as the actor, or in the text.
+pub fn speaker<'a>(actor_id: &'a str, text: &str) -> Option<&'a str> {
+    let actor = actor_id.trim();
+    let opens_with = text
+        .trim_start()
+        .get(..actor.len())
+        .is_some_and(|start| start.eq_ignore_ascii_case(actor));
+    (!actor.is_empty() && !opens_with).then_some(actor)
 }
 
 /// Batches at least this long are chunked on several threads.
@@ -706,6 +728,40 @@ mod tests {
                 StoredEvent::test_message(seq, format!("evt_{id_prefix}{seq:020}"), &text)
             })
             .collect()
+    }
+
+    #[test]
+    fn a_message_is_searched_and_embedded_with_its_speaker_once() {
+        let said = |actor: &str, text: &str| {
+            let mut event = StoredEvent::test_message(1, "evt_1".into(), text);
+            event.actor_id = actor.into();
+            texts_of(&event).remove(0)
+        };
+        let recorded = said("Caroline", "I painted a sunset last week.");
+        assert_eq!(recorded.source.as_deref(), Some("Caroline"));
+        assert_eq!(recorded.text, "I painted a sunset last week.");
+        assert_eq!(
+            recorded.embedding_input(Some(Kind::Message)),
+            "Caroline: I painted a sunset last week."
+        );
+        // A transcript line names its speaker already: the same unit.
+        let transcript = said("Caroline", "caroline: I painted a sunset last week.");
+        assert_eq!(transcript.source, None);
+        assert_eq!(
+            transcript.embedding_input(Some(Kind::Message)),
+            "caroline: I painted a sunset last week."
+        );
+        // Other kinds keep their own source, read on a line of its own.
+        let mut tool = StoredEvent::test_message(2, "evt_2".into(), "");
+        tool.kind = "task_update".into();
+        tool.content = serde_json::json!({"task_id": "t1", "title": "ship"});
+        let task = texts_of(&tool).remove(0);
+        assert_eq!(task.source.as_deref(), Some("task t1"));
+        assert_eq!(
+            task.embedding_input(Some(Kind::TaskUpdate)),
+            "task t1\nTask t1 (open): ship"
+        );
+        assert_eq!(speaker(" ", "text"), None);
     }
 
     #[test]

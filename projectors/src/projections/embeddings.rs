@@ -76,8 +76,9 @@ pub struct EmbeddingProjector {
 
 impl EmbeddingProjector {
     /// 1: the chunk alone. 3: a message: the mean of its vector alone and
-    /// read after the message before it.
-    const BASE_VERSION: i32 = 3;
+    /// read after the message before it. 4: a message as a transcript
+    /// line, with its speaker (and the message before it with its own).
+    const BASE_VERSION: i32 = 4;
 
     /// `None` for an embedder without a table.
     pub fn new(embedder: Arc<dyn Embedder>) -> Option<Self> {
@@ -119,7 +120,7 @@ impl Projector for EmbeddingProjector {
             let mut in_context = Vec::new();
             for event in events {
                 for text in chunks::texts_of(event) {
-                    let own = text.embedding_input();
+                    let own = text.embedding_input(event.kind());
                     // A message also read after the one it answers.
                     if let Some(before) = previous.get(&event.seq)
                         && event.kind() == Some(Kind::Message)
@@ -258,11 +259,11 @@ async fn previous_messages(
     if seqs.is_empty() {
         return Ok(HashMap::new());
     }
-    let rows: Vec<(i64, String)> = sqlx::query_as(
-        "SELECT u.seq, p.text
+    let rows: Vec<(i64, String, String)> = sqlx::query_as(
+        "SELECT u.seq, p.actor_id, p.text
            FROM unnest($2::text[], $3::bigint[]) AS u (session_id, seq)
           CROSS JOIN LATERAL (
-                SELECT e.content ->> 'text' AS text FROM public.events e
+                SELECT e.actor_id, e.content ->> 'text' AS text FROM public.events e
                  WHERE e.tenant_id = $1 AND e.session_id = u.session_id AND e.seq < u.seq
                    AND e.kind = 'message'
                  ORDER BY e.seq DESC LIMIT 1) AS p
@@ -275,7 +276,13 @@ async fn previous_messages(
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(seq, text)| (seq, text.chars().take(PREVIOUS_CHARS).collect()))
+        .map(|(seq, actor_id, text)| {
+            let line = match chunks::speaker(&actor_id, &text) {
+                Some(speaker) => format!("{speaker}: {text}"),
+                None => text,
+            };
+            (seq, line.chars().take(PREVIOUS_CHARS).collect())
+        })
         .collect())
 }
 
