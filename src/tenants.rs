@@ -127,9 +127,6 @@ pub struct Caller {
     pub agent: Option<String>,
 }
 
-/// When a token hash was looked up, and what it resolved to.
-type Resolved = (Instant, Option<Caller>);
-
 /// Channel on which a revoked (or deleted) token's hash is announced, hex,
 /// by a trigger on `api_tokens`.
 pub const TOKENS_CHANNEL: &str = "memd_tokens";
@@ -141,7 +138,7 @@ pub const TOKENS_CHANNEL: &str = "memd_tokens";
 /// notification is lost.
 pub struct TokenCache {
     ttl: Duration,
-    entries: Mutex<HashMap<[u8; 32], Resolved>>,
+    entries: Mutex<Remembered>,
     /// Counts the tokens notifications dropped (the metrics'
     /// `token_cache_invalidations`).
     invalidations: prometheus_client::metrics::counter::Counter,
@@ -151,7 +148,7 @@ impl TokenCache {
     pub fn new(ttl: Duration, invalidations: prometheus_client::metrics::counter::Counter) -> Self {
         Self {
             ttl,
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(Remembered::default()),
             invalidations,
         }
     }
@@ -162,10 +159,13 @@ impl TokenCache {
         token: &ApiToken,
     ) -> Result<Option<Caller>, sqlx::Error> {
         let hash = token.hash();
-        if let Some((at, caller)) = self.entries.lock().expect("token cache lock").get(&hash)
-            && at.elapsed() < self.ttl
+        if let Some(caller) = self
+            .entries
+            .lock()
+            .expect("token cache lock")
+            .get(&hash, self.ttl)
         {
-            return Ok(caller.clone());
+            return Ok(caller);
         }
         let row = sqlx::query(
             "SELECT tenant_id, scope, agent_id FROM api_tokens
@@ -190,14 +190,82 @@ impl TokenCache {
             }
             None => None,
         };
-        let mut entries = self.entries.lock().expect("token cache lock");
-        // Bounded: forget everything rather than grow without limit under a
-        // flood of made-up tokens.
-        if entries.len() > 10_000 {
-            entries.clear();
-        }
-        entries.insert(hash, (Instant::now(), caller.clone()));
+        self.entries
+            .lock()
+            .expect("token cache lock")
+            .insert(hash, caller.clone(), self.ttl);
         Ok(caller)
+    }
+}
+
+/// Tokens that resolve to a caller and tokens that resolve to none are
+/// remembered apart, each bounded: anyone can send made-up tokens, so a
+/// flood of them fills and empties only the unknown side, and every real
+/// caller's answer stays. (Real tokens can only come from the database, so
+/// the known side grows only as tokens are issued and used.)
+#[derive(Default)]
+struct Remembered {
+    /// When each was looked up, and its caller.
+    known: HashMap<[u8; 32], (Instant, Caller)>,
+    unknown: HashMap<[u8; 32], Instant>,
+}
+
+impl Remembered {
+    /// Known tokens kept at most: past this, the expired ones go first.
+    const KNOWN_MAX: usize = 100_000;
+    /// Unknown tokens kept at most: past this, they are all forgotten (a
+    /// flood of made-up tokens costs a lookup each either way).
+    const UNKNOWN_MAX: usize = 10_000;
+
+    /// The remembered answer, while younger than `ttl`: `Some(None)` for a
+    /// token known not to resolve.
+    fn get(&self, hash: &[u8; 32], ttl: Duration) -> Option<Option<Caller>> {
+        if let Some((at, caller)) = self.known.get(hash)
+            && at.elapsed() < ttl
+        {
+            return Some(Some(caller.clone()));
+        }
+        match self.unknown.get(hash) {
+            Some(at) if at.elapsed() < ttl => Some(None),
+            _ => None,
+        }
+    }
+
+    fn insert(&mut self, hash: [u8; 32], caller: Option<Caller>, ttl: Duration) {
+        let now = Instant::now();
+        match caller {
+            Some(caller) => {
+                self.unknown.remove(&hash);
+                if self.known.len() >= Self::KNOWN_MAX {
+                    self.known.retain(|_, (at, _)| at.elapsed() < ttl);
+                }
+                if self.known.len() >= Self::KNOWN_MAX {
+                    self.known.clear();
+                }
+                self.known.insert(hash, (now, caller));
+            }
+            None => {
+                self.known.remove(&hash);
+                if self.unknown.len() >= Self::UNKNOWN_MAX {
+                    self.unknown.clear();
+                }
+                self.unknown.insert(hash, now);
+            }
+        }
+    }
+
+    fn remove(&mut self, hash: &[u8; 32]) {
+        self.known.remove(hash);
+        self.unknown.remove(hash);
+    }
+
+    fn len(&self) -> usize {
+        self.known.len() + self.unknown.len()
+    }
+
+    fn clear(&mut self) {
+        self.known.clear();
+        self.unknown.clear();
     }
 }
 
@@ -228,8 +296,54 @@ impl Invalidated for TokenCache {
 
 impl TokenCache {
     /// Drops every cached token, counted as one invalidation each.
-    fn forget(&self, entries: &mut HashMap<[u8; 32], Resolved>) {
+    fn forget(&self, entries: &mut Remembered) {
         self.invalidations.inc_by(entries.len() as u64);
         entries.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caller(tenant: &str) -> Caller {
+        Caller {
+            tenant: TenantId::parse(tenant).unwrap(),
+            scope: Scope::Admin,
+            agent: None,
+        }
+    }
+
+    fn hash(n: u64) -> [u8; 32] {
+        let mut hash = [0; 32];
+        hash[..8].copy_from_slice(&n.to_le_bytes());
+        hash
+    }
+
+    #[test]
+    fn a_flood_of_made_up_tokens_never_forgets_a_real_caller() {
+        let ttl = Duration::from_secs(60);
+        let mut remembered = Remembered::default();
+        remembered.insert(hash(u64::MAX), Some(caller("acme")), ttl);
+        for n in 0..(3 * Remembered::UNKNOWN_MAX as u64) {
+            remembered.insert(hash(n), None, ttl);
+        }
+        assert_eq!(
+            remembered.get(&hash(u64::MAX), ttl),
+            Some(Some(caller("acme")))
+        );
+        assert!(remembered.len() <= Remembered::UNKNOWN_MAX + 1);
+        // The newest unknown token is remembered as unknown.
+        let newest = hash(3 * Remembered::UNKNOWN_MAX as u64 - 1);
+        assert_eq!(remembered.get(&newest, ttl), Some(None));
+        // An answer older than the ttl is asked again.
+        assert_eq!(remembered.get(&hash(u64::MAX), Duration::ZERO), None);
+        // A token that became valid (or was revoked) moves sides.
+        remembered.insert(newest, Some(caller("acme")), ttl);
+        assert_eq!(remembered.get(&newest, ttl), Some(Some(caller("acme"))));
+        remembered.insert(newest, None, ttl);
+        assert_eq!(remembered.get(&newest, ttl), Some(None));
+        remembered.remove(&newest);
+        assert_eq!(remembered.get(&newest, ttl), None);
     }
 }
