@@ -60,6 +60,19 @@ pub async fn load(
     from: u64,
     to: u64,
 ) -> anyhow::Result<()> {
+    load_where(pool, tenant, history, from, to, |_| true).await
+}
+
+/// [`load`], appending only the events `keep` takes (their numbers stay
+/// those of the whole history).
+pub async fn load_where(
+    pool: &PgPool,
+    tenant: &TenantId,
+    history: History,
+    from: u64,
+    to: u64,
+    keep: impl Fn(&Value) -> bool,
+) -> anyhow::Result<()> {
     const BATCH: u64 = 1000;
     let redactor = Redactor::default();
     let mut last_event: Option<String> = None;
@@ -69,6 +82,9 @@ pub async fn load(
         let mut events = Vec::with_capacity((end - n) as usize);
         for i in n..end {
             let body = history.event(i, last_event.as_deref());
+            if !keep(&body) {
+                continue;
+            }
             let request: EventRequest = serde_json::from_value(body)?;
             events.push(
                 NewEvent::parse(request, &redactor)

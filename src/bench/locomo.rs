@@ -32,6 +32,7 @@ use super::harness::{
     ScratchDatabase, environment, percentile, report_header, start_daemon, wait_embedded,
     wait_projected, write_report,
 };
+use super::histories::{self, History};
 use crate::{
     db,
     domain::tenant::{Scope, TenantId},
@@ -90,6 +91,9 @@ struct OffTopic {
 pub struct Options {
     pub dir: PathBuf,
     pub kit: PathBuf,
+    /// Sizes of other history (events) each conversation is recorded into,
+    /// for recall at scale; none for none.
+    pub history: Vec<u64>,
     /// The embedder of the hybrid and semantic systems, and its model.
     pub semantic: SemanticConfig,
 }
@@ -261,13 +265,21 @@ fn parse_date(raw: &str) -> Option<DateTime<Utc>> {
 struct Ranking {
     qid: String,
     ranked: Vec<String>,
+    /// Evidence items that are no turn of the conversation (other history).
+    others: usize,
     ms: f64,
 }
 
 pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Result<()> {
     let conversations = conversations(&options.dir)?;
     let scratch = ScratchDatabase::create(database_url, "memd_bench").await?;
-    let result = measure(&scratch, &conversations, &options.semantic).await;
+    let result = measure(
+        &scratch,
+        &conversations,
+        &options.semantic,
+        &options.history,
+    )
+    .await;
     scratch.drop_now().await?;
     let (systems, off_topic, environment) = result?;
 
@@ -386,18 +398,22 @@ impl Recording {
 /// Each conversation's tenant token under one recording.
 type Tokens = HashMap<String, String>;
 
+/// Records each conversation into a tenant of its own, after the work
+/// (messages, tool calls and results) among the first `history` events of
+/// the bench's histories (half chat, half tool-heavy): what a tenant
+/// already holds when a conversation begins.
 async fn record(
     pool: &sqlx::PgPool,
     client: &reqwest::Client,
     base: &str,
     conversations: &[Conversation],
-    recording: Recording,
+    (recording, history): (Recording, u64),
     dia_of_event: &mut HashMap<String, String>,
 ) -> anyhow::Result<Tokens> {
     let mut tokens = HashMap::new();
     for conversation in conversations {
         let tenant = TenantId::parse(&format!(
-            "locomo-{}-{}",
+            "locomo-{}-h{history}-{}",
             recording.name(),
             slug(&conversation.name)
         ))
@@ -406,6 +422,18 @@ async fn record(
             .await?
             .expose()
             .to_string();
+        // Work, not standing state: decisions, tasks and views of the
+        // history would fill the bundle's sections above the evidence (by
+        // design), and this measures what retrieval finds.
+        let work = |event: &Value| {
+            matches!(
+                event["kind"].as_str(),
+                Some("message" | "tool_call" | "tool_result")
+            )
+        };
+        let half = history / 2;
+        histories::load_where(pool, &tenant, History::Chat, 0, half, work).await?;
+        histories::load_where(pool, &tenant, History::ToolHeavy, half, history, work).await?;
         for batch in conversation.turns.chunks(500) {
             let events: Vec<Value> = batch.iter().map(|turn| recording.event(turn)).collect();
             let response: Value = client
@@ -434,6 +462,7 @@ async fn measure(
     scratch: &ScratchDatabase,
     conversations: &[Conversation],
     semantic: &SemanticConfig,
+    history: &[u64],
 ) -> anyhow::Result<(Vec<(String, Vec<Ranking>)>, Vec<OffTopic>, String)> {
     let pool = db::connect(scratch.options.clone(), 8).await?;
     db::migrate(&pool).await?;
@@ -449,7 +478,7 @@ async fn measure(
         &client,
         &base,
         conversations,
-        Recording::Agent,
+        (Recording::Agent, 0),
         &mut dia_of_event,
     )
     .await?;
@@ -458,7 +487,7 @@ async fn measure(
         &client,
         &base,
         conversations,
-        Recording::Corpus,
+        (Recording::Corpus, 0),
         &mut dia_of_event,
     )
     .await?;
@@ -569,6 +598,45 @@ async fn measure(
             .await?,
         ));
     }
+    // Recall at scale: the same questions of each conversation recorded
+    // into a tenant that already holds `size` events of other work.
+    for &size in history {
+        let tokens = record(
+            &pool,
+            &client,
+            &base,
+            conversations,
+            (Recording::Agent, size),
+            &mut dia_of_event,
+        )
+        .await?;
+        wait_projected(&pool).await?;
+        wait_embedded(&pool, semantic.embedder.as_deref()).await?;
+        if semantic.embedder.is_some() {
+            vector_index_loaded(&client, &base, &tokens).await?;
+        }
+        for (policy, scoring) in [
+            ("default policy", json!({})),
+            (
+                "alpha 0.9, beta 0, gamma 0.1",
+                json!({"scoring": {"alpha": 0.9, "beta": 0.0, "gamma": 0.1}}),
+            ),
+        ] {
+            set_policy(&client, &base, &tokens, &scoring).await?;
+            systems.push((
+                format!("memd hybrid ({embedder}, {policy}), among {size} events of other history"),
+                ask_all(
+                    &client,
+                    &base,
+                    conversations,
+                    &tokens,
+                    &dia_of_event,
+                    MAX_TOKENS,
+                )
+                .await?,
+            ));
+        }
+    }
     let bm25 = bm25_all(conversations);
     if let Some(name) = semantic.embedder.as_deref() {
         let model = memd_projectors::embed::Loader::default()
@@ -596,6 +664,43 @@ async fn measure(
     daemon.stop().await?;
     pool.close().await;
     Ok((systems, off_topic, environment))
+}
+
+/// Waits until each tenant's bundles search its vectors: a large tenant's
+/// index loads in the background after its first bundle, and the
+/// questions must not be answered by words alone meanwhile.
+async fn vector_index_loaded(
+    client: &reqwest::Client,
+    base: &str,
+    tokens: &Tokens,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    for token in tokens.values() {
+        loop {
+            let acb: Value = client
+                .post(format!("{base}/api/v1/acb/build"))
+                .bearer_auth(token)
+                .json(
+                    &json!({"session_id": "questions", "query_text": "what happened",
+                              "max_tokens": MAX_TOKENS}),
+                )
+                .send()
+                .await?
+                .error_for_status()?
+                .json()
+                .await?;
+            if acb["provenance"]["semantic"]["used"] == true {
+                break;
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the vector index was not loaded in 10 minutes: {}",
+                acb["provenance"]["semantic"]
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    Ok(())
 }
 
 async fn set_policy(
@@ -651,6 +756,7 @@ fn exact_dense_all(
                     .take(BASELINE_DEPTH)
                     .map(|(_, index)| conversation.turns[*index].id.clone())
                     .collect(),
+                others: 0,
                 ms: started.elapsed().as_secs_f64() * 1e3,
             });
         }
@@ -687,6 +793,7 @@ fn reciprocal_rank_fusion(a: &[Ranking], b: &[Ranking]) -> Vec<Ranking> {
                     .take(BASELINE_DEPTH)
                     .map(|(turn, _)| turn.to_owned())
                     .collect(),
+                others: 0,
                 ms: first.ms + others.get(first.qid.as_str()).map_or(0.0, |r| r.ms),
             }
         })
@@ -767,21 +874,23 @@ async fn ask_all(
                 .await?;
             let ms = started.elapsed().as_secs_f64() * 1e3;
             let mut ranked: Vec<String> = Vec::new();
+            let mut others = 0;
             for section in acb["sections"].as_array().into_iter().flatten() {
                 if section["name"] != "retrieved_evidence" {
                     continue;
                 }
                 for item in section["items"].as_array().into_iter().flatten() {
-                    if let Some(dia) = item["event_id"].as_str().and_then(|e| dia_of_event.get(e))
-                        && !ranked.contains(dia)
-                    {
-                        ranked.push(dia.clone());
+                    match item["event_id"].as_str().and_then(|e| dia_of_event.get(e)) {
+                        Some(dia) if !ranked.contains(dia) => ranked.push(dia.clone()),
+                        Some(_) => {}
+                        None => others += 1,
                     }
                 }
             }
             rankings.push(Ranking {
                 qid: question.qid.clone(),
                 ranked,
+                others,
                 ms,
             });
         }
@@ -861,6 +970,7 @@ fn bm25_all(conversations: &[Conversation]) -> Vec<Ranking> {
                     .take(BASELINE_DEPTH)
                     .map(|(_, index)| conversation.turns[*index].id.clone())
                     .collect(),
+                others: 0,
                 ms: started.elapsed().as_secs_f64() * 1e3,
             });
         }
@@ -877,6 +987,8 @@ struct Scores {
     /// Turns a ranking holds, on average (a bundle's evidence ends at its
     /// budget, after its own headers and citations).
     mean_ranked: f64,
+    /// Evidence items of other history per bundle, on average.
+    mean_others: f64,
     p50_ms: f64,
     p95_ms: f64,
 }
@@ -890,6 +1002,7 @@ fn score(conversations: &[Conversation], rankings: &[Ranking]) -> Scores {
     let mut latencies = Vec::new();
     let mut queries = 0;
     let mut ranked_turns = 0;
+    let mut other_items = 0;
     for conversation in conversations {
         let text: HashMap<&str, &str> = conversation
             .turns
@@ -902,6 +1015,7 @@ fn score(conversations: &[Conversation], rankings: &[Ranking]) -> Scores {
             };
             queries += 1;
             ranked_turns += ranking.ranked.len();
+            other_items += ranking.others;
             latencies.push(Duration::from_secs_f64(ranking.ms / 1e3));
             let evidence = question.evidence.len() as f64;
             let found = |items: &[String]| {
@@ -946,6 +1060,7 @@ fn score(conversations: &[Conversation], rankings: &[Ranking]) -> Scores {
             .collect(),
         queries,
         mean_ranked: ranked_turns as f64 / n,
+        mean_others: other_items as f64 / n,
         p50_ms: percentile(&latencies, 50.0).as_secs_f64() * 1e3,
         p95_ms: percentile(&latencies, 95.0).as_secs_f64() * 1e3,
     }
@@ -999,23 +1114,30 @@ fn render(
          tags `conversation` and `session-<n>`, each turn at its session's date. As the kit's corpus (the row that \
          says so): one session, each turn's text `<speaker>: <said>`. Each question builds a bundle of `max_tokens` \
          {MAX_TOKENS} (channel private, from another session, so no recent window) and memd's ranking is the order of \
-         its `retrieved_evidence`. Outside memd, over the kit's items: BM25 (k1 1.2, b 0.75, lowercase words without \
+         its `retrieved_evidence`. Rows \"among N events of other history\": recorded as an agent into a tenant \
+         that first received the messages, tool calls and tool results among N events of the bench's generated \
+         histories (half chat, half tool-heavy, dated now; their decisions, tasks and views would fill the \
+         sections above the evidence), the recall at scale. Outside memd, over the kit's items: BM25 (k1 1.2, b 0.75, lowercase words without \
          stopwords, no stemming), exact cosine with memd's embedder over every turn (f32 vectors, no index), and their \
          reciprocal-rank fusion (k 60). Recall is `locomo_kit.py`'s: evidence turns found in the top k, or in the \
          ranked turns that fit 2,000 tokens at 4 characters a token. Turns ranked: the length of a ranking, on \
-         average (a bundle's evidence ends at its budget, headers and citations included). Latency is per question: \
+         average (a bundle's evidence ends at its budget, headers and citations included); other items: evidence \
+         items of other history in a bundle, on average. Latency is per question: \
          the HTTP round trip for memd, the in-process ranking for the others.\n"
     );
     let _ = writeln!(
         out,
-        "| system | R@1 | R@5 | R@10 | R@25 | R@50 | R@2000tok | turns ranked | p50 ms | p95 ms |"
+        "| system | R@1 | R@5 | R@10 | R@25 | R@50 | R@2000tok | turns ranked | other items | p50 ms | p95 ms |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        out,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for (system, scores, _, _) in rows {
         let r = |k: &str| scores.recall.get(k).copied().unwrap_or(0.0);
         let _ = writeln!(
             out,
-            "| {system} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.1} | {:.1} |",
+            "| {system} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.1} | {:.1} | {:.1} |",
             r("R@1"),
             r("R@5"),
             r("R@10"),
@@ -1023,6 +1145,7 @@ fn render(
             r("R@50"),
             r("R@2000tok"),
             scores.mean_ranked,
+            scores.mean_others,
             scores.p50_ms,
             scores.p95_ms
         );
@@ -1132,6 +1255,7 @@ mod tests {
         let ranking = Ranking {
             qid: "c/0".into(),
             ranked: vec!["D1:1".into(), "D1:0".into(), "D1:2".into()],
+            others: 0,
             ms: 1.0,
         };
         let scores = score(&[conversation], &[ranking]);

@@ -184,6 +184,11 @@ pub enum BenchCommand {
         /// Where to write the results (rankings go to `<out>.results/`).
         #[arg(long, default_value = "bench/locomo.md")]
         out: PathBuf,
+        /// Recall at scale: each conversation is also recorded into a
+        /// tenant already holding this many events of other history (half
+        /// chat, half tool output), one row per size; 0 for none.
+        #[arg(long, value_delimiter = ',', default_value = "10000")]
+        history: Vec<u64>,
         #[command(flatten)]
         embedder: EmbedderArgs,
     },
@@ -358,10 +363,22 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
             dir,
             kit,
             out,
+            history,
             embedder,
         } => {
             let semantic = embedder.config()?;
-            locomo::run(database_url, locomo::Options { dir, kit, semantic }, &out).await
+            let history = history.into_iter().filter(|size| *size > 0).collect();
+            locomo::run(
+                database_url,
+                locomo::Options {
+                    dir,
+                    kit,
+                    history,
+                    semantic,
+                },
+                &out,
+            )
+            .await
         }
         BenchCommand::Redaction { dir, source, out } => {
             redaction::run(redaction::Options { dir, source }, &out)
