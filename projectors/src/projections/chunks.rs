@@ -389,10 +389,15 @@ fn texts_read(event: &StoredEvent, content: &Content<'_>) -> Vec<ChunkText> {
 /// however it was recorded: speaker as the actor, or in the text.
 pub fn speaker<'a>(actor_id: &'a str, text: &str) -> Option<&'a str> {
     let actor = actor_id.trim();
+    let text = text.trim_start();
+    // The name as a whole word: actor "al" does not open "Alright".
     let opens_with = text
-        .trim_start()
         .get(..actor.len())
-        .is_some_and(|start| start.eq_ignore_ascii_case(actor));
+        .is_some_and(|start| start.eq_ignore_ascii_case(actor))
+        && !text[actor.len()..]
+            .chars()
+            .next()
+            .is_some_and(char::is_alphanumeric);
     (!actor.is_empty() && !opens_with).then_some(actor)
 }
 
@@ -762,6 +767,9 @@ mod tests {
             "task t1\nTask t1 (open): ship"
         );
         assert_eq!(speaker(" ", "text"), None);
+        assert_eq!(speaker("al", "Alright, see you."), Some("al"));
+        assert_eq!(speaker("al", "Al: see you."), None);
+        assert_eq!(speaker("al", "al"), None);
     }
 
     #[test]
