@@ -528,17 +528,13 @@ async fn measure(
                 "memd semantic only ({embedder}, lexical_weight 0, by relevance alone: beta 0, gamma 0, no floors, no dedupe)"
             ),
             &agent,
-            json!({"scoring": {"lexical_weight": 0.0, "semantic_weight": 1.0, "beta": 0.0,
-                               "gamma": 0.0, "min_relevance": 0.0, "min_similarity": -1.0},
-                   "duplicate_similarity": 1.0}),
+            meaning_alone(),
             MAX_TOKENS,
         ),
-        // LoCoMo asks about any point of months of conversation, so
-        // "recent" is not "relevant": the hybrid without recency.
         (
             format!("memd hybrid ({embedder}, alpha 0.9, beta 0, gamma 0.1)"),
             &agent,
-            json!({"scoring": {"alpha": 0.9, "beta": 0.0, "gamma": 0.1}}),
+            without_recency(),
             MAX_TOKENS,
         ),
         (
@@ -572,9 +568,7 @@ async fn measure(
                 "memd semantic only ({embedder}, by relevance alone), ranking (max_tokens {RANKING_TOKENS})"
             ),
             &agent,
-            json!({"scoring": {"lexical_weight": 0.0, "semantic_weight": 1.0, "beta": 0.0,
-                               "gamma": 0.0, "min_relevance": 0.0, "min_similarity": -1.0},
-                   "duplicate_similarity": 1.0}),
+            meaning_alone(),
             RANKING_TOKENS,
         ),
         (
@@ -617,10 +611,7 @@ async fn measure(
         }
         for (policy, scoring) in [
             ("default policy", json!({})),
-            (
-                "alpha 0.9, beta 0, gamma 0.1",
-                json!({"scoring": {"alpha": 0.9, "beta": 0.0, "gamma": 0.1}}),
-            ),
+            ("alpha 0.9, beta 0, gamma 0.1", without_recency()),
         ] {
             set_policy(&client, &base, &tokens, &scoring).await?;
             systems.push((
@@ -701,6 +692,20 @@ async fn vector_index_loaded(
         }
     }
     Ok(())
+}
+
+/// Ranking by meaning alone: no lexical weight, recency, importance,
+/// floors or dedupe (what exact cosine search does).
+fn meaning_alone() -> Value {
+    json!({"scoring": {"lexical_weight": 0.0, "semantic_weight": 1.0, "beta": 0.0,
+                       "gamma": 0.0, "min_relevance": 0.0, "min_similarity": -1.0},
+           "duplicate_similarity": 1.0})
+}
+
+/// The hybrid without recency: LoCoMo asks about any point of months of
+/// conversation, so "recent" is not "relevant".
+fn without_recency() -> Value {
+    json!({"scoring": {"alpha": 0.9, "beta": 0.0, "gamma": 0.1}})
 }
 
 async fn set_policy(

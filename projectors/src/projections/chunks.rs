@@ -341,7 +341,7 @@ impl ChunkText {
     /// a message as a transcript line, `<speaker>: <text>`.
     pub fn embedding_input(&self, kind: Option<Kind>) -> String {
         match (&self.source, kind) {
-            (Some(speaker), Some(Kind::Message)) => format!("{speaker}: {}", self.text),
+            (Some(speaker), Some(Kind::Message)) => transcript_line(speaker, &self.text),
             (Some(source), _) => format!("{source}\n{}", self.text),
             (None, _) => self.text.clone(),
         }
@@ -399,6 +399,19 @@ pub fn speaker<'a>(actor_id: &'a str, text: &str) -> Option<&'a str> {
             .next()
             .is_some_and(char::is_alphanumeric);
     (!actor.is_empty() && !opens_with).then_some(actor)
+}
+
+/// A message as it reads in a transcript, `<speaker>: <text>`, unless the
+/// text names its speaker already ([`speaker`]).
+pub fn said(actor_id: &str, text: &str) -> String {
+    match speaker(actor_id, text) {
+        Some(speaker) => transcript_line(speaker, text),
+        None => text.to_owned(),
+    }
+}
+
+fn transcript_line(speaker: &str, text: &str) -> String {
+    format!("{speaker}: {text}")
 }
 
 /// Batches at least this long are chunked on several threads.

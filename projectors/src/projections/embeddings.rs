@@ -277,10 +277,7 @@ async fn previous_messages(
     Ok(rows
         .into_iter()
         .map(|(seq, actor_id, text)| {
-            let line = match chunks::speaker(&actor_id, &text) {
-                Some(speaker) => format!("{speaker}: {text}"),
-                None => text,
-            };
+            let line = chunks::said(&actor_id, &text);
             (seq, line.chars().take(PREVIOUS_CHARS).collect())
         })
         .collect())
