@@ -4,8 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ops/ensure-postgres.sh
-# The embedding model for semantic retrieval (once; checked by SHA-256).
-ops/fetch-model.sh
+# The embedding models for semantic retrieval, the default and the quality
+# tier (once; checked by SHA-256).
+ops/fetch-model.sh all
 # The console's tests drive Debian's headless Chromium through chromedriver.
 ops/ensure-chromium.sh
 # sqlx::test creates its per-test databases through this server.

@@ -367,3 +367,56 @@ mod tests {
         assert_eq!(mask("listen", "127.0.0.1:7070"), "127.0.0.1:7070");
     }
 }
+
+/// The embedders a command runs: the default one, any others to load, and
+/// where the model files are. Shared by `memd serve`, `memd embedder` and
+/// the benchmarks.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SemanticArgs {
+    /// Embedder of tenants that chose none: minilm, minilm_int8, mpnet,
+    /// hashed, or none (lexical retrieval only).
+    #[arg(long, env = "MEMD_EMBEDDER", default_value = "minilm")]
+    pub embedder: String,
+    /// Embedders loaded beside the default for tenants that choose them
+    /// (comma-separated): mpnet, the quality tier, is loaded only when named
+    /// here or as the default (550 MB in memory).
+    #[arg(
+        long = "also-embedders",
+        env = "MEMD_ALSO_EMBEDDERS",
+        value_delimiter = ','
+    )]
+    pub also: Vec<String>,
+    /// Folder with the all-MiniLM-L6-v2 files (ops/fetch-model.sh fills it).
+    #[arg(long, env = "MEMD_MODEL_DIR", default_value = memd_projectors::embed::ModelDirs::DEFAULT_MINILM)]
+    pub model_dir: PathBuf,
+    /// Folder with the all-mpnet-base-v2 files (ops/fetch-model.sh mpnet).
+    #[arg(long, env = "MEMD_MPNET_DIR", default_value = memd_projectors::embed::ModelDirs::DEFAULT_MPNET)]
+    pub mpnet_dir: PathBuf,
+}
+
+impl SemanticArgs {
+    pub fn config(&self) -> anyhow::Result<crate::read::semantic::SemanticConfig> {
+        let known = |flag: &str, name: &str| {
+            crate::admin::embedder::known(name)
+                .map(str::to_owned)
+                .map_err(|e| anyhow::anyhow!("--{flag}: {}", e.message))
+        };
+        let embedder = match self.embedder.as_str() {
+            "none" | "off" => None,
+            name => Some(known("embedder", name)?),
+        };
+        let also = self
+            .also
+            .iter()
+            .map(|name| known("also-embedders", name))
+            .collect::<anyhow::Result<_>>()?;
+        Ok(crate::read::semantic::SemanticConfig {
+            embedder,
+            models: memd_projectors::embed::ModelDirs {
+                minilm: self.model_dir.clone(),
+                mpnet: self.mpnet_dir.clone(),
+            },
+            also,
+        })
+    }
+}

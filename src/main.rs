@@ -21,7 +21,7 @@ use memd::{
     audit::checkpoint,
     bench,
     calls::rate_limit::RateLimits,
-    config::ConfigFile,
+    config::{ConfigFile, SemanticArgs},
     db::{self, ScratchDatabase},
     domain::{
         limits,
@@ -402,7 +402,7 @@ enum EmbedderCommand {
     /// the current one (progress on stderr), switch bundles to it once
     /// caught up, drop the old one. Bundles keep working throughout.
     Use {
-        /// minilm, minilm_int8 or hashed.
+        /// minilm, minilm_int8, mpnet or hashed.
         name: String,
         /// Only this tenant (default: every tenant).
         #[arg(long)]
@@ -418,34 +418,6 @@ enum EmbedderCommand {
         #[command(flatten)]
         semantic: SemanticArgs,
     },
-}
-
-#[derive(Args, Clone)]
-struct SemanticArgs {
-    /// Embedder of tenants that chose none: minilm, minilm_int8, hashed, or none
-    /// (lexical retrieval only).
-    #[arg(long, env = "MEMD_EMBEDDER", default_value = "minilm")]
-    embedder: String,
-    /// Folder with the MiniLM model files (ops/fetch-model.sh fills it).
-    #[arg(long, env = "MEMD_MODEL_DIR", default_value = SemanticConfig::DEFAULT_MODEL_DIR)]
-    model_dir: PathBuf,
-}
-
-impl SemanticArgs {
-    fn config(&self) -> anyhow::Result<SemanticConfig> {
-        let embedder = match self.embedder.as_str() {
-            "none" | "off" => None,
-            name => Some(
-                admin::embedder::known(name)
-                    .map_err(|e| anyhow::anyhow!("--embedder: {}", e.message))?
-                    .to_owned(),
-            ),
-        };
-        Ok(SemanticConfig {
-            embedder,
-            model_dir: self.model_dir.clone(),
-        })
-    }
 }
 
 #[derive(Args)]
@@ -1020,7 +992,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 keyring: keyring.clone(),
                 ..Default::default()
             }
-            .engine_with_embeddings(&projectors, &semantic.model_dir)?
+            .engine_with_embeddings(&projectors, &semantic.config()?.models)?
             .only(&projectors)?;
             let pool = connect(with_lock_timeout(options, lock_timeout_ms), 2).await?;
             let mut printer = ProgressPrinter::new("rebuild");
@@ -1348,7 +1320,7 @@ async fn embedder_command(
             let embedder = if no_wait {
                 None
             } else {
-                Some(memd_projectors::embed::load(name, &config.model_dir)?)
+                Some(memd_projectors::embed::load(name, &config.models)?)
             };
             let work = EmbeddingWork::new(
                 config

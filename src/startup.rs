@@ -96,18 +96,18 @@ impl ProjectionConfig {
     }
 
     /// [`Self::engine`] plus the embeddings projections `names` asks for
-    /// (`embeddings_<embedder>`), their embedders loaded from `model_dir`:
+    /// (`embeddings_<embedder>`), their embedders loaded from `models`:
     /// what `memd rebuild --projector embeddings_minilm` replays.
     pub fn engine_with_embeddings(
         &self,
         names: &[String],
-        model_dir: &std::path::Path,
+        models: &memd_projectors::embed::ModelDirs,
     ) -> anyhow::Result<Engine> {
         let mut projectors = projections::all(self.encoding);
         for name in memd_projectors::embed::NAMES {
             let projector = embeddings::projector_name(name).expect("every embedder has a table");
             if names.iter().any(|n| n == projector) {
-                let embedder = memd_projectors::embed::load(name, model_dir)?;
+                let embedder = memd_projectors::embed::load(name, models)?;
                 projectors.push(Arc::new(
                     EmbeddingProjector::new(embedder).expect("every embedder has a table"),
                 ));

@@ -79,6 +79,9 @@ pub fn grouped(
 pub struct Axis {
     pub label: String,
     pub log: bool,
+    /// A share, from 0 to 1: drawn over exactly that range, with the
+    /// legend in the lower right rather than in room above the lines.
+    pub share: bool,
 }
 
 impl Axis {
@@ -86,6 +89,7 @@ impl Axis {
         Self {
             label: label.into(),
             log: false,
+            share: false,
         }
     }
 
@@ -93,6 +97,15 @@ impl Axis {
         Self {
             label: label.into(),
             log: true,
+            share: false,
+        }
+    }
+
+    /// A linear axis of a share (recall, a ratio of 0 to 1).
+    pub fn share(label: impl Into<String>) -> Self {
+        Self {
+            share: true,
+            ..Self::linear(label)
         }
     }
 
@@ -243,8 +256,13 @@ fn draw_lines(
 ) -> anyhow::Result<()> {
     let points = || series.iter().flat_map(|s| s.points.iter());
     let x_range = x.range(points().map(|p| p.0), 0.0);
-    // Room above the lines for the legend, a row per series.
-    let y_range = y.range(points().map(|p| p.1), 0.1 + 0.07 * series.len() as f64);
+    // Room above the lines for the legend, a row per series (a share has
+    // its legend in the lower right instead).
+    let y_range = if y.share {
+        0.0..1.02
+    } else {
+        y.range(points().map(|p| p.1), 0.1 + 0.07 * series.len() as f64)
+    };
     let (x_labels, y_labels) = (x.labels(&x_range), y.labels(&y_range));
     let mut chart = ChartBuilder::on(root)
         .caption(title, font(20.0))
@@ -299,7 +317,11 @@ fn draw_lines(
         .background_style(WHITE.mix(0.85))
         .border_style(RGBColor(200, 200, 200))
         .label_font(font(13.0))
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(if y.share {
+            SeriesLabelPosition::LowerRight
+        } else {
+            SeriesLabelPosition::UpperLeft
+        })
         .draw()
         .map_err(draw_err)?;
     Ok(())

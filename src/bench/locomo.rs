@@ -96,6 +96,9 @@ pub struct Options {
     pub history: Vec<u64>,
     /// The embedder of the hybrid and semantic systems, and its model.
     pub semantic: SemanticConfig,
+    /// The quality tier's embedder (`mpnet`): the conversations are also
+    /// recorded into tenants that chose it; none to skip.
+    pub quality: Option<String>,
 }
 
 /// One memory item of the corpus.
@@ -277,6 +280,7 @@ pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Re
         &scratch,
         &conversations,
         &options.semantic,
+        options.quality.as_deref(),
         &options.history,
     )
     .await;
@@ -310,17 +314,19 @@ pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Re
         &super::charts::path_beside(out, ""),
         "LoCoMo: recall of evidence turns in the top k, by system",
         &super::charts::Axis::log("k (ranked turns read)"),
-        &super::charts::Axis::linear("recall (share of evidence turns found)"),
+        &super::charts::Axis::share("recall (share of evidence turns found)"),
         &super::charts::grouped(
-            rows.iter().flat_map(|(system, scores, ..)| {
-                KS.iter().map(move |k| {
-                    (
-                        system.clone(),
-                        *k as f64,
-                        scores.recall.get(&format!("R@{k}")).copied().unwrap_or(0.0),
-                    )
-                })
-            }),
+            rows.iter()
+                .filter(|(system, ..)| charted(system))
+                .flat_map(|(system, scores, ..)| {
+                    KS.iter().map(move |k| {
+                        (
+                            system.clone(),
+                            *k as f64,
+                            scores.recall.get(&format!("R@{k}")).copied().unwrap_or(0.0),
+                        )
+                    })
+                }),
             |name| name == "BM25",
         ),
     )?;
@@ -340,6 +346,19 @@ pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Re
         );
     }
     write_report(out, &report)
+}
+
+/// Whether `system` is drawn in the chart: memd's default, each of its
+/// sides, its quality tier, at scale, and the baselines; not the policy
+/// variants, which the table shows (ten lines are already many).
+fn charted(system: &str) -> bool {
+    let default = system.ends_with(", default policy)");
+    (system.starts_with("memd hybrid (") && default)
+        || system.starts_with("memd lexical only")
+        || (system.starts_with("memd semantic only (") && system.ends_with("lexical_weight 0)"))
+        || system.starts_with("memd quality tier: hybrid")
+        || (system.contains("default policy), among"))
+        || !system.starts_with("memd")
 }
 
 fn slug(system: &str) -> String {
@@ -407,14 +426,15 @@ async fn record(
     client: &reqwest::Client,
     base: &str,
     conversations: &[Conversation],
-    (recording, history): (Recording, u64),
+    (recording, history, embedder): (Recording, u64, Option<&str>),
     dia_of_event: &mut HashMap<String, String>,
 ) -> anyhow::Result<Tokens> {
     let mut tokens = HashMap::new();
     for conversation in conversations {
         let tenant = TenantId::parse(&format!(
-            "locomo-{}-h{history}-{}",
+            "locomo-{}-h{history}-{}-{}",
             recording.name(),
+            embedder.unwrap_or("default"),
             slug(&conversation.name)
         ))
         .map_err(|e| anyhow::anyhow!("tenant name: {}", e.message))?;
@@ -422,6 +442,10 @@ async fn record(
             .await?
             .expose()
             .to_string();
+        if let Some(embedder) = embedder {
+            // Chosen before its first event: nothing to build or switch.
+            memd_projectors::embed::worker::choose(pool, tenant.as_str(), embedder, None).await?;
+        }
         // Work, not standing state: decisions, tasks and views of the
         // history would fill the bundle's sections above the evidence (by
         // design), and this measures what retrieval finds.
@@ -462,12 +486,15 @@ async fn measure(
     scratch: &ScratchDatabase,
     conversations: &[Conversation],
     semantic: &SemanticConfig,
+    quality: Option<&str>,
     history: &[u64],
 ) -> anyhow::Result<(Vec<(String, Vec<Ranking>)>, Vec<OffTopic>, String)> {
     let pool = db::connect(scratch.options.clone(), 8).await?;
     db::migrate(&pool).await?;
     let environment = environment(&pool).await?;
-    let daemon = start_daemon(pool.clone(), semantic.clone()).await?;
+    let mut daemon_semantic = semantic.clone();
+    daemon_semantic.also.extend(quality.map(str::to_owned));
+    let daemon = start_daemon(pool.clone(), daemon_semantic).await?;
     let embedder = semantic.embedder.as_deref().unwrap_or("none");
     let client = reqwest::Client::new();
     let base = daemon.base_url.clone();
@@ -478,7 +505,7 @@ async fn measure(
         &client,
         &base,
         conversations,
-        (Recording::Agent, 0),
+        (Recording::Agent, 0, None),
         &mut dia_of_event,
     )
     .await?;
@@ -487,10 +514,25 @@ async fn measure(
         &client,
         &base,
         conversations,
-        (Recording::Corpus, 0),
+        (Recording::Corpus, 0, None),
         &mut dia_of_event,
     )
     .await?;
+    let quality_tier = match quality {
+        Some(name) => Some((
+            name,
+            record(
+                &pool,
+                &client,
+                &base,
+                conversations,
+                (Recording::Agent, 0, Some(name)),
+                &mut dia_of_event,
+            )
+            .await?,
+        )),
+        None => None,
+    };
     wait_projected(&pool).await?;
     let embedding_started = Instant::now();
     wait_embedded(&pool, semantic.embedder.as_deref()).await?;
@@ -577,7 +619,24 @@ async fn measure(
             json!({}),
             MAX_TOKENS,
         ),
-    ] {
+    ]
+    .into_iter()
+    .chain(quality_tier.iter().flat_map(|(name, tokens)| {
+        [
+            (
+                format!("memd quality tier: hybrid ({name}, default policy)"),
+                tokens,
+                json!({}),
+                MAX_TOKENS,
+            ),
+            (
+                format!("memd quality tier: semantic only ({name}, lexical_weight 0)"),
+                tokens,
+                json!({"scoring": {"lexical_weight": 0.0, "semantic_weight": 1.0}}),
+                MAX_TOKENS,
+            ),
+        ]
+    })) {
         set_policy(&client, &base, tokens, &policy).await?;
         systems.push((
             system,
@@ -600,7 +659,7 @@ async fn measure(
             &client,
             &base,
             conversations,
-            (Recording::Agent, size),
+            (Recording::Agent, size, None),
             &mut dia_of_event,
         )
         .await?;
@@ -629,9 +688,10 @@ async fn measure(
         }
     }
     let bm25 = bm25_all(conversations);
-    if let Some(name) = semantic.embedder.as_deref() {
-        let model = memd_projectors::embed::Loader::default()
-            .load(name, &semantic.model_dir)
+    let mut loader = memd_projectors::embed::Loader::default();
+    for name in semantic.embedder.as_deref().into_iter().chain(quality) {
+        let model = loader
+            .load(name, &semantic.models)
             .map_err(|e| anyhow::anyhow!("loading {name} for exact search: {e}"))?;
         let exact = exact_dense_all(conversations, model.as_ref())?;
         systems.push((

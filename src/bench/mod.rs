@@ -21,8 +21,6 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 
-use crate::read::semantic::SemanticConfig;
-
 #[derive(Subcommand)]
 pub enum BenchCommand {
     /// The console's pages timed on a large tenant: what each asks the
@@ -189,6 +187,11 @@ pub enum BenchCommand {
         /// chat, half tool output), one row per size; 0 for none.
         #[arg(long, value_delimiter = ',', default_value = "10000")]
         history: Vec<u64>,
+        /// The quality tier's embedder, measured beside the default (its
+        /// model files must be there: ops/fetch-model.sh mpnet); none to
+        /// skip.
+        #[arg(long, default_value = "mpnet")]
+        quality_embedder: String,
         #[command(flatten)]
         embedder: EmbedderArgs,
     },
@@ -208,32 +211,7 @@ pub enum BenchCommand {
 }
 
 /// The embedder a benchmark's daemon runs.
-#[derive(clap::Args, Clone)]
-pub struct EmbedderArgs {
-    /// minilm, minilm_int8, hashed, or none (lexical retrieval only).
-    #[arg(long, env = "MEMD_EMBEDDER", default_value = "minilm")]
-    embedder: String,
-    /// Folder with the MiniLM model files (ops/fetch-model.sh).
-    #[arg(long, env = "MEMD_MODEL_DIR", default_value = SemanticConfig::DEFAULT_MODEL_DIR)]
-    model_dir: PathBuf,
-}
-
-impl EmbedderArgs {
-    fn config(&self) -> anyhow::Result<SemanticConfig> {
-        let embedder = match self.embedder.as_str() {
-            "none" => None,
-            name => Some(
-                crate::admin::embedder::known(name)
-                    .map_err(|e| anyhow::anyhow!("--embedder: {}", e.message))?
-                    .to_owned(),
-            ),
-        };
-        Ok(SemanticConfig {
-            embedder,
-            model_dir: self.model_dir.clone(),
-        })
-    }
-}
+pub use crate::config::SemanticArgs as EmbedderArgs;
 
 pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()> {
     match command {
@@ -364,9 +342,18 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
             kit,
             out,
             history,
+            quality_embedder,
             embedder,
         } => {
             let semantic = embedder.config()?;
+            let quality = match quality_embedder.as_str() {
+                "none" => None,
+                name => Some(
+                    crate::admin::embedder::known(name)
+                        .map_err(|e| anyhow::anyhow!("--quality-embedder: {}", e.message))?
+                        .to_owned(),
+                ),
+            };
             let history = history.into_iter().filter(|size| *size > 0).collect();
             locomo::run(
                 database_url,
@@ -375,6 +362,7 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
                     kit,
                     history,
                     semantic,
+                    quality,
                 },
                 &out,
             )

@@ -302,7 +302,7 @@ async fn rebuild_embeddings(
     let projector = embeddings::projector_name(embedder).expect("a known embedder");
     let names = [projector.to_owned()];
     let engine = ProjectionConfig::default()
-        .engine_with_embeddings(&names, &semantic.model_dir)?
+        .engine_with_embeddings(&names, &semantic.models)?
         .only(&names)?;
     let mut printer = ProgressPrinter::new("embed");
     let started = Instant::now();

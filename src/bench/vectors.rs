@@ -99,7 +99,7 @@ pub async fn run(
     };
     let embedder = match &semantic.embedder {
         Some(name) => Some(
-            memd_projectors::embed::load(name, &semantic.model_dir)
+            memd_projectors::embed::load(name, &semantic.models)
                 .map_err(|e| anyhow::anyhow!("--embedder {name}: {e}"))?,
         ),
         None => None,

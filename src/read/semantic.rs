@@ -8,26 +8,29 @@
 
 use std::{
     collections::{HashMap, VecDeque},
-    path::PathBuf,
     sync::{Arc, Mutex},
 };
 
-use memd_projectors::embed::{self, EmbedError, Embedder};
+use memd_projectors::embed::{self, EmbedError, Embedder, Model, ModelDirs, MpNet};
 use serde::Serialize;
 
 use super::vectors::VectorIndex;
 
-/// Which embedder tenants use by default, and where model files are.
+/// Which embedder tenants use by default, which others are loaded, and
+/// where model files are.
 #[derive(Debug, Clone)]
 pub struct SemanticConfig {
     /// `minilm`, `hashed`, or `None` for lexical retrieval only.
     pub embedder: Option<String>,
-    pub model_dir: PathBuf,
+    pub models: ModelDirs,
+    /// Embedders loaded beside the default for tenants that choose them,
+    /// beyond those always loaded (MiniLM's when its files are there, and
+    /// the weight-free one): `mpnet`, whose 550 MB are not spent unless
+    /// asked for.
+    pub also: Vec<String>,
 }
 
 impl SemanticConfig {
-    /// The default model folder: what `ops/fetch-model.sh` fills.
-    pub const DEFAULT_MODEL_DIR: &str = ".models/all-minilm-l6-v2";
     /// What fetches the model, for messages.
     pub const FETCH_COMMAND: &str = "ops/fetch-model.sh";
 
@@ -35,7 +38,8 @@ impl SemanticConfig {
     pub fn off() -> Self {
         Self {
             embedder: None,
-            model_dir: PathBuf::from(Self::DEFAULT_MODEL_DIR),
+            models: ModelDirs::default(),
+            also: Vec::new(),
         }
     }
 
@@ -98,26 +102,27 @@ impl Semantic {
             .and_then(|name| embed::NAMES.iter().copied().find(|known| *known == name));
         let mut loader = embed::Loader::default();
         for name in embed::NAMES {
-            // The model is loaded (once for both of its embedders) when it
-            // is the default's, or when semantic retrieval is on and its
-            // files are there (a tenant may choose it); with semantic
-            // retrieval off, never (90 MB).
-            if embed::needs_model(name)
+            // A model is loaded (once for all of its embedders) when it is
+            // the default's; otherwise MiniLM when semantic retrieval is on
+            // and its files are there (a tenant may choose it; 90 MB), and
+            // MPNet when asked for; with semantic retrieval off, never.
+            if let Some(dir) = config.models.of(name)
                 && default != Some(*name)
-                && (default.is_none() || !config.model_dir.join("model.safetensors").is_file())
+                && (default.is_none()
+                    || !dir.join("model.safetensors").is_file()
+                    || (*name == MpNet::NAME && !config.also.iter().any(|a| a == name)))
             {
                 continue;
             }
-            match loader.load(name, &config.model_dir) {
+            match loader.load(name, &config.models) {
                 Ok(embedder) => {
                     embedders.insert(*name, embedder);
                 }
                 Err(err) => {
                     let reason = match &err {
-                        EmbedError::Missing(_) => format!(
-                            "{err}; run {} (or set MEMD_MODEL_DIR)",
-                            SemanticConfig::FETCH_COMMAND
-                        ),
+                        EmbedError::Missing(_) => {
+                            format!("{err}; or set MEMD_MODEL_DIR / MEMD_MPNET_DIR")
+                        }
                         _ => err.to_string(),
                     };
                     unavailable.push((*name, reason));
@@ -181,7 +186,12 @@ impl Semantic {
                 .iter()
                 .find(|(n, _)| *n == name)
                 .map(|(_, reason)| format!("embedder {name}: {reason}"))
-                .unwrap_or_else(|| format!("embedder {name} is not loaded in this daemon")),
+                .unwrap_or_else(|| {
+                    format!(
+                        "embedder {name} is not loaded in this daemon \
+                         (start it with --also-embedders {name})"
+                    )
+                }),
         )
     }
 
@@ -340,13 +350,44 @@ mod tests {
     fn a_missing_model_turns_semantic_retrieval_off_and_says_how_to_fix_it() {
         let semantic = Semantic::load(&SemanticConfig {
             embedder: Some("minilm".into()),
-            model_dir: PathBuf::from("/nonexistent/model"),
+            models: ModelDirs {
+                minilm: "/nonexistent/model".into(),
+                mpnet: "/nonexistent/mpnet".into(),
+            },
+            also: Vec::new(),
         });
         let status = semantic.status();
         assert!(!status.enabled);
         let reason = status.reason.unwrap();
         assert!(reason.contains("ops/fetch-model.sh"), "{reason}");
         assert_eq!(status.loaded, ["hashed"], "the weight-free one still runs");
+    }
+
+    #[test]
+    fn the_quality_tier_is_loaded_only_when_asked_for() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let models = ModelDirs {
+            minilm: root.join(ModelDirs::DEFAULT_MINILM),
+            mpnet: root.join(ModelDirs::DEFAULT_MPNET),
+        };
+        assert!(
+            models.mpnet.join("model.safetensors").is_file(),
+            "run ops/fetch-model.sh mpnet first"
+        );
+        let loaded = |also: &[&str]| {
+            Semantic::load(&SemanticConfig {
+                embedder: Some("hashed".into()),
+                models: models.clone(),
+                also: also.iter().map(|s| s.to_string()).collect(),
+            })
+            .status()
+            .loaded
+        };
+        assert_eq!(loaded(&[]), ["hashed", "minilm", "minilm_int8"]);
+        assert_eq!(
+            loaded(&["mpnet"]),
+            ["hashed", "minilm", "minilm_int8", "mpnet"]
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,7 @@ use memd::{
 };
 use memd_projectors::{
     Schema,
-    embed::{self, Embedder as _},
+    embed::{self, Embedder as _, ModelDirs},
     rebuild,
 };
 use serde_json::{Value, json};
@@ -25,9 +25,20 @@ use crate::{
 /// The model folder `ops/fetch-model.sh` fills (MEMD_MODEL_DIR overrides).
 fn model_dir() -> PathBuf {
     std::env::var_os("MEMD_MODEL_DIR").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(SemanticConfig::DEFAULT_MODEL_DIR),
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(ModelDirs::DEFAULT_MINILM),
         Into::into,
     )
+}
+
+/// The model folders, as `ops/fetch-model.sh` fills them.
+fn models() -> ModelDirs {
+    ModelDirs {
+        minilm: model_dir(),
+        mpnet: std::env::var_os("MEMD_MPNET_DIR").map_or_else(
+            || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(ModelDirs::DEFAULT_MPNET),
+            Into::into,
+        ),
+    }
 }
 
 /// A daemon with `embedder`, sealing high memory at rest (so sealed
@@ -37,7 +48,8 @@ pub fn semantic(embedder: &str) -> ServeConfig {
     ServeConfig {
         semantic: SemanticConfig {
             embedder: Some(embedder.to_owned()),
-            model_dir: model_dir(),
+            models: models(),
+            also: Vec::new(),
         },
         keyring: crate::helpers::test_keyring(),
         ..ServeConfig::default()
@@ -83,6 +95,11 @@ async fn the_question_finds_memory_by_meaning_not_only_by_words(
 #[sqlx::test]
 async fn eight_bit_vectors_find_memory_by_meaning_too(_: PgPoolOptions, connect: PgConnectOptions) {
     finds_memory_by_meaning(connect, "minilm_int8").await;
+}
+
+#[sqlx::test]
+async fn the_quality_tier_finds_memory_by_meaning_too(_: PgPoolOptions, connect: PgConnectOptions) {
+    finds_memory_by_meaning(connect, "mpnet").await;
 }
 
 /// A candidate pool of 20, half of it for vector candidates: a word in a
@@ -475,6 +492,14 @@ async fn eight_bit_embeddings_rebuild_to_the_same_bytes(
     rebuilds_to_the_same_bytes(connect, "minilm_int8").await;
 }
 
+#[sqlx::test]
+async fn quality_tier_embeddings_rebuild_to_the_same_bytes(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    rebuilds_to_the_same_bytes(connect, "mpnet").await;
+}
+
 async fn rebuilds_to_the_same_bytes(connect: PgConnectOptions, embedder: &str) {
     let projector = format!("embeddings_{embedder}");
     let mut app = spawn_daemon_with(connect, semantic(embedder)).await;
@@ -490,7 +515,7 @@ async fn rebuilds_to_the_same_bytes(connect: PgConnectOptions, embedder: &str) {
     app.stop().await;
 
     let engine = ProjectionConfig::default()
-        .engine_with_embeddings(std::slice::from_ref(&projector), &model_dir())
+        .engine_with_embeddings(std::slice::from_ref(&projector), &models())
         .unwrap()
         .only(std::slice::from_ref(&projector))
         .unwrap();
@@ -521,7 +546,11 @@ async fn without_model_files_the_daemon_serves_lexical_bundles_and_says_why(
     let config = ServeConfig {
         semantic: SemanticConfig {
             embedder: Some("minilm".into()),
-            model_dir: PathBuf::from("/nonexistent/memd-model"),
+            models: ModelDirs {
+                minilm: PathBuf::from("/nonexistent/memd-model"),
+                mpnet: PathBuf::from("/nonexistent/memd-mpnet"),
+            },
+            also: Vec::new(),
         },
         ..ServeConfig::default()
     };

@@ -8,25 +8,29 @@
 //! same vector whatever batch it came in, which is what makes the
 //! embeddings projection rebuildable byte for byte.
 //!
-//! - [`minilm`]: sentence-transformers all-MiniLM-L6-v2 on the CPU (memd's
-//!   own [`bert`] encoder), from model files on disk; chunks in f32,
-//!   questions in 8-bit integers (`int8`), three times as fast where the
-//!   CPU has AVX-512 VNNI. `minilm_int8` is the same model storing 8-bit
-//!   vectors too: a third of the embedding cost, a little less exact.
+//! - [`sentence`]: sentence-transformers models on the CPU (memd's own
+//!   [`encoder`]), from model files on disk; chunks in f32, questions in
+//!   8-bit integers (`int8`), three times as fast where the CPU has AVX-512
+//!   VNNI. `minilm` (all-MiniLM-L6-v2) is the default; `minilm_int8` is the
+//!   same model storing 8-bit vectors too: a third of the embedding cost, a
+//!   little less exact; `mpnet` (all-mpnet-base-v2) is the quality tier.
 //! - [`hashed`]: no weights; hashed words and character trigrams. Cheap,
 //!   lexical rather than semantic, and always available.
 
-pub mod bert;
+pub mod encoder;
 pub mod hashed;
 mod int8;
 mod kernel;
-pub mod minilm;
+pub mod sentence;
 pub mod worker;
 
-use std::{path::Path, sync::Arc};
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+};
 
 pub use hashed::HashedEmbedder;
-pub use minilm::MiniLm;
+pub use sentence::{MiniLm, Model, MpNet, Sentence};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EmbedError {
@@ -75,34 +79,70 @@ pub trait Embedder: Send + Sync {
 }
 
 /// The embedders memd knows, by name.
-pub const NAMES: &[&str] = &[MiniLm::NAME, MiniLm::INT8_NAME, HashedEmbedder::NAME];
+pub const NAMES: &[&str] = &[
+    MiniLm::NAME,
+    MiniLm::INT8_NAME,
+    MpNet::NAME,
+    HashedEmbedder::NAME,
+];
 
 /// The default embedder when the model files are there.
 pub const DEFAULT: &str = MiniLm::NAME;
 
-/// Whether the embedder called `name` needs the model files.
-pub fn needs_model(name: &str) -> bool {
-    name == MiniLm::NAME || name == MiniLm::INT8_NAME
+/// Where each model's files are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelDirs {
+    /// all-MiniLM-L6-v2 (`minilm`, `minilm_int8`).
+    pub minilm: PathBuf,
+    /// all-mpnet-base-v2 (`mpnet`).
+    pub mpnet: PathBuf,
 }
 
-/// Loads the embedder called `name`; `model_dir` is where model files are
-/// (only the MiniLM ones need any).
-pub fn load(name: &str, model_dir: &Path) -> Result<Arc<dyn Embedder>, EmbedError> {
-    Loader::default().load(name, model_dir)
+impl ModelDirs {
+    /// The folders `ops/fetch-model.sh` fills, relative to the working
+    /// directory.
+    pub const DEFAULT_MINILM: &str = ".models/all-minilm-l6-v2";
+    pub const DEFAULT_MPNET: &str = ".models/all-mpnet-base-v2";
+
+    /// The folder of the model the embedder called `name` runs; `None` for
+    /// an embedder without model files.
+    pub fn of(&self, name: &str) -> Option<&Path> {
+        match name {
+            MiniLm::NAME | MiniLm::INT8_NAME => Some(&self.minilm),
+            MpNet::NAME => Some(&self.mpnet),
+            _ => None,
+        }
+    }
 }
 
-/// Loads embedders by name, reading the model files once for every
-/// embedder that runs the same model (about 115 MB in memory each time).
+impl Default for ModelDirs {
+    fn default() -> Self {
+        Self {
+            minilm: PathBuf::from(Self::DEFAULT_MINILM),
+            mpnet: PathBuf::from(Self::DEFAULT_MPNET),
+        }
+    }
+}
+
+/// Loads the embedder called `name` from its model's folder in `dirs`.
+pub fn load(name: &str, dirs: &ModelDirs) -> Result<Arc<dyn Embedder>, EmbedError> {
+    Loader::default().load(name, dirs)
+}
+
+/// Loads embedders by name, reading a model's files once for every
+/// embedder that runs it (about 115 MB in memory for MiniLM, 550 MB for
+/// MPNet).
 #[derive(Default)]
 pub struct Loader {
-    minilm: Option<MiniLm>,
+    minilm: Option<Sentence<MiniLm>>,
+    mpnet: Option<Sentence<MpNet>>,
 }
 
 impl Loader {
-    pub fn load(&mut self, name: &str, model_dir: &Path) -> Result<Arc<dyn Embedder>, EmbedError> {
+    pub fn load(&mut self, name: &str, dirs: &ModelDirs) -> Result<Arc<dyn Embedder>, EmbedError> {
         let stored = match name {
-            MiniLm::NAME => bert::Precision::Exact,
-            MiniLm::INT8_NAME => bert::Precision::Int8,
+            MiniLm::NAME | MpNet::NAME => encoder::Precision::Exact,
+            MiniLm::INT8_NAME => encoder::Precision::Int8,
             HashedEmbedder::NAME => return Ok(Arc::new(HashedEmbedder)),
             other => {
                 return Err(EmbedError::Load(format!(
@@ -111,9 +151,16 @@ impl Loader {
                 )));
             }
         };
+        if name == MpNet::NAME {
+            let model = match &self.mpnet {
+                Some(model) => model,
+                None => self.mpnet.insert(Sentence::load(&dirs.mpnet)?),
+            };
+            return Ok(Arc::new(model.storing(stored)));
+        }
         let model = match &self.minilm {
             Some(model) => model,
-            None => self.minilm.insert(MiniLm::load(model_dir)?),
+            None => self.minilm.insert(Sentence::load(&dirs.minilm)?),
         };
         Ok(Arc::new(model.storing(stored)))
     }

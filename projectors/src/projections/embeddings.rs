@@ -20,7 +20,7 @@ use sqlx::PgConnection;
 
 use super::chunks;
 use crate::{
-    embed::{self, Embedder, HashedEmbedder, MiniLm},
+    embed::{self, Embedder, HashedEmbedder, MiniLm, Model, MpNet},
     event::{Kind, StoredEvent},
     projector::{BoxFuture, Projector, Table},
 };
@@ -32,6 +32,10 @@ const MINILM_TABLES: &[Table] = &[Table {
 }];
 const MINILM_INT8_TABLES: &[Table] = &[Table {
     name: "embeddings_minilm_int8",
+    key: KEY,
+}];
+const MPNET_TABLES: &[Table] = &[Table {
+    name: "embeddings_mpnet",
     key: KEY,
 }];
 const HASHED_TABLES: &[Table] = &[Table {
@@ -50,6 +54,7 @@ pub fn projector_version(embedder: &str) -> Option<i32> {
     let version = match embedder {
         MiniLm::NAME => MiniLm::VERSION,
         MiniLm::INT8_NAME => MiniLm::INT8_VERSION,
+        MpNet::NAME => MpNet::VERSION,
         HashedEmbedder::NAME => HashedEmbedder::VERSION,
         _ => return None,
     };
@@ -60,6 +65,7 @@ fn tables(embedder: &str) -> Option<&'static [Table]> {
     match embedder {
         MiniLm::NAME => Some(MINILM_TABLES),
         MiniLm::INT8_NAME => Some(MINILM_INT8_TABLES),
+        MpNet::NAME => Some(MPNET_TABLES),
         HashedEmbedder::NAME => Some(HASHED_TABLES),
         _ => None,
     }

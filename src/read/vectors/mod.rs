@@ -914,12 +914,13 @@ fn hamming_rows(
     cpu::with_popcnt(
         #[inline(always)]
         || match words {
-            // The embedders' widths (256, 384, 512 dimensions): with the
+            // The embedders' widths (256, 384, 512, 768 dimensions): with the
             // width known, a row's words are compared unrolled, about
             // twice as fast as a loop of `words` steps.
             4 => each_distance_of::<4>(signs, class, allowed, query, distances),
             6 => each_distance_of::<6>(signs, class, allowed, query, distances),
             8 => each_distance_of::<8>(signs, class, allowed, query, distances),
+            12 => each_distance_of::<12>(signs, class, allowed, query, distances),
             _ => each_distance(signs, words, class, allowed, query, distances),
         },
     )

@@ -1,11 +1,17 @@
-//! A BERT encoder (the architecture of all-MiniLM-L6-v2) written for one
-//! job: token ids in, mean-pooled hidden states out, on the CPU.
+//! A transformer encoder written for one job: token ids in, mean-pooled
+//! hidden states out, on the CPU. It runs the two architectures of the
+//! sentence-transformers models memd ships: BERT (all-MiniLM-L6-v2) and
+//! MPNet (all-mpnet-base-v2).
 //!
 //! It reads the model's own files (`config.json`, `model.safetensors` in
 //! PyTorch's layout) and runs the standard post-norm encoder: embeddings
 //! (word + position + token type 0, layer norm), then per layer
 //! self-attention, output projection, residual and layer norm, a GELU
-//! feed-forward, residual and layer norm. Every matrix product goes through
+//! feed-forward, residual and layer norm. MPNet differs in three places
+//! only: no token types, positions counted from its padding id + 1 (as
+//! RoBERTa does), and a learnt bias per head and bucket of relative
+//! distance added to every attention score, the same in every layer
+//! (T5's buckets: exact up to 8 apart, then logarithmic up to 128). Every matrix product goes through
 //! [`kernel::linear`] in f32, or, for [`Precision::Int8`], the linear
 //! layers' through [`int8::linear`] (attention stays in f32).
 //!
@@ -46,10 +52,27 @@ pub struct Config {
     pub max_position_embeddings: usize,
     pub layer_norm_eps: f64,
     pub hidden_act: String,
+    /// `bert` or `mpnet`.
+    #[serde(default = "bert")]
+    pub model_type: String,
+    /// MPNet: the padding id, from which positions are counted.
+    #[serde(default)]
+    pub pad_token_id: usize,
+    /// MPNet: buckets of relative distance.
+    #[serde(default)]
+    pub relative_attention_num_buckets: usize,
 }
 
-pub struct Bert {
+fn bert() -> String {
+    "bert".to_owned()
+}
+
+pub struct Encoder {
     config: Config,
+    /// Position embedding row of a text's first token.
+    first_position: usize,
+    /// MPNet's relative attention bias, `buckets × heads`.
+    relative: Option<Vec<f32>>,
     /// `vocab × hidden`.
     word: Vec<f32>,
     /// `max_position × hidden`.
@@ -193,7 +216,7 @@ impl Tensors {
     }
 }
 
-impl Bert {
+impl Encoder {
     /// Reads `config.json` and `model.safetensors` from `dir`.
     pub fn load(dir: &Path) -> Result<Self, String> {
         let config: Config = serde_json::from_str(
@@ -201,6 +224,11 @@ impl Bert {
                 .map_err(|e| format!("config.json: {e}"))?,
         )
         .map_err(|e| format!("config.json: {e}"))?;
+        let mpnet = match config.model_type.as_str() {
+            "bert" => false,
+            "mpnet" => true,
+            other => return Err(format!("model_type {other:?}: only bert and mpnet")),
+        };
         if config.hidden_act != "gelu" {
             return Err(format!("hidden_act {:?}: only gelu", config.hidden_act));
         }
@@ -245,29 +273,56 @@ impl Bert {
             let p = format!("encoder.layer.{l}");
             let (mut qkv_weight, mut qkv_bias) =
                 (Vec::with_capacity(3 * h * h), Vec::with_capacity(3 * h));
-            for part in ["query", "key", "value"] {
-                let (weight, bias) = weights(&format!("{p}.attention.self.{part}"), h, h)?;
+            let (parts, out, out_norm) = if mpnet {
+                (["attn.q", "attn.k", "attn.v"], "attn.o", "LayerNorm")
+            } else {
+                (
+                    ["self.query", "self.key", "self.value"],
+                    "output.dense",
+                    "output.LayerNorm",
+                )
+            };
+            for part in parts {
+                let (weight, bias) = weights(&format!("{p}.attention.{part}"), h, h)?;
                 qkv_weight.extend(weight);
                 qkv_bias.extend(bias);
             }
             layers.push(Layer {
                 qkv: Linear::new(qkv_weight, qkv_bias, h),
-                attention_out: dense(&format!("{p}.attention.output.dense"), h, h)?,
-                attention_norm: norm(&format!("{p}.attention.output.LayerNorm"))?,
+                attention_out: dense(&format!("{p}.attention.{out}"), h, h)?,
+                attention_norm: norm(&format!("{p}.attention.{out_norm}"))?,
                 up: dense(&format!("{p}.intermediate.dense"), inner, h)?,
                 down: dense(&format!("{p}.output.dense"), h, inner)?,
                 output_norm: norm(&format!("{p}.output.LayerNorm"))?,
             });
         }
-        let token_types = tensors
-            .index
-            .get("embeddings.token_type_embeddings.weight")
-            .map(|(shape, _)| shape[0])
-            .ok_or("no token type embeddings")?;
-        let mut token_type =
-            tensors.get("embeddings.token_type_embeddings.weight", &[token_types, h])?;
-        token_type.truncate(h);
+        let (token_type, first_position, relative) = if mpnet {
+            let buckets = config.relative_attention_num_buckets;
+            if buckets < 4 || !buckets.is_multiple_of(4) {
+                return Err(format!("relative_attention_num_buckets {buckets}"));
+            }
+            let relative = tensors.get(
+                "encoder.relative_attention_bias.weight",
+                &[buckets, config.num_attention_heads],
+            )?;
+            (vec![0.0; h], config.pad_token_id + 1, Some(relative))
+        } else {
+            let token_types = tensors
+                .index
+                .get("embeddings.token_type_embeddings.weight")
+                .map(|(shape, _)| shape[0])
+                .ok_or("no token type embeddings")?;
+            let mut token_type =
+                tensors.get("embeddings.token_type_embeddings.weight", &[token_types, h])?;
+            token_type.truncate(h);
+            (token_type, 0, None)
+        };
+        if first_position >= config.max_position_embeddings {
+            return Err("no position left for a token".to_owned());
+        }
         Ok(Self {
+            first_position,
+            relative,
             word: tensors.get("embeddings.word_embeddings.weight", &[vocab, h])?,
             position: tensors.get(
                 "embeddings.position_embeddings.weight",
@@ -280,8 +335,13 @@ impl Bert {
         })
     }
 
+    /// The most tokens a text may have.
+    pub fn max_tokens(&self) -> usize {
+        self.config.max_position_embeddings - self.first_position
+    }
+
     /// The mean of the last hidden states of each text's tokens (texts of
-    /// any lengths, at most `max_position_embeddings` tokens each).
+    /// any lengths, at most [`Encoder::max_tokens`] each).
     pub fn mean_pooled(
         &self,
         texts: &[&[u32]],
@@ -292,13 +352,13 @@ impl Bert {
         let rows: usize = texts.iter().map(|ids| ids.len()).sum();
         let mut hidden = Vec::with_capacity(rows * h);
         for ids in texts {
-            if ids.len() > self.config.max_position_embeddings {
+            if ids.len() > self.max_tokens() {
                 return Err(format!(
                     "{} tokens, more than the model's positions",
                     ids.len()
                 ));
             }
-            for (position, id) in ids.iter().enumerate() {
+            for (position, id) in (self.first_position..).zip(ids.iter()) {
                 let id = *id as usize;
                 if id >= vocab {
                     return Err(format!("token id {id} outside the vocabulary"));
@@ -379,12 +439,30 @@ impl Bert {
         context.resize(rows * h, 0.0);
         let mut start = 0;
         for &length in lengths {
+            if let Some(table) = &self.relative {
+                heads.buckets_for(length, table.len() / head_count);
+            }
             for head in 0..head_count {
                 heads.fill(qkv, h, start, length, head * d, d);
                 heads.scores.resize(length * length, 0.0);
                 linear(&heads.query, d, &heads.key, None, &mut heads.scores);
-                for row in heads.scores.chunks_exact_mut(length) {
-                    softmax(row, scale);
+                match &self.relative {
+                    None => {
+                        for row in heads.scores.chunks_exact_mut(length) {
+                            softmax(row, scale);
+                        }
+                    }
+                    Some(table) => {
+                        // Score (i, j) gets the bias of the bucket of j − i,
+                        // kept in `buckets` at `length − 1 + j − i`.
+                        for (i, row) in heads.scores.chunks_exact_mut(length).enumerate() {
+                            let buckets = &heads.buckets[length - 1 - i..2 * length - 1 - i];
+                            for (score, bucket) in row.iter_mut().zip(buckets) {
+                                *score = *score * scale + table[bucket * head_count + head];
+                            }
+                            softmax(row, 1.0);
+                        }
+                    }
                 }
                 heads.out.resize(length * d, 0.0);
                 linear(&heads.scores, length, &heads.value_t, None, &mut heads.out);
@@ -418,9 +496,19 @@ struct Heads {
     value_t: Vec<f32>,
     scores: Vec<f32>,
     out: Vec<f32>,
+    /// MPNet: the bucket of each relative distance `j − i`, from
+    /// `−(length − 1)` at 0 to `length − 1` at `2·length − 2`.
+    buckets: Vec<usize>,
 }
 
 impl Heads {
+    fn buckets_for(&mut self, length: usize, buckets: usize) {
+        let reach = length as i64 - 1;
+        self.buckets.clear();
+        self.buckets
+            .extend((-reach..=reach).map(|distance| relative_bucket(distance, buckets, 128)));
+    }
+
     fn fill(
         &mut self,
         qkv: &[f32],
@@ -442,6 +530,28 @@ impl Heads {
             }
         }
     }
+}
+
+/// The bucket of the relative distance `distance` (key position minus
+/// query position), as MPNet (after T5) counts them: half the buckets for
+/// keys before the query, half for keys after; in each half, distances under
+/// a quarter of the buckets have one each, longer ones share buckets
+/// logarithmically up to `max_distance`, beyond which all share the last.
+fn relative_bucket(distance: i64, buckets: usize, max_distance: usize) -> usize {
+    let half = buckets / 2;
+    let n = -distance;
+    let mut bucket = if n < 0 { half } else { 0 };
+    let n = n.unsigned_abs() as usize;
+    let exact = half / 2;
+    bucket += if n < exact {
+        n
+    } else {
+        // As PyTorch computes it: the logarithm in f32, truncated.
+        let far = (n as f32 / exact as f32).ln() / (max_distance as f32 / exact as f32).ln()
+            * (half - exact) as f32;
+        (exact + far as usize).min(half - 1)
+    };
+    bucket
 }
 
 /// `softmax(row · scale)` in place.
