@@ -73,8 +73,8 @@ check() { # check NAME JQ-EXPR INPUT
 
 echo "== MCP Inspector $INSPECTOR_VERSION (node $(node --version)) against $URL"
 tools=$(inspector --method tools/list)
-check "tools/list: the eight memory tools" \
-  '[.tools[].name] | sort == ["memory_build_acb","memory_create_handoff","memory_get_artifact","memory_handoff_inbox","memory_list_tasks","memory_list_views","memory_query_decisions","memory_record_event"]' "$tools"
+check "tools/list: the nine memory tools" \
+  '[.tools[].name] | sort == ["memory_build_acb","memory_create_handoff","memory_get_artifact","memory_handoff_inbox","memory_list_tasks","memory_list_views","memory_query_decisions","memory_record_event","memory_search"]' "$tools"
 jq -r '.tools[] | "       \(.name): \(.description[0:90])…"' <<<"$tools"
 
 said=$(call memory_record_event '{"session_id":"inspector","text":"exports time out above 500 rows per page","actor":{"type":"human","id":"alice"}}')
@@ -98,6 +98,8 @@ check "memory_query_decisions" ".structuredContent.decisions[0].status == \"acti
 
 task=$(call memory_record_event '{"session_id":"inspector","kind":"task_update","content":{"task_id":"export-cap","status":"doing","title":"Cap export pages"}}')
 check "memory_record_event (task update)" '.structuredContent.event_id | startswith("evt_")' "$task"
+found=$(call memory_search '{"query":"export page size","k":5}')
+check "memory_search (the decision in force is found)" '[.structuredContent.results[].kind] | index("decision") != null' "$found"
 tasks=$(call memory_list_tasks '{"status":"doing"}')
 check "memory_list_tasks" '.structuredContent.tasks[0].task_id == "export-cap"' "$tasks"
 views=$(call memory_list_views '{}')

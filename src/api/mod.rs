@@ -15,6 +15,7 @@ mod log;
 pub mod openapi;
 mod policy;
 mod proofs;
+mod search;
 mod summaries;
 mod tasks;
 
@@ -79,6 +80,12 @@ pub const ROUTES: &[Route] = &[
         path: "/api/v1/acb/build",
         bearer: true,
         handler: |m| on(m, acb::post_build),
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/search",
+        bearer: true,
+        handler: |m| on(m, search::post_search),
     },
     Route {
         method: Method::POST,

@@ -17,7 +17,7 @@ use utoipa::{
 use super::{
     acb, admin, artifacts, checkpoints, decisions,
     error::{BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
-    events, handoffs, health, log, policy, proofs, summaries, tasks,
+    events, handoffs, health, log, policy, proofs, search, summaries, tasks,
 };
 
 /// What `info.description` says: what an integrator needs before the first call.
@@ -48,6 +48,7 @@ bursts of twice that; over them the answer is 429 with `Retry-After`.";
         log::get_chunk,
         log::get_event_chunks,
         acb::post_build,
+        search::post_search,
         handoffs::post_handoff,
         handoffs::get_inbox,
         decisions::get_decisions,

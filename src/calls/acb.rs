@@ -1,5 +1,6 @@
 //! Building a bundle for a caller: its scope and agent checked, on the
-//! standby while it keeps up, counted in the metrics.
+//! standby while it keeps up, counted in the metrics. A search is built the
+//! same way.
 
 use serde_json::Value;
 
@@ -12,6 +13,7 @@ use crate::{
         acb::{Acb, AcbError, Consistency},
         build_acb,
         replica::{Needs, ReadReport, STANDBY_READ_TIMEOUT},
+        search::{SearchRequest, SearchResults},
     },
     tenants::Caller,
 };
@@ -49,7 +51,28 @@ pub(crate) async fn build(state: &ApiState, caller: &Caller, body: Value) -> Res
 
 async fn build_unmeasured(state: &ApiState, caller: &Caller, body: Value) -> Result<Acb, ApiError> {
     require_scope(caller, Scope::Read)?;
-    let mut request: AcbRequest = parse_json("", body).map_err(ApiError::invalid)?;
+    let request: AcbRequest = parse_json("", body).map_err(ApiError::invalid)?;
+    build_for(state, caller, request).await
+}
+
+/// Searches for `caller` from a request body ([`crate::read::search`]):
+/// the retrieval of a bundle, on the same path (standby included).
+pub(crate) async fn search(
+    state: &ApiState,
+    caller: &Caller,
+    body: Value,
+) -> Result<SearchResults, ApiError> {
+    require_scope(caller, Scope::Read)?;
+    let request: SearchRequest = parse_json("", body).map_err(ApiError::invalid)?;
+    let request = request.into_bundle_request().map_err(ApiError::invalid)?;
+    Ok(SearchResults::of(build_for(state, caller, request).await?))
+}
+
+async fn build_for(
+    state: &ApiState,
+    caller: &Caller,
+    mut request: AcbRequest,
+) -> Result<Acb, ApiError> {
     if let Some(claimed) = &request.tenant_id
         && claimed != caller.tenant.as_str()
     {

@@ -234,6 +234,47 @@ impl BuildAcbArgs {
     }
 }
 
+/// Search memory for what answers a question.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchArgs {
+    /// What to look for, in plain words, e.g. "which database did we choose for billing?".
+    pub query: String,
+    /// How many memories at most, 1 to 100 (default 10).
+    pub k: Option<u32>,
+    /// Your agent id: another agent's private memory is not yours to see.
+    pub agent_id: Option<String>,
+    /// Where the results will be shown: `private` (default), `team`, `agent` or `public`. Public results hold no private or sensitive memory.
+    pub channel: Option<Channel>,
+    /// Also find superseded decisions. Default: when the query asks about history.
+    pub include_history: Option<bool>,
+    /// The `seq` a record_event answered with: the search then reads a copy of memory that holds that event.
+    pub after: Option<i64>,
+    /// Narrow the search: `since`/`until` (RFC 3339), `agents`, `sessions`, `kinds`, `tags_all`, `tags_any`.
+    pub filters: Option<RetrievalFilters>,
+}
+
+impl SearchArgs {
+    /// The `POST /api/v1/search` body this call stands for.
+    pub fn into_body(self) -> Value {
+        let mut body = Map::new();
+        body.insert("query".into(), Value::from(self.query));
+        for (name, value) in [
+            ("k", self.k.map(Value::from)),
+            ("agent_id", self.agent_id.map(Value::from)),
+            ("channel", self.channel.map(|c| json!(c))),
+            ("include_history", self.include_history.map(Value::from)),
+            ("after", self.after.map(Value::from)),
+            ("filters", self.filters.map(|f| json!(f))),
+        ] {
+            if let Some(value) = value {
+                body.insert(name.into(), value);
+            }
+        }
+        Value::Object(body)
+    }
+}
+
 /// Read a stored tool output whole, page by page.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -15,7 +15,7 @@ use serde_json::json;
 use super::args::{
     BuildAcbArgs, CreateHandoffArgs, DEFAULT_ARTIFACT_BYTES, DEFAULT_DECISIONS, GetArtifactArgs,
     HandoffInboxArgs, ListTasksArgs, ListViewsArgs, MAX_ARTIFACT_BYTES, QueryDecisionsArgs,
-    RecordEventArgs, input_schema,
+    RecordEventArgs, SearchArgs, input_schema,
 };
 use crate::{
     calls::{ApiState, acb, artifacts, decisions, error::ApiError, events, handoffs, tasks},
@@ -29,7 +29,8 @@ const INSTRUCTIONS: &str = "memd is your long-term memory. Record what happens a
 events they rest on, task updates). Before each step, call memory_build_acb with what you are about \
 to do as query_text: it returns what matters now (identity and rules, your tasks, the decisions in \
 force, retrieved evidence with citations, the session's recent events) within a token budget. Cite \
-items by their handles ([D1], [E2], ...) or refs. Use memory_get_artifact for a truncated tool \
+items by their handles ([D1], [E2], ...) or refs. Use memory_search to look one thing up (scored \
+memories, no bundle), memory_get_artifact for a truncated tool \
 output, memory_query_decisions for the decision ledger, memory_list_tasks for every task's state \
 (done ones too), memory_list_views for the identity, rules and preferences documents, \
 memory_create_handoff to pass work to another agent.";
@@ -134,6 +135,47 @@ impl MemoryTools {
         } else {
             prompt
         };
+        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+        result.structured_content = Some(structured);
+        Ok(result)
+    }
+
+    #[tool(
+        input_schema = input_schema::<SearchArgs>(),
+        description = "Search memory: up to k (default 10) memories that best answer query, best first, each with its text, scores (relevance, lexical, semantic), event_id and chunk_id to cite, session and time. Decisions in force are among them. Use it to look something up; use memory_build_acb for the whole context of your next step.",
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn memory_search(
+        &self,
+        Extension(parts): Extension<axum::http::request::Parts>,
+        Parameters(args): Parameters<SearchArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let caller = caller(&parts)?;
+        let found = match acb::search(&self.state, caller, args.into_body()).await {
+            Ok(found) => found,
+            Err(err) => return Ok(failed(err)),
+        };
+        let text = if found.results.is_empty() {
+            "(nothing in memory answers this)".to_owned()
+        } else {
+            found
+                .results
+                .iter()
+                .map(|r| {
+                    format!(
+                        "[{}] {} {} (relevance {:.2})\n{}",
+                        r.event_id,
+                        r.kind,
+                        r.ts.format("%Y-%m-%d %H:%M"),
+                        r.relevance,
+                        r.text
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n\n")
+        };
+        let structured = serde_json::to_value(&found)
+            .map_err(|err| ErrorData::internal_error(err.to_string(), None))?;
         let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
         result.structured_content = Some(structured);
         Ok(result)

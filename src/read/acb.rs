@@ -113,6 +113,11 @@ pub struct AcbRequest {
     /// decisions in force, tasks, the recent window) are not narrowed.
     #[serde(default, deserialize_with = "crate::domain::object")]
     pub filters: RetrievalFilters,
+    /// A search rather than a bundle ([`super::search`]): at most this
+    /// many memories, ranked and chosen as evidence is, decisions in force
+    /// among them, with no other section and no budget.
+    #[serde(skip)]
+    pub search: Option<usize>,
 }
 
 fn private() -> Channel {
@@ -582,7 +587,11 @@ pub async fn build_acb(
             Duration::ZERO,
         ),
     };
-    let handoff = received_handoff(reader, tenant, &head, visibility, &mut omissions).await?;
+    let search = request.search;
+    let handoff = match search {
+        Some(_) => None,
+        None => received_handoff(reader, tenant, &head, visibility, &mut omissions).await?,
+    };
     // A receiving agent's evidence is about its packet's task.
     let retrieval_query = match (&handoff, query.is_empty()) {
         (Some(packet), true) => packet.task.as_str(),
@@ -597,8 +606,9 @@ pub async fn build_acb(
     // A question of stop words alone ("the and of it") names nothing to
     // search for: its nearest chunks by meaning would be noise.
     let no_terms = !retrieval_query.is_empty() && head.lexemes.is_empty();
-    let fast =
-        policy.is_fast_path(request.intent.as_deref()) || retrieval_query.is_empty() || no_terms;
+    let fast = (search.is_none() && policy.is_fast_path(request.intent.as_deref()))
+        || retrieval_query.is_empty()
+        || no_terms;
     if no_terms && !policy.is_fast_path(request.intent.as_deref()) {
         omissions.nothing_relevant(details(&[(
             "why",
@@ -697,23 +707,36 @@ pub async fn build_acb(
         },
         ..Retrieval::default()
     };
-    let mut evidence = Evidence::new(
-        match &handoff {
-            Some(_) => policy.handoff_evidence_max as usize,
-            None => policy.retrieved_max as usize,
-        },
-        max_tokens,
-        &policy,
-        history,
-        recent_chunks,
-        task_ids,
-        state.clone(),
-    );
+    let mut evidence = match search {
+        Some(k) => Evidence::new(
+            k,
+            usize::MAX,
+            &policy,
+            history,
+            Default::default(),
+            Default::default(),
+            state.clone(),
+        )
+        .keeping_decisions(),
+        None => Evidence::new(
+            match &handoff {
+                Some(_) => policy.handoff_evidence_max as usize,
+                None => policy.retrieved_max as usize,
+            },
+            max_tokens,
+            &policy,
+            history,
+            recent_chunks,
+            task_ids,
+            state.clone(),
+        ),
+    };
     // What comes first, on either path, while it fits: a receiving agent's
-    // packet evidence, otherwise the tenant's pinned memory.
+    // packet evidence, otherwise the tenant's pinned memory (not in a
+    // search: what it finds is what the question matches).
     let first = match &handoff {
         Some(packet) => retrieve::by_refs(&reader.pool, tenant, &packet.refs, visibility).await?,
-        None if state.any_pinned => {
+        None if state.any_pinned && search.is_none() => {
             let limit = (policy.retrieved_max / 2).max(1).into();
             retrieve::pinned(&reader.pool, tenant, visibility, &scope, limit).await?
         }
@@ -777,17 +800,22 @@ pub async fn build_acb(
         .await?;
     }
 
-    let decisions = decision_items(
-        reader,
-        tenant,
-        &state,
-        handoff.as_ref(),
-        &evidence,
-        history,
-        visibility,
-        &mut omissions,
-    )
-    .await?;
+    let decisions = match search {
+        Some(_) => Vec::new(),
+        None => {
+            decision_items(
+                reader,
+                tenant,
+                &state,
+                handoff.as_ref(),
+                &evidence,
+                history,
+                visibility,
+                &mut omissions,
+            )
+            .await?
+        }
+    };
     sections.push(Candidates {
         name: SectionName::TaskState,
         items: tasks,
@@ -817,8 +845,17 @@ pub async fn build_acb(
         chronological: true,
     });
 
-    let (sections, token_used_est, left) =
-        bundle::pack(&policy, max_tokens, &reader.costs, sections);
+    let (sections, token_used_est, left) = match search {
+        // Only what the question found, all of it: no budget to pack into.
+        Some(_) => bundle::unbudgeted(
+            &reader.costs,
+            sections
+                .into_iter()
+                .filter(|c| c.name == SectionName::RetrievedEvidence)
+                .collect(),
+        ),
+        None => bundle::pack(&policy, max_tokens, &reader.costs, sections),
+    };
     stages.pack = stopwatch.lap();
     for left in left {
         for id in left.ids {

@@ -272,27 +272,49 @@ pub fn pack(
         if section.chronological {
             items.reverse();
         }
-        let prefix = section.name.handle_prefix();
-        let mut section_tokens = costs.heading(section.name);
-        let items: Vec<PackedItem> = items
-            .into_iter()
-            .enumerate()
-            .map(|(index, item)| {
-                section_tokens += costs.handle(prefix, index + 1) + item.tokens;
-                PackedItem {
-                    handle: format!("{prefix}{}", index + 1),
-                    item,
-                }
-            })
-            .collect();
-        tokens += section_tokens;
-        sections.push(Section {
-            name: section.name.as_str(),
-            items,
-            token_est: section_tokens,
-        });
+        let section = numbered(costs, section.name, items);
+        tokens += section.token_est;
+        sections.push(section);
     }
     (sections, tokens, left)
+}
+
+/// A section of `items` in the order shown, each with its handle, and its
+/// exact token count.
+fn numbered(costs: &Costs, name: SectionName, items: Vec<Item>) -> Section {
+    let prefix = name.handle_prefix();
+    let mut token_est = costs.heading(name);
+    let items = items
+        .into_iter()
+        .enumerate()
+        .map(|(index, item)| {
+            token_est += costs.handle(prefix, index + 1) + item.tokens;
+            PackedItem {
+                handle: format!("{prefix}{}", index + 1),
+                item,
+            }
+        })
+        .collect();
+    Section {
+        name: name.as_str(),
+        items,
+        token_est,
+    }
+}
+
+/// Every item of `candidates`, numbered and counted as [`pack`] does, with
+/// no budget: a search's results.
+pub fn unbudgeted(costs: &Costs, candidates: Vec<Candidates>) -> (Vec<Section>, usize, Vec<Left>) {
+    let sections: Vec<Section> = candidates
+        .into_iter()
+        .filter(|section| !section.items.is_empty())
+        .map(|section| {
+            let items = section.items.into_iter().take(MAX_HANDLE).collect();
+            numbered(costs, section.name, items)
+        })
+        .collect();
+    let tokens = sections.iter().map(|s| s.token_est).sum();
+    (sections, tokens, Vec::new())
 }
 
 /// The bundle as one prompt string: each section's heading, then each

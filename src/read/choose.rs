@@ -33,6 +33,10 @@ pub(super) struct Evidence {
     /// Whether superseded decisions go to the ledger (the query asks how
     /// decisions changed) rather than being left out.
     with_history: bool,
+    /// Decisions in force (and with history, superseded ones) are kept
+    /// here like any memory (a search, which has no ledger), rather than
+    /// sent to the ledger.
+    decisions_kept: bool,
     /// What other sections already show: the recent window's chunks and
     /// the active tasks.
     in_recent_window: foldhash::HashSet<String>,
@@ -157,6 +161,12 @@ impl Evidence {
         Ok(())
     }
 
+    /// Keeps decisions in force as evidence (a search has no ledger).
+    pub(super) fn keeping_decisions(mut self) -> Self {
+        self.decisions_kept = true;
+        self
+    }
+
     fn full(&self) -> bool {
         self.kept.len() >= self.limit || self.tokens >= self.token_limit
     }
@@ -177,6 +187,8 @@ impl Evidence {
         }
         if candidate.kind == Some(Kind::Decision) {
             match standing.decision_status.as_deref() {
+                Some("active") if self.decisions_kept => {}
+                Some("superseded") if self.with_history && self.decisions_kept => {}
                 Some("active") => {
                     self.decision_rank
                         .entry(candidate.event_id().to_owned())

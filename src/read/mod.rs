@@ -15,7 +15,7 @@
 //! - [`recent`]: the recent window, from the log, past what was kept.
 //! - [`handoff`]: packets between agents.
 //! - [`bundle`]: packing under the budget, rendering.
-//! - [`acb`]: the build itself.
+//! - [`acb`]: the build itself; [`search`]: its retrieval alone.
 //! - [`replica`]: bundles from a streaming-replication standby.
 
 pub mod acb;
@@ -31,6 +31,7 @@ pub mod recent;
 pub mod replica;
 pub mod retention;
 pub mod retrieve;
+pub mod search;
 pub mod semantic;
 pub mod vectors;
 

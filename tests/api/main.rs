@@ -37,6 +37,7 @@ mod scale;
 mod scenarios;
 mod schema;
 mod sealing;
+mod search;
 mod secrets;
 mod semantic;
 mod shutdown;

@@ -94,6 +94,7 @@ async fn the_tools_are_listed_with_schemas_a_model_can_act_on(
             "memory_list_views",
             "memory_query_decisions",
             "memory_record_event",
+            "memory_search",
         ]
     );
     for tool in &tools {
@@ -216,6 +217,28 @@ async fn an_agent_records_recalls_decides_hands_off_and_reads_artifacts_over_mcp
     );
     assert!(acb["token_used_est"].as_u64().unwrap() <= 4000);
     assert_eq!(acb["budget_tokens"], 4000);
+
+    // A plain search: scored memories, the decision in force among them.
+    let found = call(
+        &client,
+        "memory_search",
+        json!({"query": "what page size did we choose for exports?", "k": 3}),
+    )
+    .await;
+    assert_ne!(found.is_error, Some(true), "{found:?}");
+    assert!(text(&found).contains("export pages hold 250 rows"));
+    let found = found.structured_content.expect("results");
+    let results = found["results"].as_array().unwrap();
+    assert!(!results.is_empty() && results.len() <= 3, "{found:#}");
+    let decision = results
+        .iter()
+        .find(|r| r["event_id"] == decision_id.as_str())
+        .unwrap_or_else(|| panic!("the decision is found: {found:#}"));
+    assert_eq!(decision["kind"], "decision");
+    assert!(decision["relevance"].as_f64().unwrap() > 0.0);
+    let refused = call(&client, "memory_search", json!({"query": "x", "k": 101})).await;
+    assert_eq!(refused.is_error, Some(true));
+    assert_eq!(refused.structured_content.unwrap()["error"]["field"], "k");
 
     // Filters narrow what is retrieved: only tool output, here.
     let decisions_only = call(

@@ -28,6 +28,9 @@ from ._types import (
     HandoffCreated,
     HandoffRequest,
     RetrievalFilters,
+    SearchRequest,
+    SearchResult,
+    SearchResults,
     StoredEvent,
 )
 from .chat import bundle_to_messages
@@ -52,6 +55,9 @@ __all__ = [
     "RateLimited",
     "Retries",
     "RetrievalFilters",
+    "SearchRequest",
+    "SearchResult",
+    "SearchResults",
     "StoredEvent",
     "Unavailable",
     "bundle_to_messages",

@@ -40,6 +40,8 @@ from ._types import (
     EventRequest,
     HandoffCreated,
     HandoffRequest,
+    SearchOptions,
+    SearchResults,
     StoredEvent,
 )
 
@@ -107,6 +109,10 @@ def _build_acb(query_text: Optional[str], request: AcbOptions) -> _Call:
     if query_text is not None:
         body["query_text"] = query_text
     return _Call("POST", "/api/v1/acb/build", _json, body=body)
+
+
+def _search(query: str, request: SearchOptions) -> _Call:
+    return _Call("POST", "/api/v1/search", _json, body={**request, "query": query})
 
 
 def _artifact(artifact_id: str) -> _Call:
@@ -256,6 +262,12 @@ class Client:
         result: Acb = self._send(_build_acb(query_text, request))
         return result
 
+    def search(self, query: str, **request: Unpack[SearchOptions]) -> SearchResults:
+        """Up to `k` (default 10) memories that best answer `query`, best
+        first, with their scores; no bundle around them."""
+        result: SearchResults = self._send(_search(query, request))
+        return result
+
     def get_artifact(self, artifact_id: str) -> Artifact:
         """A truncated tool output, whole."""
         result: Artifact = self._send(_artifact(artifact_id))
@@ -368,6 +380,10 @@ class AsyncClient:
         self, query_text: Optional[str] = None, **request: Unpack[AcbOptions]
     ) -> Acb:
         result: Acb = await self._send(_build_acb(query_text, request))
+        return result
+
+    async def search(self, query: str, **request: Unpack[SearchOptions]) -> SearchResults:
+        result: SearchResults = await self._send(_search(query, request))
         return result
 
     async def get_artifact(self, artifact_id: str) -> Artifact:

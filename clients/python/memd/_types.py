@@ -170,6 +170,52 @@ class Acb(TypedDict):
     prompt: NotRequired[Optional[str]]
 
 
+class SearchOptions(TypedDict, total=False):
+    """Everything a search may say but its question."""
+
+    tenant_id: Optional[str]
+    k: Optional[int]
+    channel: Channel
+    agent_id: Optional[str]
+    filters: RetrievalFilters
+    include_history: Optional[bool]
+    after: Optional[int]
+    consistency: Literal["eventual", "strong"]
+
+
+class SearchRequest(SearchOptions, total=False):
+    """`POST /api/v1/search`: a question, and up to `k` (1-100) results."""
+
+    query: Required[str]
+
+
+class SearchResult(TypedDict):
+    """One memory a search found, with what it was ranked by."""
+
+    chunk_id: str
+    event_id: str
+    kind: str
+    text: str
+    session_id: NotRequired[Optional[str]]
+    ts: str
+    score: float
+    relevance: float
+    lexical: float
+    semantic: NotRequired[Optional[float]]
+    recency: float
+    importance: float
+    refs: List[str]
+    artifact_id: NotRequired[Optional[str]]
+
+
+class SearchResults(TypedDict):
+    """What a search found, best first, what it left out and why."""
+
+    results: List[SearchResult]
+    omissions: List[Omission]
+    provenance: Provenance
+
+
 class StoredEvent(TypedDict):
     """An event as the log holds it, with its place in the hash chain."""
 
@@ -283,6 +329,9 @@ SCHEMAS: Dict[str, Any] = {
     "RecentReport": RecentReport,
     "Provenance": Provenance,
     "Acb": Acb,
+    "SearchRequest": SearchRequest,
+    "SearchResult": SearchResult,
+    "SearchResults": SearchResults,
     "StoredEvent": StoredEvent,
     "EventPage": EventPage,
     "Decision": Decision,

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 import memd
-from memd import AsyncClient, Client, Retries, bundle_to_messages, message
+from memd import AsyncClient, Client, InvalidRequest, Retries, bundle_to_messages, message
 
 from .conftest import Daemon
 
@@ -202,6 +202,13 @@ def test_artifacts_decisions_handoffs_and_the_log(daemon: Daemon, session_id: st
              "refs": [said["event_id"]]}
         )
         client.build_acb("wait", consistency="strong", intent="continue")
+        found = client.search("what format do exports use?", k=5, consistency="strong")
+        texts = [r["text"] for r in found["results"]]
+        assert "Exports are CSV" in texts, texts
+        assert all(0.0 <= r["relevance"] <= 1.0 for r in found["results"])
+        with pytest.raises(InvalidRequest) as refused:
+            client.search("exports", k=0)
+        assert refused.value.field == "k"
         decisions = client.decisions(key=f"{session_id}.format")
         assert [d["decision"] for d in decisions] == ["Exports are CSV"]
         assert decisions[0]["status"] == "active"
