@@ -73,8 +73,8 @@ check() { # check NAME JQ-EXPR INPUT
 
 echo "== MCP Inspector $INSPECTOR_VERSION (node $(node --version)) against $URL"
 tools=$(inspector --method tools/list)
-check "tools/list: the nine memory tools" \
-  '[.tools[].name] | sort == ["memory_build_acb","memory_create_handoff","memory_get_artifact","memory_handoff_inbox","memory_list_tasks","memory_list_views","memory_query_decisions","memory_record_event","memory_search"]' "$tools"
+check "tools/list: the eleven memory tools" \
+  '[.tools[].name] | sort == ["memory_build_acb","memory_create_handoff","memory_get_artifact","memory_handoff_inbox","memory_list_tasks","memory_list_views","memory_query_decisions","memory_record_event","memory_search","memory_view_append","memory_view_replace"]' "$tools"
 jq -r '.tools[] | "       \(.name): \(.description[0:90])…"' <<<"$tools"
 
 said=$(call memory_record_event '{"session_id":"inspector","text":"exports time out above 500 rows per page","actor":{"type":"human","id":"alice"}}')
@@ -104,6 +104,11 @@ tasks=$(call memory_list_tasks '{"status":"doing"}')
 check "memory_list_tasks" '.structuredContent.tasks[0].task_id == "export-cap"' "$tasks"
 views=$(call memory_list_views '{}')
 check "memory_list_views (none yet)" '.structuredContent.views == []' "$views"
+call memory_view_replace '{"view":"notes","text":"Exports are CSV."}' >/dev/null
+call memory_view_append '{"view":"notes","text":"Pages hold 250 rows."}' >/dev/null
+call memory_build_acb '{"intent":"continue","consistency":"strong"}' >/dev/null
+views=$(call memory_list_views '{}')
+check "memory_view_replace, then memory_view_append" '.structuredContent.views[0].text == "Exports are CSV.\nPages hold 250 rows."' "$views"
 
 page=$(call memory_get_artifact "{\"artifact_id\":\"$artifact\",\"max_bytes\":1000}")
 check "memory_get_artifact (first page of $artifact)" \

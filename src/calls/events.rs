@@ -9,7 +9,8 @@ use serde_json::Value;
 use super::{ApiState, error::ApiError, require_scope};
 use crate::{
     domain::{
-        event::{NewEvent, claimed_tenant_mismatch, parse_body},
+        FieldError,
+        event::{Kind, NewEvent, claimed_tenant_mismatch, parse_body},
         tenant::{Scope, TenantId},
     },
     metrics::Outcome,
@@ -51,6 +52,12 @@ async fn record_checked(
     require_scope(caller, Scope::Write)?;
     let parsed = parse_events(state, caller, body)
         .and_then(|(events, batch)| check(&events).map(|()| (events, batch)));
+    let parsed = match parsed {
+        Ok((events, batch)) => within_view_limits(state, caller, &events, batch)
+            .await
+            .map(|()| (events, batch)),
+        Err(err) => Err(err),
+    };
     let (events, batch) = match parsed {
         Ok(parsed) => parsed,
         Err(err) => {
@@ -75,6 +82,53 @@ async fn record_checked(
         AppendResponse::One(appended.swap_remove(0))
     };
     Ok((status, body))
+}
+
+/// Memory blocks: a `view_update` whose text has more tokens than the
+/// tenant's policy allows its view (`view_limits`) is refused, naming the
+/// view and its limit; nothing of the request is stored.
+async fn within_view_limits(
+    state: &ApiState,
+    caller: &Caller,
+    events: &[NewEvent],
+    batch: bool,
+) -> Result<(), ApiError> {
+    let updates: Vec<(usize, &str, &str)> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, event)| event.kind == Kind::ViewUpdate)
+        .filter_map(|(index, event)| {
+            let view = event.content.get("view")?.as_str()?;
+            let text = event.content.get("text")?.as_str()?;
+            Some((index, view, text))
+        })
+        .collect();
+    if updates.is_empty() {
+        return Ok(());
+    }
+    let tenant = caller.tenant.as_str();
+    let policy = state.reader.cache.policy(&state.pool, tenant).await?;
+    for (index, view, text) in updates {
+        let Some(limit) = policy.view_limit(view) else {
+            continue;
+        };
+        let tokens = state.reader.counter.count(text);
+        if tokens > limit {
+            let field = if batch {
+                format!("events[{index}].content.text")
+            } else {
+                "content.text".to_owned()
+            };
+            return Err(ApiError::invalid(FieldError::new(
+                field,
+                format!(
+                    "view {view:?} holds at most {limit} tokens (policy view_limits); \
+                     this text has {tokens}"
+                ),
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Appends `events` for `tenant` and counts the request in the metrics

@@ -129,3 +129,43 @@ pub(crate) async fn list_views(state: &ApiState, caller: &Caller) -> Result<Vec<
     }
     Ok(views)
 }
+
+/// The newest text of `view` as `caller` sees it (its own version, else
+/// the shared one), once the projections hold everything appended so far
+/// (at most the policy's strong-consistency wait), so an edit builds on
+/// the caller's previous one.
+pub(crate) async fn current_view(
+    state: &ApiState,
+    caller: &Caller,
+    view: &str,
+) -> Result<Option<String>, ApiError> {
+    require_scope(caller, Scope::Read)?;
+    let tenant = caller.tenant.as_str();
+    let policy = state.reader.cache.policy(&state.pool, tenant).await?;
+    let deadline = std::time::Instant::now()
+        + std::time::Duration::from_millis(policy.strong_consistency_timeout_ms);
+    loop {
+        let (head, projected) = state.reader.positions(tenant).await?;
+        let now = std::time::Instant::now();
+        if projected >= head || now >= deadline {
+            break;
+        }
+        let slice = (deadline - now).min(std::time::Duration::from_millis(25));
+        state.reader.cache.wait_projected(tenant, head, slice).await;
+    }
+    let text: Option<String> = sqlx::query_scalar(
+        "SELECT text FROM projections.views
+          WHERE tenant_id = $1 AND view = $2 AND (owner = '' OR owner = $3)
+          ORDER BY owner = '' LIMIT 1",
+    )
+    .bind(tenant)
+    .bind(view)
+    .bind(caller.agent.as_deref().unwrap_or(""))
+    .fetch_optional(&state.pool)
+    .await?;
+    let Some(mut text) = text else {
+        return Ok(None);
+    };
+    state.reader.keyring.open_in_place(tenant, &mut text)?;
+    Ok(Some(text))
+}

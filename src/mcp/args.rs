@@ -275,6 +275,33 @@ impl SearchArgs {
     }
 }
 
+/// Edit a memory block (a view) as one `view_update` event.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ViewEditArgs {
+    /// The view (memory block), e.g. `persona`, `human`, `rules`, `notes`.
+    pub view: String,
+    /// The text: the whole new text (replace), or the text to add on a new line (append).
+    pub text: String,
+    /// `private` (default: with an agent's token, that agent's own version of the view), or `team`/`agent`/`public` for the shared version.
+    pub channel: Option<Channel>,
+    /// The session the update is recorded in (default `memory-blocks`).
+    pub session_id: Option<String>,
+}
+
+impl ViewEditArgs {
+    /// The `POST /api/v1/events` body that sets `view` to `text`.
+    pub fn body_setting(&self, text: &str) -> Value {
+        json!({
+            "session_id": self.session_id.as_deref().unwrap_or("memory-blocks"),
+            "kind": Kind::ViewUpdate,
+            "channel": self.channel.unwrap_or(Channel::Private),
+            "actor": {"type": "agent", "id": "mcp-agent"},
+            "content": {"view": self.view, "text": text},
+        })
+    }
+}
+
 /// Read a stored tool output whole, page by page.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

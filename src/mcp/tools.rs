@@ -15,7 +15,7 @@ use serde_json::json;
 use super::args::{
     BuildAcbArgs, CreateHandoffArgs, DEFAULT_ARTIFACT_BYTES, DEFAULT_DECISIONS, GetArtifactArgs,
     HandoffInboxArgs, ListTasksArgs, ListViewsArgs, MAX_ARTIFACT_BYTES, QueryDecisionsArgs,
-    RecordEventArgs, SearchArgs, input_schema,
+    RecordEventArgs, SearchArgs, ViewEditArgs, input_schema,
 };
 use crate::{
     calls::{ApiState, acb, artifacts, decisions, error::ApiError, events, handoffs, tasks},
@@ -179,6 +179,51 @@ impl MemoryTools {
         let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
         result.structured_content = Some(structured);
         Ok(result)
+    }
+
+    #[tool(
+        input_schema = input_schema::<ViewEditArgs>(),
+        description = "Replace a memory block (a view such as persona, human, rules or notes) with new text, recorded as a view_update event. Bundles show the newest text of each view. The tenant's policy may limit a view's tokens (view_limits): text over the limit is refused, naming the view and its limit.",
+        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn memory_view_replace(
+        &self,
+        Extension(parts): Extension<axum::http::request::Parts>,
+        Parameters(args): Parameters<ViewEditArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let caller = caller(&parts)?;
+        let body = args.body_setting(&args.text);
+        match events::record(&self.state, caller, body).await {
+            Ok((_, recorded)) => answered(&recorded),
+            Err(err) => Ok(failed(err)),
+        }
+    }
+
+    #[tool(
+        input_schema = input_schema::<ViewEditArgs>(),
+        description = "Add text on a new line at the end of a memory block (a view such as persona, human, rules or notes), recorded as a view_update event holding the whole new text. Starts from the newest text of the view you see (your own version, else the shared one). A view over its policy limit (view_limits) is refused, naming the view and its limit.",
+        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn memory_view_append(
+        &self,
+        Extension(parts): Extension<axum::http::request::Parts>,
+        Parameters(args): Parameters<ViewEditArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let caller = caller(&parts)?;
+        let current = match tasks::current_view(&self.state, caller, &args.view).await {
+            Ok(current) => current,
+            Err(err) => return Ok(failed(err)),
+        };
+        let text = match current {
+            Some(current) if !current.trim().is_empty() => {
+                format!("{}\n{}", current.trim_end(), args.text)
+            }
+            _ => args.text.clone(),
+        };
+        match events::record(&self.state, caller, args.body_setting(&text)).await {
+            Ok((_, recorded)) => answered(&recorded),
+            Err(err) => Ok(failed(err)),
+        }
     }
 
     #[tool(

@@ -3,6 +3,8 @@
 //! per tenant in `policies`, edited through `PUT /api/v1/policy`, exported
 //! as the JSON document `GET /api/v1/policy` returns.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sqlx::PgPool;
@@ -12,6 +14,9 @@ use crate::domain::{FieldError, parse_json};
 
 /// No bundle is ever larger than this, whatever the policy says.
 pub const MAX_BUNDLE_TOKENS: u32 = 65_000;
+
+/// At most this many views may have a limit (`view_limits`).
+const MAX_VIEW_LIMITS: usize = 256;
 /// The PRD's bounds on retrieval.
 pub const MAX_CANDIDATE_POOL: u32 = 2_000;
 pub const MAX_RETRIEVED: u32 = 200;
@@ -253,6 +258,11 @@ pub struct Policy {
     /// What memory stops being retrievable as it ages (none by default).
     #[serde(deserialize_with = "crate::domain::object")]
     pub retention: Retention,
+    /// Memory blocks: the most tokens a view may hold, by view name
+    /// (`{"persona": 500}`). A `view_update` whose text is longer is
+    /// refused. Views not named have no limit of their own.
+    #[serde(deserialize_with = "crate::domain::object")]
+    pub view_limits: BTreeMap<String, u32>,
     /// The stored policy's version (raised by every change; 0: the
     /// defaults). Not part of the document: it says which one this is.
     #[serde(skip)]
@@ -277,6 +287,7 @@ impl Default for Policy {
             strong_consistency_timeout_ms: 2_000,
             handoff_evidence_max: MAX_HANDOFF_EVIDENCE,
             retention: Retention::default(),
+            view_limits: BTreeMap::new(),
             version: 0,
         }
     }
@@ -414,7 +425,32 @@ impl Policy {
             0.0,
             MAX_HANDOFF_EVIDENCE.into(),
         )?;
+        if self.view_limits.len() > MAX_VIEW_LIMITS {
+            return Err(FieldError::new(
+                "view_limits",
+                format!("at most {MAX_VIEW_LIMITS} views may have a limit"),
+            ));
+        }
+        for (view, limit) in &self.view_limits {
+            if view.is_empty() || view.len() > 256 {
+                return Err(FieldError::new(
+                    "view_limits",
+                    "view names must be 1-256 bytes",
+                ));
+            }
+            within(
+                &format!("view_limits.{view}"),
+                (*limit).into(),
+                1.0,
+                MAX_BUNDLE_TOKENS.into(),
+            )?;
+        }
         self.retention.check()
+    }
+
+    /// The most tokens `view` may hold, if the policy limits it.
+    pub fn view_limit(&self, view: &str) -> Option<usize> {
+        self.view_limits.get(view).map(|limit| *limit as usize)
     }
 
     pub fn is_fast_path(&self, intent: Option<&str>) -> bool {

@@ -95,6 +95,8 @@ async fn the_tools_are_listed_with_schemas_a_model_can_act_on(
             "memory_query_decisions",
             "memory_record_event",
             "memory_search",
+            "memory_view_append",
+            "memory_view_replace",
         ]
     );
     for tool in &tools {
@@ -545,4 +547,86 @@ async fn any_daemon_on_the_database_answers_any_mcp_call(
     for client in [via_a, via_b] {
         client.cancel().await.unwrap();
     }
+}
+
+/// Memory blocks: an agent replaces and appends to its views, as events,
+/// within the policy's limit for each view.
+#[sqlx::test]
+async fn an_agent_edits_its_memory_blocks_within_their_limits(
+    _: PgPoolOptions,
+    connect_options: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect_options).await;
+    let operator = app.tenant("acme").await;
+    app.put_policy(&operator, &json!({"view_limits": {"persona": 30}}))
+        .await;
+    let agent = crate::agents::agent_token(&app, "acme", "helper").await;
+    let client = connect(&app, &agent).await.expect("connect");
+
+    ok(
+        &client,
+        "memory_view_replace",
+        json!({"view": "persona", "text": "I am a careful release assistant."}),
+    )
+    .await;
+    ok(
+        &client,
+        "memory_view_append",
+        json!({"view": "persona", "text": "I answer in short sentences."}),
+    )
+    .await;
+    ok(
+        &client,
+        "memory_view_append",
+        json!({"view": "notes", "text": "Friday deploys need two approvals."}),
+    )
+    .await;
+    wait_projected(&app.pool, "acme").await;
+    let views = ok(&client, "memory_list_views", json!({})).await;
+    let text_of = |name: &str| {
+        views["views"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["view"] == name)
+            .unwrap_or_else(|| panic!("no view {name}: {views:#}"))["text"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(
+        text_of("persona"),
+        "I am a careful release assistant.\nI answer in short sentences."
+    );
+    assert_eq!(text_of("notes"), "Friday deploys need two approvals.");
+    // Its own blocks: private updates of an agent's token are its version.
+    assert_eq!(views["views"][0]["owner"], "helper", "{views:#}");
+
+    // Over the limit: refused, naming the view and its limit; the block
+    // keeps its text, and the log holds only the three edits.
+    let long = "and one more sentence about releases ".repeat(10);
+    let error = refused(
+        &client,
+        "memory_view_append",
+        json!({"view": "persona", "text": long}),
+    )
+    .await;
+    assert_eq!(error["field"], "content.text", "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("\"persona\"") && message.contains("30 tokens"),
+        "{message}"
+    );
+    let error = refused(
+        &client,
+        "memory_view_replace",
+        json!({"view": "persona", "text": long}),
+    )
+    .await;
+    assert_eq!(error["field"], "content.text");
+    assert_eq!(
+        app.count("SELECT count(*) FROM events WHERE kind = 'view_update'")
+            .await,
+        3
+    );
 }

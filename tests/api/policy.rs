@@ -318,3 +318,63 @@ async fn decisions_and_tasks_are_recorded_and_read_through_their_own_routes(
     let (_, theirs) = app.get_json("/api/v1/views", &other).await;
     assert_eq!(theirs["views"], json!([]));
 }
+
+/// Memory blocks over HTTP: a view's limit refuses a longer update, in a
+/// batch too, and stores nothing of the request; the limits are checked.
+#[sqlx::test]
+async fn a_view_over_its_limit_is_refused_and_nothing_is_stored(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    for (policy, field) in [
+        (
+            json!({"view_limits": {"persona": 0}}),
+            "view_limits.persona",
+        ),
+        (
+            json!({"view_limits": {"persona": 70000}}),
+            "view_limits.persona",
+        ),
+        (json!({"view_limits": {"": 10}}), "view_limits"),
+        (json!({"view_limits": ["persona"]}), "view_limits"),
+    ] {
+        let (status, refused) = app.put_json("/api/v1/policy", &token, &policy).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{policy}: {refused}");
+        assert_eq!(refused["error"]["field"], field, "{policy}: {refused}");
+    }
+    app.put_policy(&token, &json!({"view_limits": {"persona": 12}}))
+        .await;
+    let view =
+        |name: &str, text: &str| event("view_update", json!({"view": name, "text": text}), &[]);
+    // Within the limit, and a view without one.
+    app.append(&token, &view("persona", "I am terse.")).await;
+    app.append(&token, &view("notes", &"a long note ".repeat(50)))
+        .await;
+    let long = "I am a very careful and extremely thorough release assistant who explains every step";
+    let (status, refused) = app.post_events(&token, &view("persona", long)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert_eq!(refused["error"]["field"], "content.text");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("\"persona\"") && message.contains("at most 12 tokens"),
+        "{message}"
+    );
+    let (status, refused) = app
+        .post_events(
+            &token,
+            &json!({"events": [message_event(), view("persona", long)]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert_eq!(refused["error"]["field"], "events[1].content.text");
+    assert_eq!(app.count("SELECT count(*) FROM events").await, 2);
+    wait_projected(&app.pool, "acme").await;
+    let (_, views) = app.get_json("/api/v1/views", &token).await;
+    assert_eq!(views["views"][1]["text"], "I am terse.", "{views:#}");
+}
+
+fn message_event() -> Value {
+    message("s1", "a message in the same batch")
+}
