@@ -90,7 +90,7 @@ struct OffTopic {
 
 pub struct Options {
     pub dir: PathBuf,
-    pub kit: PathBuf,
+    pub kit: Option<PathBuf>,
     /// Sizes of other history (events) each conversation is recorded into,
     /// for recall at scale; none for none.
     pub history: Vec<u64>,
@@ -274,6 +274,9 @@ struct Ranking {
 }
 
 pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Result<()> {
+    if let Some(kit) = &options.kit {
+        anyhow::ensure!(kit.is_file(), "--kit {}: no such file", kit.display());
+    }
     let conversations = conversations(&options.dir)?;
     let scratch = ScratchDatabase::create(database_url, "memd_bench").await?;
     let result = measure(
@@ -298,7 +301,10 @@ pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Re
             .collect();
         std::fs::write(&file, lines)?;
         let ours = score(&conversations, rankings);
-        let kit = kit_score(&options.kit, &options.dir, &file);
+        let kit = options
+            .kit
+            .as_deref()
+            .and_then(|kit| kit_score(kit, &options.dir, &file));
         if let Some(kit) = &kit {
             for (metric, value) in &ours.recall {
                 let theirs = kit.get(metric).and_then(Value::as_f64).unwrap_or(f64::NAN);

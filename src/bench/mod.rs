@@ -173,12 +173,14 @@ pub enum BenchCommand {
     /// Retrieval quality on LoCoMo conversations (recall of evidence turns
     /// in 2,000-token bundles), beside a plain BM25 baseline.
     Locomo {
-        /// A directory of LoCoMo conversation files (`*.json`).
-        #[arg(long, default_value = "../shared/bench/locomo")]
+        /// A directory of LoCoMo conversation files (`*.json`); none ships
+        /// in this repository.
+        #[arg(long)]
         dir: PathBuf,
-        /// locomo_kit.py, to cross-check the recall it computes.
-        #[arg(long, default_value = "../shared/bench/locomo_kit.py")]
-        kit: PathBuf,
+        /// locomo_kit.py, to cross-check the recall it computes (skipped
+        /// when not given).
+        #[arg(long)]
+        kit: Option<PathBuf>,
         /// Where to write the results (rankings go to `<out>.results/`).
         #[arg(long, default_value = "bench/locomo.md")]
         out: PathBuf,

@@ -352,7 +352,8 @@ async fn a_view_over_its_limit_is_refused_and_nothing_is_stored(
     app.append(&token, &view("persona", "I am terse.")).await;
     app.append(&token, &view("notes", &"a long note ".repeat(50)))
         .await;
-    let long = "I am a very careful and extremely thorough release assistant who explains every step";
+    let long =
+        "I am a very careful and extremely thorough release assistant who explains every step";
     let (status, refused) = app.post_events(&token, &view("persona", long)).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
     assert_eq!(refused["error"]["field"], "content.text");
