@@ -654,7 +654,12 @@ pub async fn build_acb(
         )
         .await?;
 
-    let mut sections: Vec<Candidates> = view_sections(&state, visibility, &mut omissions).into();
+    // A search shows evidence only: no standing section, and no omission
+    // of one.
+    let mut sections: Vec<Candidates> = match search {
+        Some(_) => Vec::new(),
+        None => view_sections(&state, visibility, &mut omissions).into(),
+    };
 
     // Handoff packet.
     if let Some(packet) = &handoff
@@ -667,7 +672,10 @@ pub async fn build_acb(
         });
     }
 
-    let tasks = task_items(&state, handoff.as_ref(), visibility, &mut omissions);
+    let tasks = match search {
+        Some(_) => Vec::new(),
+        None => task_items(&state, handoff.as_ref(), visibility, &mut omissions),
+    };
     let task_ids: HashSet<String> = tasks.iter().map(|t| t.id.clone()).collect();
 
     // The recent window, from the log.

@@ -292,10 +292,15 @@ impl Evidence {
         }
         candidate.words_into(&mut self.candidate_words);
         let words = &self.candidate_words;
-        if let Some((kept, _)) = self
-            .words
-            .iter()
-            .find(|(_, kept)| dedupe::jaccard(kept, words) >= self.duplicate_similarity)
+        // Where decisions are kept (a search), each stands on its own: a
+        // superseded one is not the same fact as its successor, however
+        // few words differ ("pages hold 1000 rows" and "... 250 rows").
+        let distinct = self.decisions_kept && candidate.kind == Some(Kind::Decision);
+        if !distinct
+            && let Some((kept, _)) = self
+                .words
+                .iter()
+                .find(|(_, kept)| dedupe::jaccard(kept, words) >= self.duplicate_similarity)
         {
             collapse(&mut self.collapsed, omissions, candidate.chunk_id(), kept);
             return;

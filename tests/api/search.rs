@@ -190,20 +190,53 @@ async fn a_search_keeps_channel_privacy_and_agent_isolation(
                 "content": {"text": "Sensitive ledger note: the salary table"}}),
     )
     .await;
+    // Standing state a search never shows: a private task and view.
+    for (kind, content) in [
+        (
+            "task_update",
+            json!({"task_id": "ledger", "status": "doing", "title": "Ledger note cleanup"}),
+        ),
+        (
+            "view_update",
+            json!({"view": "rules", "text": "Ledger notes stay private."}),
+        ),
+    ] {
+        app.append(
+            &operator,
+            &json!({"session_id": "s1", "channel": "private", "kind": kind,
+                    "actor": {"type": "human", "id": "dana"}, "content": content}),
+        )
+        .await;
+    }
     wait_projected(&app.pool, "acme").await;
     let query = json!({"query": "ledger note", "k": 20});
 
     // The operator sees everything on a private channel.
     let (_, all) = search(&app, &operator, query.clone()).await;
-    assert_eq!(texts(&all).len(), 4, "{all:#}");
+    let every = texts(&all);
+    for said in ["Alpha's", "Beta's", "Public", "Sensitive"] {
+        assert!(every.iter().any(|t| t.starts_with(said)), "{every:?}");
+    }
 
-    // A public channel holds nothing private or sensitive.
+    // A public channel holds nothing private or sensitive, and what it
+    // leaves out is named as evidence only (a search has no other section).
     let mut public = query.clone();
     public["channel"] = json!("public");
     let (_, shown) = search(&app, &operator, public).await;
     assert_eq!(
         texts(&shown),
         ["Public ledger note: releases on friday"],
+        "{shown:#}"
+    );
+    let omissions = shown["omissions"].as_array().unwrap();
+    assert!(
+        omissions.iter().any(|o| o["reason"] == "privacy"),
+        "{shown:#}"
+    );
+    assert!(
+        omissions
+            .iter()
+            .all(|o| o["section"] == "retrieved_evidence" || o["section"].is_null()),
         "{shown:#}"
     );
 
