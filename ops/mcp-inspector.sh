@@ -73,8 +73,8 @@ check() { # check NAME JQ-EXPR INPUT
 
 echo "== MCP Inspector $INSPECTOR_VERSION (node $(node --version)) against $URL"
 tools=$(inspector --method tools/list)
-check "tools/list: the eleven memory tools" \
-  '[.tools[].name] | sort == ["memory_build_acb","memory_create_handoff","memory_get_artifact","memory_handoff_inbox","memory_list_tasks","memory_list_views","memory_query_decisions","memory_record_event","memory_search","memory_view_append","memory_view_replace"]' "$tools"
+check "tools/list: the thirteen memory tools" \
+  '[.tools[].name] | sort == ["memory_build_acb","memory_correct","memory_create_handoff","memory_get_artifact","memory_handoff_inbox","memory_list_tasks","memory_list_views","memory_query_decisions","memory_record_event","memory_retract","memory_search","memory_view_append","memory_view_replace"]' "$tools"
 jq -r '.tools[] | "       \(.name): \(.description[0:90])…"' <<<"$tools"
 
 said=$(call memory_record_event '{"session_id":"inspector","text":"exports time out above 500 rows per page","actor":{"type":"human","id":"alice"}}')
@@ -109,6 +109,19 @@ call memory_view_append '{"view":"notes","text":"Pages hold 250 rows."}' >/dev/n
 call memory_build_acb '{"intent":"continue","consistency":"strong"}' >/dev/null
 views=$(call memory_list_views '{}')
 check "memory_view_replace, then memory_view_append" '.structuredContent.views[0].text == "Exports are CSV.\nPages hold 250 rows."' "$views"
+
+wrong=$(call memory_record_event '{"session_id":"inspector","text":"the export bucket is s3://exports-old","actor":{"type":"human","id":"alice"}}')
+wrong_id=$(jq -r .structuredContent.event_id <<<"$wrong")
+corrected=$(call memory_correct "{\"event_id\":\"$wrong_id\",\"content\":{\"text\":\"the export bucket is s3://exports-2026\"},\"reason\":\"renamed\"}")
+check "memory_correct (a retraction and the corrected message)" \
+  '(.structuredContent.retraction.event_id | startswith("evt_")) and (.structuredContent.event.event_id | startswith("evt_"))' "$corrected"
+call memory_build_acb '{"intent":"continue","consistency":"strong"}' >/dev/null
+found=$(call memory_search '{"query":"export bucket","k":5}')
+check "memory_search finds the corrected memory, not the old one" \
+  '([.structuredContent.results[].text] | map(contains("exports-2026")) | any) and ([.structuredContent.results[].text] | map(contains("exports-old")) | any | not)' "$found"
+fixed_id=$(jq -r .structuredContent.event.event_id <<<"$corrected")
+retracted=$(call memory_retract "{\"event_ids\":[\"$fixed_id\"],\"reason\":\"not ours to keep\"}")
+check "memory_retract" '.structuredContent.event_id | startswith("evt_")' "$retracted"
 
 page=$(call memory_get_artifact "{\"artifact_id\":\"$artifact\",\"max_bytes\":1000}")
 check "memory_get_artifact (first page of $artifact)" \

@@ -32,6 +32,7 @@ pub enum Content<'a> {
     ViewUpdate(ViewUpdate<'a>),
     Handoff(Handoff<'a>),
     ToolCall(ToolCall<'a>),
+    Retraction(Retraction<'a>),
     /// An erasure, a kind this build does not know, or content not of its
     /// kind's shape: nothing any projection reads.
     Other,
@@ -43,6 +44,15 @@ pub enum Content<'a> {
 pub struct Message<'a> {
     #[serde(borrow)]
     pub text: Option<&'a str>,
+}
+
+/// `content` of a `retraction`: why the events its `refs` name were
+/// withdrawn.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Retraction<'a> {
+    #[serde(borrow)]
+    pub reason: Option<&'a str>,
 }
 
 /// `content` of a `summary`.
@@ -213,6 +223,7 @@ impl<'a> Content<'a> {
             Some(Kind::ViewUpdate) => shaped(content, Content::ViewUpdate),
             Some(Kind::Handoff) => shaped(content, Content::Handoff),
             Some(Kind::ToolCall) => shaped(content, Content::ToolCall),
+            Some(Kind::Retraction) => shaped(content, Content::Retraction),
             Some(Kind::Erasure) | None => Content::Other,
         }
     }
@@ -231,6 +242,7 @@ impl<'a> Content<'a> {
             Kind::ViewUpdate => of::<ViewUpdate>(),
             Kind::Handoff => of::<Handoff>(),
             Kind::ToolCall => of::<ToolCall>(),
+            Kind::Retraction => of::<Retraction>(),
             Kind::Erasure => &[],
         }
     }

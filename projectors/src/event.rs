@@ -24,6 +24,7 @@ pub enum Kind {
     Handoff,
     Artifact,
     Erasure,
+    Retraction,
 }
 
 impl Kind {
@@ -38,6 +39,7 @@ impl Kind {
         Kind::Handoff,
         Kind::Artifact,
         Kind::Erasure,
+        Kind::Retraction,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -52,6 +54,7 @@ impl Kind {
             Kind::Handoff => "handoff",
             Kind::Artifact => "artifact",
             Kind::Erasure => "erasure",
+            Kind::Retraction => "retraction",
         }
     }
 
@@ -137,6 +140,11 @@ impl StoredEvent {
     }
 }
 
+/// The columns of `events` a [`StoredEvent`] is read from.
+const COLUMNS: &str = "seq, event_id, created_at, ts, session_id, channel, actor_type, actor_id,
+                       agent_id, subject_id, kind, sensitivity, tags, content, refs, artifact_id,
+                       hash";
+
 /// Reads up to `limit` events of `tenant` with `after < seq <= until`, in seq
 /// order, their sealed contents opened with `keyring`. A sealed event that
 /// does not open is an error: projecting its envelope as if it were the
@@ -149,20 +157,74 @@ pub async fn read_after(
     until: i64,
     limit: i64,
 ) -> Result<Vec<StoredEvent>, sqlx::Error> {
-    let mut events: Vec<StoredEvent> = sqlx::query_as(
-        "SELECT seq, event_id, created_at, ts, session_id, channel, actor_type, actor_id, agent_id,
-                subject_id, kind, sensitivity, tags, content, refs, artifact_id, hash
-           FROM public.events
+    let events: Vec<StoredEvent> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM public.events
           WHERE tenant_id = $1 AND seq > $2 AND seq <= $3
           ORDER BY seq
-          LIMIT $4",
-    )
+          LIMIT $4"
+    )))
     .bind(tenant)
     .bind(after)
     .bind(until)
     .bind(limit)
     .fetch_all(&mut *conn)
     .await?;
+    opened(conn, keyring, tenant, events).await
+}
+
+/// The events of `tenant` named by `ids`, in seq order, opened as
+/// [`read_after`] opens them: what a projection folds again when a
+/// retraction withdraws one of the events it was folded from.
+pub async fn read_ids(
+    conn: &mut PgConnection,
+    keyring: &Keyring,
+    tenant: &str,
+    ids: &[String],
+) -> Result<Vec<StoredEvent>, sqlx::Error> {
+    let events: Vec<StoredEvent> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM public.events
+          WHERE tenant_id = $1 AND event_id = ANY ($2)
+          ORDER BY seq"
+    )))
+    .bind(tenant)
+    .bind(ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    opened(conn, keyring, tenant, events).await
+}
+
+/// Up to `limit` events of `tenant` of `kind` below seq `before`, newest
+/// first, opened as [`read_after`] opens them.
+pub async fn read_kind_before(
+    conn: &mut PgConnection,
+    keyring: &Keyring,
+    tenant: &str,
+    kind: Kind,
+    before: i64,
+    limit: i64,
+) -> Result<Vec<StoredEvent>, sqlx::Error> {
+    let events: Vec<StoredEvent> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM public.events
+          WHERE tenant_id = $1 AND kind = $2 AND seq < $3
+          ORDER BY seq DESC
+          LIMIT $4"
+    )))
+    .bind(tenant)
+    .bind(kind.as_str())
+    .bind(before)
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    opened(conn, keyring, tenant, events).await
+}
+
+/// `events` with their contents opened (with their data subjects' keys).
+async fn opened(
+    conn: &mut PgConnection,
+    keyring: &Keyring,
+    tenant: &str,
+    mut events: Vec<StoredEvent>,
+) -> Result<Vec<StoredEvent>, sqlx::Error> {
     let keyring = subject_keyring(
         &mut *conn,
         keyring,

@@ -13,6 +13,8 @@
 //! - [`rebuild`] and [`drift`]: replay from zero, and prove the live
 //!   projections equal a fresh replay.
 //!
+//! - [`retraction`]: how projections fold a retraction (withdrawn events
+//!   leave their rows).
 //! - [`dedupe`]: the word sets near-duplicates are found by, computed at
 //!   projection.
 //! - [`transaction`]: beginning a transaction, safe to cancel.
@@ -32,6 +34,7 @@ pub mod projections;
 pub mod projector;
 pub mod rebuild;
 pub mod render;
+pub mod retraction;
 pub mod runtime;
 pub mod schema;
 pub mod seal;

@@ -1,4 +1,6 @@
-//! `POST /api/v1/events`: append one event, or `{"events": [...]}` as one transaction.
+//! `POST /api/v1/events`: append one event, or `{"events": [...]}` as one
+//! transaction; `POST /api/v1/events/{id}/correct`: withdraw one event and
+//! record its corrected content.
 
 use axum::{
     Json,
@@ -9,10 +11,13 @@ use axum::{
 use super::{
     ApiState,
     error::{ApiError, BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
-    extract::{Authenticated, JsonBody},
+    extract::{Authenticated, JsonBody, PathId},
 };
 use crate::{
-    calls::events::{AppendResponse, record},
+    calls::{
+        corrections::{Corrected, CorrectionRequest, correct},
+        events::{AppendResponse, record},
+    },
     domain::event::AppendRequest,
 };
 
@@ -49,5 +54,46 @@ pub async fn post_events(
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let (status, body) = record(&state, &caller, body).await?;
+    Ok((status, Json(body)).into_response())
+}
+
+/// Correct one memory
+///
+/// Withdraws the event (a `retraction` naming it, with `reason`) and
+/// records `content` in its place, as one all-or-nothing batch: the
+/// corrected event keeps the original's kind, session, channel, agent,
+/// data subject, sensitivity and tags, and cites the original's refs and
+/// the original itself. From then on no bundle, search or view shows the
+/// original (`GET /api/v1/events/{id}` shows it with `retracted_by`). To
+/// withdraw without a replacement, append a `retraction` event. An agent's
+/// token corrects its own memory or nobody's. Scope: write.
+#[utoipa::path(
+    post,
+    path = "/api/v1/events/{id}/correct",
+    tag = "events",
+    params(("id" = String, Path, description = "The `event_id` (`evt_...`) to correct")),
+    request_body = CorrectionRequest,
+    responses(
+        (status = 201, description = "Withdrawn and recorded anew", body = Corrected),
+        (status = 200, description = "A replay of an earlier correction with the same `idempotency_key`", body = Corrected),
+        (status = 400, description = "`invalid_field`: `content` not of the event's kind's shape, `reason` empty, an unknown field, or the event is an erasure, retraction or handoff (`field` is `id`)", body = ErrorBody),
+        (status = 401, response = Unauthorized),
+        (status = 403, description = "`insufficient_scope`: a read token", body = ErrorBody),
+        (status = 404, description = "`not_found`: no event of this id that the token may correct (another agent's memory is answered alike)", body = ErrorBody),
+        (status = 409, description = "`idempotency_conflict`: the key was used for another request", body = ErrorBody),
+        (status = 413, response = BodyTooLarge),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = [])),
+)]
+#[tracing::instrument(skip_all, fields(tenant = %caller.tenant, event = %event_id))]
+pub async fn post_correct(
+    State(state): State<ApiState>,
+    Authenticated(caller): Authenticated,
+    PathId(event_id): PathId,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let (status, body) = correct(&state, &caller, &event_id, body).await?;
     Ok((status, Json(body)).into_response())
 }

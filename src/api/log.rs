@@ -138,6 +138,11 @@ pub struct StoredEvent {
     /// Where a truncated tool output is kept whole.
     #[schema(required = true)]
     pub artifact_id: Option<String>,
+    /// The retraction that withdrew it (`POST /api/v1/events/{id}/correct`,
+    /// or a `retraction` event naming it), if one did: no bundle, search
+    /// or view shows it since. The log keeps both.
+    #[schema(required = true)]
+    pub retracted_by: Option<String>,
     /// Hex SHA-256 of the previous event's hash and this event.
     pub hash: String,
     pub prev_hash: String,
@@ -178,6 +183,9 @@ async fn open_all(
 const EVENT_COLUMNS: &str = "event_id, seq, created_at, ts, session_id, channel, actor_type, \
      actor_id, agent_id, subject_id, kind, sensitivity, tags, refs, content, idempotency_key, \
      artifact_id, \
+     (SELECT r.event_id FROM events r WHERE r.tenant_id = events.tenant_id \
+         AND r.kind = 'retraction' AND r.refs @> ARRAY[events.event_id]::text[] \
+       ORDER BY r.seq LIMIT 1) AS retracted_by, \
      encode(hash, 'hex') AS hash, encode(prev_hash, 'hex') AS prev_hash";
 
 /// Read the log
@@ -404,11 +412,15 @@ pub struct Chunk {
     pub token_est: i32,
     /// Weight in retrieval, 0 to 1.
     pub importance: f32,
+    /// The retraction that withdrew its event, if one did: it is never
+    /// retrieved since.
+    #[schema(required = true)]
+    pub retracted_by: Option<String>,
 }
 
 const CHUNK_COLUMNS: &str = "chunk_id, event_id, seq, part, ts, session_id, channel, \
      sensitivity, actor_type, actor_id, kind, tags, source, line_start, line_end, text, \
-     token_est, importance";
+     token_est, importance, retracted_by";
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ChunkList {

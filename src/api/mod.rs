@@ -3,6 +3,7 @@
 //! errors to the one error shape.
 
 mod acb;
+mod activity;
 mod admin;
 mod artifacts;
 mod checkpoints;
@@ -64,6 +65,12 @@ pub const ROUTES: &[Route] = &[
         handler: |m| on(m, log::get_event),
     },
     Route {
+        method: Method::POST,
+        path: "/api/v1/events/{id}/correct",
+        bearer: true,
+        handler: |m| on(m, events::post_correct),
+    },
+    Route {
         method: Method::GET,
         path: "/api/v1/events/{id}/chunks",
         bearer: true,
@@ -74,6 +81,18 @@ pub const ROUTES: &[Route] = &[
         path: "/api/v1/chunks/{id}",
         bearer: true,
         handler: |m| on(m, log::get_chunk),
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/sessions",
+        bearer: true,
+        handler: |m| on(m, activity::get_sessions),
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/agents",
+        bearer: true,
+        handler: |m| on(m, activity::get_agents),
     },
     Route {
         method: Method::POST,

@@ -15,7 +15,7 @@ use utoipa::{
 };
 
 use super::{
-    acb, admin, artifacts, checkpoints, decisions,
+    acb, activity, admin, artifacts, checkpoints, decisions,
     error::{BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
     events, handoffs, health, log, policy, proofs, search, summaries, tasks,
 };
@@ -43,10 +43,13 @@ bursts of twice that; over them the answer is 429 with `Retry-After`.";
     info(title = "memd", version = env!("CARGO_PKG_VERSION"), description = DESCRIPTION),
     paths(
         events::post_events,
+        events::post_correct,
         log::get_events,
         log::get_event,
         log::get_chunk,
         log::get_event_chunks,
+        activity::get_sessions,
+        activity::get_agents,
         acb::post_build,
         search::post_search,
         handoffs::post_handoff,

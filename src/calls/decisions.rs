@@ -57,6 +57,9 @@ enum DecisionStatus {
     /// Refused by the ledger (no refs, refs that are not earlier events, an
     /// unknown `supersedes`): `rejected_reason` says why.
     Rejected,
+    /// Withdrawn by a retraction (`retracted_by`): no longer in force, and
+    /// its key has none in force until a new decision.
+    Retracted,
 }
 
 #[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
@@ -80,6 +83,8 @@ pub struct Decision {
     supersedes: Option<String>,
     superseded_by: Option<String>,
     rejected_reason: Option<String>,
+    /// The retraction that withdrew it, if one did.
+    retracted_by: Option<String>,
     session_id: String,
     #[schema(value_type = Channel)]
     channel: String,
@@ -118,11 +123,11 @@ pub(crate) async fn query_ledger(
 ) -> Result<Vec<Decision>, ApiError> {
     require_scope(caller, Scope::Read)?;
     if let Some(status) = &query.status
-        && !["active", "superseded", "rejected"].contains(&status.as_str())
+        && !["active", "superseded", "rejected", "retracted"].contains(&status.as_str())
     {
         return Err(ApiError::invalid(FieldError::new(
             "status",
-            "must be active, superseded or rejected",
+            "must be active, superseded, rejected or retracted",
         )));
     }
     if let Some(scope) = &query.scope
@@ -138,7 +143,7 @@ pub(crate) async fn query_ledger(
     let mut decisions: Vec<Decision> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT decision_id, seq, ts, status, key, scope, decision, value, rationale, constraints,
                 alternatives, consequences, confidence, refs, supersedes, superseded_by,
-                rejected_reason, session_id, channel, sensitivity, actor_id, tags
+                rejected_reason, retracted_by, session_id, channel, sensitivity, actor_id, tags
            FROM projections.decisions d
           WHERE tenant_id = $1
             AND {owner}

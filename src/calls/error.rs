@@ -101,6 +101,11 @@ impl ApiError {
         self
     }
 
+    /// The field the error names, if any.
+    pub fn field(&self) -> Option<&str> {
+        self.field.as_deref()
+    }
+
     pub fn with_field(mut self, field: impl Into<String>) -> Self {
         self.field = Some(field.into());
         self

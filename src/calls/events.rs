@@ -53,9 +53,12 @@ async fn record_checked(
     let parsed = parse_events(state, caller, body)
         .and_then(|(events, batch)| check(&events).map(|()| (events, batch)));
     let parsed = match parsed {
-        Ok((events, batch)) => within_view_limits(state, caller, &events, batch)
-            .await
-            .map(|()| (events, batch)),
+        Ok((events, batch)) => match within_view_limits(state, caller, &events, batch).await {
+            Ok(()) => retractable(state, caller, &events, batch)
+                .await
+                .map(|()| (events, batch)),
+            Err(err) => Err(err),
+        },
         Err(err) => Err(err),
     };
     let (events, batch) = match parsed {
@@ -126,6 +129,64 @@ async fn within_view_limits(
                      this text has {tokens}"
                 ),
             )));
+        }
+    }
+    Ok(())
+}
+
+/// A retraction withdraws events the caller may retract: events of its
+/// tenant it may read and, for an agent's token, the agent's own or
+/// nobody's. An id that names anything else (another agent's memory, an
+/// event of another tenant, none at all) is refused alike, naming the ref,
+/// so a refusal tells nothing of what exists. Erasures, retractions and
+/// handoffs are not withdrawn: an erasure and a retraction are the log's
+/// own record, and a handoff was delivered (record a new one).
+async fn retractable(
+    state: &ApiState,
+    caller: &Caller,
+    events: &[NewEvent],
+    batch: bool,
+) -> Result<(), ApiError> {
+    let retractions: Vec<(usize, &NewEvent)> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, event)| event.kind == Kind::Retraction)
+        .collect();
+    if retractions.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<&str> = retractions
+        .iter()
+        .flat_map(|(_, event)| event.refs.iter().map(String::as_str))
+        .collect();
+    let found: std::collections::HashMap<String, String> =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT event_id, kind FROM events
+              WHERE tenant_id = $1 AND event_id = ANY ($2) AND {readable}
+                AND ($3::text IS NULL OR agent_id IS NULL OR agent_id = $3)",
+            readable = crate::read::privacy::event_row_condition(3)
+        )))
+        .bind(caller.tenant.as_str())
+        .bind(&ids)
+        .bind(&caller.agent)
+        .fetch_all(&state.pool)
+        .await?
+        .into_iter()
+        .collect();
+    for (index, event) in retractions {
+        for (at, id) in event.refs.iter().enumerate() {
+            let field = match batch {
+                true => format!("events[{index}].refs[{at}]"),
+                false => format!("refs[{at}]"),
+            };
+            let refused = match found.get(id).map(String::as_str) {
+                None => format!("names no event of this tenant that this token may retract: {id}"),
+                Some(kind @ ("erasure" | "retraction" | "handoff")) => {
+                    format!("{id} is a {kind}, which cannot be retracted")
+                }
+                Some(_) => continue,
+            };
+            return Err(ApiError::invalid(FieldError::new(field, refused)));
         }
     }
     Ok(())

@@ -1,12 +1,14 @@
 //! The calls HTTP (`api`) and MCP (`mcp`) both offer, on one shared
-//! state: record events, build a bundle, read an artifact, query the
+//! state: record events (and correct one), build a bundle, read an artifact, query the
 //! decision ledger, list tasks and views, create a handoff. Each checks the
 //! caller's scope, validates its input and keeps tenants apart, and answers
 //! in the one error shape ([`error::ApiError`]); the two front ends only
 //! translate their requests into these calls and the answers back.
 
 pub(crate) mod acb;
+pub(crate) mod activity;
 pub(crate) mod artifacts;
+pub(crate) mod corrections;
 pub(crate) mod decisions;
 pub mod error;
 pub(crate) mod events;

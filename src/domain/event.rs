@@ -78,6 +78,8 @@ wire_enum!(
         /// Recorded by memd when a data subject is erased (`memd erase`);
         /// never sent by a client.
         Erasure => "erasure",
+        /// Withdraws the earlier events its `refs` name, with a reason.
+        Retraction => "retraction",
     }
 );
 wire_enum!(
@@ -94,6 +96,7 @@ wire_enum!(
         ViewUpdate => "view_update",
         Handoff => "handoff",
         Artifact => "artifact",
+        Retraction => "retraction",
     }
 );
 wire_enum!(
@@ -269,6 +272,9 @@ impl NewEvent {
         }
         check_list("tags", &tags, limits::MAX_TAGS, limits::MAX_TAG_BYTES)?;
         check_list("refs", &refs, limits::MAX_REFS, limits::MAX_REF_BYTES)?;
+        if kind == Kind::Retraction {
+            check_withdrawn(&refs)?;
+        }
         check_no_nul_in_json(&content, "content")?;
         if kind != Kind::ToolResult && kind != Kind::Artifact {
             let size = serde_json::to_vec(&content)
@@ -564,6 +570,15 @@ struct ViewUpdateContent {
     text: String,
 }
 
+/// `content` of a `retraction`: why the events its `refs` name (1-64
+/// event ids, of events the caller may retract) are withdrawn.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[allow(dead_code)]
+struct RetractionContent {
+    /// Why, for whoever audits the log later.
+    reason: String,
+}
+
 /// `content` of a `handoff`, as `POST /api/v1/handoffs` records it.
 #[derive(Deserialize, utoipa::ToSchema)]
 #[allow(dead_code)]
@@ -609,6 +624,7 @@ impl EventContent {
             add::<ViewUpdateContent>(out),
             add::<HandoffContent>(out),
             add::<tool_result::ArtifactContent>(out),
+            add::<RetractionContent>(out),
         ]
     }
 }
@@ -622,7 +638,7 @@ impl PartialSchema for EventContent {
             })
             .description(Some(
                 "The shape named by `kind`: message, tool_call, tool_result, decision, \
-                 task_update, summary, view_update or handoff. Extra fields are kept as sent.",
+                 task_update, summary, view_update, handoff, artifact or retraction. Extra fields are kept as sent.",
             ))
             .into()
     }
@@ -631,6 +647,27 @@ impl PartialSchema for EventContent {
 impl ToSchema for EventContent {
     fn schemas(schemas: &mut Schemas) {
         Self::shapes(schemas);
+    }
+}
+
+/// Events one retraction may withdraw.
+pub const MAX_RETRACTED: usize = 64;
+
+/// A retraction's `refs`: 1 to [`MAX_RETRACTED`] event ids. Whether each
+/// names an event the caller may retract is the write path's to check.
+fn check_withdrawn(refs: &[String]) -> Result<(), FieldError> {
+    if refs.is_empty() || refs.len() > MAX_RETRACTED {
+        return Err(FieldError::new(
+            "refs",
+            format!("a retraction names the 1 to {MAX_RETRACTED} events it withdraws"),
+        ));
+    }
+    match refs.iter().position(|r| !r.starts_with("evt_")) {
+        Some(index) => Err(FieldError::new(
+            format!("refs[{index}]"),
+            "a retraction withdraws events: name each by its event id (evt_...)",
+        )),
+        None => Ok(()),
     }
 }
 
@@ -686,6 +723,10 @@ fn check_content(kind: Kind, content: &Value) -> Result<(), FieldError> {
         Kind::Summary => {
             let c: SummaryContent = shape(content)?;
             non_empty("content.text", &c.text)
+        }
+        Kind::Retraction => {
+            let c: RetractionContent = shape(content)?;
+            non_empty("content.reason", &c.reason)
         }
         Kind::Handoff => {
             let c: HandoffContent = shape(content)?;
@@ -960,6 +1001,7 @@ mod tests {
                 json!({"task_id": "T-1", "status": "doing", "title": "Fix", "details": "soon"}),
             ),
             ("view_update", json!({"view": "rules", "text": "Be brief."})),
+            ("retraction", json!({"reason": "said in error"})),
             (
                 "handoff",
                 json!({"to_agent": "reviewer", "task": "review", "task_id": "T-1",
@@ -968,8 +1010,10 @@ mod tests {
             ),
         ];
         for (kind, content) in every_field {
-            let event = &parse(message(json!({"kind": kind, "content": content})))
-                .unwrap_or_else(|e| panic!("{kind}: {e:?}"))[0];
+            let event = &parse(message(
+                json!({"kind": kind, "content": content, "refs": ["evt_1"]}),
+            ))
+            .unwrap_or_else(|e| panic!("{kind}: {e:?}"))[0];
             let kind = memd_projectors::event::Kind::parse(kind).unwrap();
             let stored = event.content.as_object().unwrap();
             for field in Content::fields(kind) {

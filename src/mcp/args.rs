@@ -109,7 +109,7 @@ pub struct RecordEventArgs {
     pub kind: Option<Kind>,
     /// The text of a message, summary or view update; a shortcut for `content: {"text": ...}`.
     pub text: Option<String>,
-    /// The event's content, shaped by `kind`. message: {text}. tool_call: {tool, args?}. tool_result: {tool, path?, output} (large outputs are kept whole as an artifact). decision: {decision, scope, key?, rationale?: [..], constraints?: [..], alternatives?: [..], consequences?: [..], confidence?: 0..1, supersedes?: decision id}, and `refs` must cite the events it rests on. task_update: {task_id, status: open|doing|done, title?, details?}. summary: {text, claims?: [{key, value}]}. view_update: {view: identity|rules|preferences|..., text}. artifact: {name, text, media_type?} (a document; long ones are kept whole as an artifact).
+    /// The event's content, shaped by `kind`. message: {text}. tool_call: {tool, args?}. tool_result: {tool, path?, output} (large outputs are kept whole as an artifact). decision: {decision, scope, key?, rationale?: [..], constraints?: [..], alternatives?: [..], consequences?: [..], confidence?: 0..1, supersedes?: decision id}, and `refs` must cite the events it rests on. task_update: {task_id, status: open|doing|done, title?, details?}. summary: {text, claims?: [{key, value}]}. view_update: {view: identity|rules|preferences|..., text}. artifact: {name, text, media_type?} (a document; long ones are kept whole as an artifact). retraction: {reason}, and `refs` names the events withdrawn (memory_retract does it for you).
     pub content: Option<Map<String, Value>>,
     /// Where the conversation happens: `private` (default), `team`, `agent` or `public`. Decides which later bundles may show it.
     pub channel: Option<Channel>,
@@ -143,7 +143,7 @@ impl RecordEventArgs {
             content.insert("text".into(), Value::String(text));
         }
         let actor = self.actor.map_or_else(
-            || json!({"type": "agent", "id": "mcp-agent"}),
+            mcp_actor,
             |actor| json!({"type": actor.kind, "id": actor.id}),
         );
         let mut body = json!({
@@ -296,10 +296,48 @@ impl ViewEditArgs {
             "session_id": self.session_id.as_deref().unwrap_or("memory-blocks"),
             "kind": Kind::ViewUpdate,
             "channel": self.channel.unwrap_or(Channel::Private),
-            "actor": {"type": "agent", "id": "mcp-agent"},
+            "actor": mcp_actor(),
             "content": {"view": self.view, "text": text},
         })
     }
+}
+
+/// Withdraw memories: a `retraction` event naming them.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetractArgs {
+    /// The `event_id`s (`evt_...`) to withdraw: 1 to 64, your own memory or nobody's.
+    pub event_ids: Vec<String>,
+    /// Why they are withdrawn (kept in the log for audits).
+    pub reason: String,
+}
+
+/// Correct one memory: withdraw it and record the corrected content.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CorrectArgs {
+    /// The `event_id` (`evt_...`) to correct: your own memory or nobody's.
+    pub event_id: String,
+    /// The whole corrected content, in the shape of the event's kind: `{"text": ...}` for a message or summary, a decision's `{"decision": ..., "scope": ...}`.
+    pub content: serde_json::Map<String, Value>,
+    /// Why it is corrected (kept in the log for audits).
+    pub reason: String,
+}
+
+impl CorrectArgs {
+    /// The `POST /api/v1/events/{id}/correct` body.
+    pub fn body(&self) -> Value {
+        json!({
+            "content": self.content,
+            "reason": self.reason,
+            "actor": mcp_actor(),
+        })
+    }
+}
+
+/// Who MCP's writing tools record as the actor, when the model names none.
+pub fn mcp_actor() -> Value {
+    json!({"type": "agent", "id": "mcp-agent"})
 }
 
 /// Read a stored tool output whole, page by page.
@@ -318,7 +356,7 @@ pub struct GetArtifactArgs {
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QueryDecisionsArgs {
-    /// `active` (in force), `superseded` or `rejected`. Default: all.
+    /// `active` (in force), `superseded`, `rejected` or `retracted`. Default: all.
     pub status: Option<String>,
     /// Only decisions of this scope, e.g. "project".
     pub scope: Option<String>,

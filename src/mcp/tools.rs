@@ -1,4 +1,4 @@
-//! The seven MCP tools. Each is a thin handler: arguments become the HTTP
+//! The MCP tools. Each is a thin handler: arguments become the HTTP
 //! call's body, the shared call in `calls` does the work (scope, validation,
 //! tenant isolation), and its error becomes a tool error whose text is the
 //! HTTP error body, so a model reads which field to fix.
@@ -17,8 +17,11 @@ use super::args::{
     HandoffInboxArgs, ListTasksArgs, ListViewsArgs, MAX_ARTIFACT_BYTES, QueryDecisionsArgs,
     RecordEventArgs, SearchArgs, ViewEditArgs, input_schema,
 };
+use super::args::{CorrectArgs, RetractArgs, mcp_actor};
 use crate::{
-    calls::{ApiState, acb, artifacts, decisions, error::ApiError, events, handoffs, tasks},
+    calls::{
+        ApiState, acb, artifacts, corrections, decisions, error::ApiError, events, handoffs, tasks,
+    },
     domain::FieldError,
     tenants::Caller,
 };
@@ -33,7 +36,8 @@ items by their handles ([D1], [E2], ...) or refs. Use memory_search to look one 
 memories, no bundle), memory_get_artifact for a truncated tool \
 output, memory_query_decisions for the decision ledger, memory_list_tasks for every task's state \
 (done ones too), memory_list_views for the identity, rules and preferences documents, \
-memory_create_handoff to pass work to another agent.";
+memory_create_handoff to pass work to another agent, memory_retract and memory_correct to withdraw \
+or fix a memory that is wrong.";
 
 /// One MCP server per request (stateless transport); cheap to build.
 #[derive(Clone)]
@@ -227,6 +231,48 @@ impl MemoryTools {
     }
 
     #[tool(
+        input_schema = input_schema::<RetractArgs>(),
+        description = "Withdraw memories that are wrong or should be forgotten (\"forget what I said at 10:02\"): records a retraction naming their event_ids, with a reason. From then on no bundle, search or view shows them; the log keeps them, marked retracted_by. Only your own memory or nobody's. To replace a memory with the right content, use memory_correct.",
+        annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn memory_retract(
+        &self,
+        Extension(parts): Extension<axum::http::request::Parts>,
+        Parameters(args): Parameters<RetractArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let caller = caller(&parts)?;
+        let retracted = corrections::retract(
+            &self.state,
+            caller,
+            &args.event_ids,
+            &args.reason,
+            mcp_actor(),
+        )
+        .await;
+        match retracted {
+            Ok((_, recorded)) => answered(&recorded),
+            Err(err) => Ok(failed(err)),
+        }
+    }
+
+    #[tool(
+        input_schema = input_schema::<CorrectArgs>(),
+        description = "Correct one memory (\"that fact is wrong, here is the right one\"): withdraws the event and records the corrected content in its place (same kind, session and channel), both at once. Give the whole corrected content in the event kind's shape, e.g. {\"text\": ...} for a message. Only your own memory or nobody's.",
+        annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn memory_correct(
+        &self,
+        Extension(parts): Extension<axum::http::request::Parts>,
+        Parameters(args): Parameters<CorrectArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let caller = caller(&parts)?;
+        match corrections::correct(&self.state, caller, &args.event_id, args.body()).await {
+            Ok((_, corrected)) => answered(&corrected),
+            Err(err) => Ok(failed(err)),
+        }
+    }
+
+    #[tool(
         input_schema = input_schema::<GetArtifactArgs>(),
         description = "Read the full output of a truncated tool result (its artifact_id appears in events and bundle items), page by page: returns up to max_bytes (default 65536) from offset, and next_offset while more remains.",
         annotations(read_only_hint = true, open_world_hint = false)
@@ -276,7 +322,7 @@ impl MemoryTools {
 
     #[tool(
         input_schema = input_schema::<QueryDecisionsArgs>(),
-        description = "List decisions from the decision ledger, newest first: what was decided, why (rationale), constraints, alternatives, status (active, superseded with its successor, or rejected) and refs to the evidence. Filter by status, scope or key; give a key to see how one decision changed over time.",
+        description = "List decisions from the decision ledger, newest first: what was decided, why (rationale), constraints, alternatives, status (active, superseded with its successor, rejected, or retracted) and refs to the evidence. Filter by status, scope or key; give a key to see how one decision changed over time.",
         annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn memory_query_decisions(

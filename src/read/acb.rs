@@ -204,7 +204,7 @@ pub struct Acb {
 }
 
 /// Something left out, and why: `budget`, `privacy`, `retention`,
-/// `duplicate`, `superseded`, `rejected`, `conflict`, or
+/// `retracted`, `duplicate`, `superseded`, `rejected`, `conflict`, or
 /// `truncated_tool_output` (the
 /// item is in, but its full output is only in the artifact).
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -800,7 +800,7 @@ pub async fn build_acb(
             reader,
             tenant,
             &head.lexemes,
-            request.channel,
+            (request.channel, !state.retracted.is_empty()),
             visibility,
             &scope,
             &mut omissions,
@@ -1081,13 +1081,14 @@ async fn decision_items(
 }
 
 /// What the question would have retrieved but the channel may not see
-/// (`privacy`) or the tenant's retention forgot (`retention`): omissions,
-/// ids only.
+/// (`privacy`), the tenant's retention forgot (`retention`) or a
+/// retraction withdrew (`retracted`, asked only of a tenant with any):
+/// omissions, ids only.
 async fn kept_out_of_retrieval(
     reader: &Reader,
     tenant: &str,
     lexemes: &[String],
-    channel: Channel,
+    (channel, any_retracted): (Channel, bool),
     visibility: Visibility<'_>,
     scope: &Scope,
     omissions: &mut Omissions,
@@ -1121,6 +1122,26 @@ async fn kept_out_of_retrieval(
         {
             omissions.add(
                 "retention",
+                Some(SectionName::RetrievedEvidence),
+                id,
+                Map::new(),
+            );
+        }
+    }
+    if any_retracted {
+        for id in retrieve::retracted(
+            &reader.pool,
+            &reader.keyring,
+            tenant,
+            lexemes,
+            visibility,
+            scope,
+            OMISSION_IDS_SHOWN as i64,
+        )
+        .await?
+        {
+            omissions.add(
+                "retracted",
                 Some(SectionName::RetrievedEvidence),
                 id,
                 Map::new(),

@@ -87,6 +87,9 @@ pub struct TenantState {
     /// PostgreSQL plans anew each time (its filters' estimates keep the
     /// generic plan dearer than a custom one).
     pub any_pinned: bool,
+    /// The events retractions withdrew: the recent window, read from the
+    /// log, leaves them out.
+    pub retracted: HashSet<String>,
     /// Where decisions, summaries and tasks stand, as bundles of this state
     /// asked (the recent window's stale items, the evidence's outdated task
     /// updates): a new state starts empty, since what changes a standing
@@ -168,20 +171,28 @@ impl StandingMemo {
 }
 
 /// The kinds of event that can change a [`TenantState`]: what the views,
-/// decisions and tasks projections read, and an erasure (which makes some
-/// of their sealed text unreadable). Any other event changes it only by
-/// pinning a chunk ([`retrieve::PIN_TAGS`]).
-pub const STATE_KINDS: [Kind; 5] = {
-    let [view] = *ViewProjector::KINDS else {
-        panic!("views read one kind")
+/// decisions and tasks projections read (a retraction among them, which
+/// also withdraws events the recent window shows), and an erasure (which
+/// makes some of their sealed text unreadable). Any other event changes it
+/// only by pinning a chunk ([`retrieve::PIN_TAGS`]).
+pub const STATE_KINDS: [Kind; 6] = {
+    let [view, Kind::Retraction] = *ViewProjector::KINDS else {
+        panic!("views read one kind and retractions")
     };
-    let [task] = *TaskProjector::KINDS else {
-        panic!("tasks read one kind")
+    let [task, Kind::Retraction] = *TaskProjector::KINDS else {
+        panic!("tasks read one kind and retractions")
     };
-    let [decision, summary] = *DecisionProjector::KINDS else {
-        panic!("decisions read two kinds")
+    let [decision, summary, Kind::Retraction] = *DecisionProjector::KINDS else {
+        panic!("decisions read two kinds and retractions")
     };
-    [view, task, decision, summary, Kind::Erasure]
+    [
+        view,
+        task,
+        decision,
+        summary,
+        Kind::Retraction,
+        Kind::Erasure,
+    ]
 };
 
 /// Past this many events, a state entry is read again rather than the
@@ -635,12 +646,20 @@ async fn load(
         .filter_map(|row| row.into_visible(counter))
         .collect();
     let any_pinned = retrieve::any_pinned(pool, tenant).await?;
+    let retracted: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT event_id FROM projections.chunks
+          WHERE tenant_id = $1 AND retracted_by IS NOT NULL",
+    )
+    .bind(tenant)
+    .fetch_all(pool)
+    .await?;
     Ok(TenantState {
         views,
         decisions,
         active_decision_ids,
         tasks,
         any_pinned,
+        retracted: retracted.into_iter().collect(),
         standings: StandingMemo::default(),
     })
 }

@@ -292,8 +292,9 @@ fn shown(
 /// shown: those projections have reached (up to `projected_seq`) from their
 /// chunks, read in the same statement (one round trip, not two), the
 /// others from their content (a tool result's is up to 64 KiB), opened and
-/// chunked here. An event whose data subject was erased, and which
-/// projections have not reached, is left out.
+/// chunked here. An event whose data subject was erased, or that a
+/// retraction withdrew, and which projections have not reached, is left
+/// out (once they have, [`without_stale`] leaves it out, naming it).
 async fn read_events(
     reader: &Reader,
     tenant: &str,
@@ -308,9 +309,13 @@ async fn read_events(
                         actor_id, agent_id, subject_id, kind, sensitivity, tags,
                         CASE WHEN seq > $5 THEN content ELSE 'null' END AS content, refs,
                         artifact_id
-                   FROM public.events
+                   FROM public.events ev
                   WHERE tenant_id = $1 AND session_id = $2 AND seq > $3
                     AND kind IN {WINDOW_KINDS}
+                    AND (seq <= $5 OR NOT EXISTS (
+                         SELECT FROM public.events r
+                          WHERE r.tenant_id = $1 AND r.kind = 'retraction'
+                            AND r.refs @> ARRAY[ev.event_id]::text[]))
                   ORDER BY seq DESC LIMIT $4) AS e
            LEFT JOIN LATERAL (
                 SELECT array_agg(c.chunk_id ORDER BY c.part) AS chunk_ids,
@@ -534,6 +539,25 @@ pub(super) async fn without_stale(
             .and_then(|e| e.as_str())
             .map(str::to_owned)
     };
+    let section = Some(SectionName::RecentWindow);
+    let items: Vec<Item> = match state.retracted.is_empty() {
+        true => items,
+        false => items
+            .into_iter()
+            .filter(|item| match event_id(item) {
+                Some(id) if state.retracted.contains(&id) => {
+                    omissions.add(
+                        "retracted",
+                        section,
+                        item.id.clone(),
+                        details(&[("event_id", json!(id))]),
+                    );
+                    false
+                }
+                _ => true,
+            })
+            .collect(),
+    };
     let asked: Vec<String> = items
         .iter()
         .filter(|item| matches!(kind(item).as_deref(), Some("decision" | "summary")))
@@ -548,7 +572,6 @@ pub(super) async fn without_stale(
         .standings
         .events(&reader.pool, &reader.keyring, tenant, &asked)
         .await?;
-    let section = Some(SectionName::RecentWindow);
     let mut kept = Vec::with_capacity(items.len());
     for item in items {
         let standing = event_id(&item).and_then(|id| standings.get(&id).map(|s| (id, s)));

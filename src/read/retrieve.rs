@@ -421,6 +421,16 @@ impl Scope {
     }
 }
 
+/// Which chunks of the scope a statement reads: those a bundle may
+/// retrieve, or those it names in `omissions` because retention forgot
+/// them or a retraction withdrew them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kept {
+    Retrievable,
+    Forgotten,
+    Retracted,
+}
+
 /// The chunks of tenant `$1` that the scope allows (`$4`, the filters, `$6`
 /// to `$12`) and retention keeps (`$13` to `$19`), as [`bind_scope`] binds
 /// them, and, unless `privacy` is false, that the channel (`$2`, `$3`) and
@@ -428,8 +438,10 @@ impl Scope {
 /// [`filters::SQL`], [`retention::sql`]). Filters and retention are written
 /// in only when the scope has them: their parameters are always bound, but
 /// an unused condition would still cost every statement its planning and
-/// every row its test. With `retained` false: the chunks retention forgot.
-fn scoped(scope: &Scope, privacy: bool, retained: bool) -> String {
+/// every row its test. `kept` says which of them: not withdrawn by a
+/// retraction and kept by retention (retrievable), or the chunks retention
+/// forgot, or those a retraction withdrew.
+fn scoped(scope: &Scope, privacy: bool, kept: Kept) -> String {
     let mut sql = format!(
         "c.tenant_id = $1 AND {} AND NOT (c.kind = ANY ($4)) \
          AND (c.channel <> 'private' OR c.agent_id IS NULL OR $5::text IS NULL OR c.agent_id = $5)",
@@ -443,18 +455,23 @@ fn scoped(scope: &Scope, privacy: bool, retained: bool) -> String {
         sql.push_str(" AND ");
         sql.push_str(filters::SQL);
     }
-    match (scope.forgetting.is_empty(), retained) {
-        (true, true) => {}
-        (true, false) => sql.push_str(" AND false"),
-        (false, true) => sql.push_str(&format!(" AND {}", retention::sql())),
-        (false, false) => sql.push_str(&format!(" AND NOT {}", retention::sql())),
+    if kept == Kept::Retracted {
+        sql.push_str(" AND c.retracted_by IS NOT NULL");
+        return sql;
+    }
+    sql.push_str(" AND c.retracted_by IS NULL");
+    match (scope.forgetting.is_empty(), kept) {
+        (true, _) if kept == Kept::Retrievable => {}
+        (true, _) => sql.push_str(" AND false"),
+        (false, Kept::Retrievable) => sql.push_str(&format!(" AND {}", retention::sql())),
+        (false, _) => sql.push_str(&format!(" AND NOT {}", retention::sql())),
     }
     sql
 }
 
 /// [`scoped`]: what a bundle may retrieve.
 fn visible(scope: &Scope) -> String {
-    scoped(scope, true, true)
+    scoped(scope, true, Kept::Retrievable)
 }
 
 /// Parameters [`bind_scope`] binds; a statement's own start after them.
@@ -978,7 +995,7 @@ pub async fn by_refs(
            FROM unnest($2::text[]) WITH ORDINALITY AS r (ref, o)
            JOIN projections.chunks c
              ON c.tenant_id = $1 AND (c.chunk_id = r.ref OR c.event_id = r.ref)
-          WHERE c.channel = ANY ($3) AND c.sensitivity = ANY ($4)
+          WHERE c.channel = ANY ($3) AND c.sensitivity = ANY ($4) AND c.retracted_by IS NULL
             AND (c.channel <> 'private' OR c.agent_id IS NULL OR $5::text IS NULL OR c.agent_id = $5)
           GROUP BY c.tenant_id, c.chunk_id
           ORDER BY position, c.chunk_id"
@@ -1065,7 +1082,7 @@ pub async fn withheld(
     scope: &Scope,
     limit: i64,
 ) -> Result<Vec<String>, sqlx::Error> {
-    let sql = scoped(scope, false, true);
+    let sql = scoped(scope, false, Kept::Retrievable);
     matching_ids(
         pool, keyring, tenant, lexemes, visibility, scope, &sql, limit,
     )
@@ -1084,7 +1101,26 @@ pub async fn forgotten(
     scope: &Scope,
     limit: i64,
 ) -> Result<Vec<String>, sqlx::Error> {
-    let sql = scoped(scope, true, false);
+    let sql = scoped(scope, true, Kept::Forgotten);
+    matching_ids(
+        pool, keyring, tenant, lexemes, visibility, scope, &sql, limit,
+    )
+    .await
+}
+
+/// Up to `limit` ids of chunks matching any lexeme that the channel may
+/// see but a retraction withdrew: for `omissions`, reason `retracted`.
+/// Never scored.
+pub async fn retracted(
+    pool: &PgPool,
+    keyring: &Keyring,
+    tenant: &str,
+    lexemes: &[String],
+    visibility: Visibility<'_>,
+    scope: &Scope,
+    limit: i64,
+) -> Result<Vec<String>, sqlx::Error> {
+    let sql = scoped(scope, true, Kept::Retracted);
     matching_ids(
         pool, keyring, tenant, lexemes, visibility, scope, &sql, limit,
     )

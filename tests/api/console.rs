@@ -673,3 +673,52 @@ async fn the_decisions_page_draws_the_supersession_chain_and_the_tasks(
     );
     browser.close().await;
 }
+
+#[sqlx::test]
+async fn a_retracted_event_is_marked_in_the_log_and_names_its_retraction(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let wrong = app
+        .append(&token, &message("s1", "the deploy bucket is exports-old"))
+        .await;
+    let wrong_id = wrong["event_id"].as_str().unwrap();
+    let retraction = app
+        .append(
+            &token,
+            &event("retraction", json!({"reason": "renamed"}), &[wrong_id]),
+        )
+        .await;
+
+    let browser = Browser::start().await;
+    browser.open(&format!("{}/console", app.base_url)).await;
+    browser
+        .wait_for("!document.getElementById('sign-in').hidden")
+        .await;
+    browser.type_into("#token", &token).await;
+    browser.click("#sign-in-form button").await;
+    browser
+        .wait_for("document.querySelectorAll('#log-table tbody tr').length === 2")
+        .await;
+    // Newest first: the retraction, then the event it withdrew, struck out.
+    assert_eq!(
+        browser
+            .run("return [...document.querySelectorAll('#log-table tbody tr')].map(r => r.className);")
+            .await,
+        json!(["", "retracted"])
+    );
+    browser
+        .click(&format!("#log-table tr[data-event-id='{wrong_id}']"))
+        .await;
+    browser
+        .wait_for("!document.getElementById('event').hidden")
+        .await;
+    let fields = browser.text("#event-fields").await;
+    assert!(fields.contains("retracted by"), "{fields}");
+    assert!(
+        fields.contains(retraction["event_id"].as_str().unwrap()),
+        "{fields}"
+    );
+}

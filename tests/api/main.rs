@@ -2,6 +2,7 @@
 //! (`#[sqlx::test]`) and talks to it over HTTP, as agents do.
 
 mod acb;
+mod activity;
 mod admin_jobs;
 mod agents;
 mod append_only;
@@ -32,6 +33,7 @@ mod rebuild;
 mod recent;
 mod replica;
 mod retention;
+mod retraction;
 mod roles;
 mod scale;
 mod scenarios;

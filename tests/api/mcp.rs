@@ -87,6 +87,7 @@ async fn the_tools_are_listed_with_schemas_a_model_can_act_on(
         names,
         [
             "memory_build_acb",
+            "memory_correct",
             "memory_create_handoff",
             "memory_get_artifact",
             "memory_handoff_inbox",
@@ -94,6 +95,7 @@ async fn the_tools_are_listed_with_schemas_a_model_can_act_on(
             "memory_list_views",
             "memory_query_decisions",
             "memory_record_event",
+            "memory_retract",
             "memory_search",
             "memory_view_append",
             "memory_view_replace",
@@ -629,4 +631,65 @@ async fn an_agent_edits_its_memory_blocks_within_their_limits(
             .await,
         3
     );
+}
+
+#[sqlx::test]
+async fn an_agent_corrects_and_retracts_its_memory_over_mcp(
+    _: PgPoolOptions,
+    connect_options: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect_options).await;
+    app.tenant("acme").await;
+    let agent = crate::agents::agent_token(&app, "acme", "helper").await;
+    let other = crate::agents::agent_token(&app, "acme", "other").await;
+    let client = connect(&app, &agent).await.expect("connect");
+    let said = ok(
+        &client,
+        "memory_record_event",
+        json!({"session_id": "s1", "text": "the staging port is 8080"}),
+    )
+    .await;
+    let corrected = ok(
+        &client,
+        "memory_correct",
+        json!({"event_id": said["event_id"], "content": {"text": "the staging port is 9090"},
+               "reason": "misread the config"}),
+    )
+    .await;
+    let replacement = corrected["event"]["event_id"].clone();
+    wait_projected(&app.pool, "acme").await;
+    let found = ok(&client, "memory_search", json!({"query": "staging port"})).await;
+    let texts: Vec<&str> = found["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["the staging port is 9090"], "{found:#}");
+
+    // Another agent may not withdraw it; its owner may.
+    let stranger = connect(&app, &other).await.expect("connect");
+    let error = refused(
+        &stranger,
+        "memory_retract",
+        json!({"event_ids": [replacement], "reason": "not mine"}),
+    )
+    .await;
+    assert_eq!(error["field"], "event_ids[0]", "{error}");
+    let error = refused(
+        &client,
+        "memory_retract",
+        json!({"event_ids": [replacement, "evt_01J00000000000000000000000"], "reason": "r"}),
+    )
+    .await;
+    assert_eq!(error["field"], "event_ids[1]", "{error}");
+    ok(
+        &client,
+        "memory_retract",
+        json!({"event_ids": [replacement], "reason": "the service moved"}),
+    )
+    .await;
+    wait_projected(&app.pool, "acme").await;
+    let found = ok(&client, "memory_search", json!({"query": "staging port"})).await;
+    assert_eq!(found["results"], json!([]), "{found:#}");
 }

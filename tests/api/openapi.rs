@@ -220,7 +220,8 @@ async fn the_schemas_name_the_wire_fields(_: PgPoolOptions, connect: PgConnectOp
             "handoff",
             // Not `erasure`: in the log only, an append of one is refused
             // (`memd erase` records them).
-            "artifact"
+            "artifact",
+            "retraction"
         ])
     );
     assert_eq!(
@@ -235,7 +236,7 @@ async fn the_schemas_name_the_wire_fields(_: PgPoolOptions, connect: PgConnectOp
         .iter()
         .map(|s| s["$ref"].as_str().unwrap())
         .collect();
-    assert_eq!(shapes.len(), 9, "{shapes:?}");
+    assert_eq!(shapes.len(), 10, "{shapes:?}");
     assert_eq!(
         names(&schema("DecisionContent")["required"]),
         HashSet::from(["decision", "scope"])

@@ -32,9 +32,11 @@ from ._types import (
     Acb,
     AcbOptions,
     ActorType,
+    AgentPage,
     Appended,
     Artifact,
     Channel,
+    Corrected,
     Decision,
     EventPage,
     EventRequest,
@@ -42,6 +44,7 @@ from ._types import (
     HandoffRequest,
     SearchOptions,
     SearchResults,
+    SessionPage,
     StoredEvent,
 )
 
@@ -104,6 +107,29 @@ def _record_batch(events: Sequence[EventRequest]) -> _Call:
     return _Call("POST", "/api/v1/events", lambda r: r.json()["events"], body=body)
 
 
+def _retract(
+    event_ids: Sequence[str], reason: str, envelope: Mapping[str, Any]
+) -> _Call:
+    event: EventRequest = {
+        **envelope,  # type: ignore[typeddict-item]
+        "kind": "retraction",
+        "content": {"reason": reason},
+        "refs": list(event_ids),
+    }
+    return _record(event)
+
+
+def _correct(event_id: str, content: Mapping[str, Any], reason: str, actor: Any) -> _Call:
+    # A correction carries a key too: a resend answers the original pair.
+    body = {
+        "content": dict(content),
+        "reason": reason,
+        "actor": actor,
+        "idempotency_key": f"py-{uuid.uuid4().hex}",
+    }
+    return _Call("POST", f"/api/v1/events/{_segment(event_id)}/correct", _json, body=body)
+
+
 def _build_acb(query_text: Optional[str], request: AcbOptions) -> _Call:
     body: Dict[str, Any] = {"render": True, **request}
     if query_text is not None:
@@ -138,6 +164,14 @@ def _handoff(request: HandoffRequest) -> _Call:
 
 def _events(params: Mapping[str, Any]) -> _Call:
     return _Call("GET", "/api/v1/events", _json, params=params)
+
+
+def _sessions(params: Mapping[str, Any]) -> _Call:
+    return _Call("GET", "/api/v1/sessions", _json, params=params)
+
+
+def _agents(params: Mapping[str, Any]) -> _Call:
+    return _Call("GET", "/api/v1/agents", _json, params=params)
 
 
 def _event(event_id: str) -> _Call:
@@ -256,6 +290,35 @@ class Client:
         result: List[Appended] = self._send(_record_batch(events))
         return result
 
+    def retract(
+        self,
+        event_ids: Sequence[str],
+        reason: str,
+        *,
+        session_id: str,
+        actor: Mapping[str, str],
+        channel: Channel = "private",
+        agent_id: Optional[str] = None,
+    ) -> Appended:
+        """Withdraws `event_ids` (a `retraction` event): no bundle, search or
+        view shows them from then on; the log keeps them."""
+        envelope = _present(session_id=session_id, actor=dict(actor), channel=channel, agent_id=agent_id)
+        result: Appended = self._send(_retract(event_ids, reason, envelope))
+        return result
+
+    def correct(
+        self,
+        event_id: str,
+        content: Mapping[str, Any],
+        reason: str,
+        *,
+        actor: Mapping[str, str],
+    ) -> Corrected:
+        """Withdraws `event_id` and records `content` in its place (same
+        kind, session, channel and agent), both at once."""
+        result: Corrected = self._send(_correct(event_id, content, reason, dict(actor)))
+        return result
+
     def build_acb(self, query_text: Optional[str] = None, **request: Unpack[AcbOptions]) -> Acb:
         """The Active Context Bundle for the next model call (rendered as
         `prompt` unless `render=False`)."""
@@ -321,6 +384,28 @@ class Client:
         result: StoredEvent = self._send(_event(event_id))
         return result
 
+    def sessions(
+        self,
+        *,
+        agent_id: Optional[str] = None,
+        since: Optional[str] = None,
+        until: Optional[str] = None,
+        before_seq: Optional[int] = None,
+        limit: Optional[int] = None,
+    ) -> SessionPage:
+        """One page of the sessions, most recently active first; page on
+        with `next_before_seq`."""
+        params = _present(
+            agent_id=agent_id, since=since, until=until, before_seq=before_seq, limit=limit
+        )
+        result: SessionPage = self._send(_sessions(params))
+        return result
+
+    def agents(self, *, after: Optional[str] = None, limit: Optional[int] = None) -> AgentPage:
+        """One page of the agents, by id; page on with `next_after`."""
+        result: AgentPage = self._send(_agents(_present(after=after, limit=limit)))
+        return result
+
 
 class AsyncClient:
     """The same calls as `Client`, for asyncio. Use `async with`, or call
@@ -374,6 +459,31 @@ class AsyncClient:
 
     async def record_batch(self, events: Sequence[EventRequest]) -> List[Appended]:
         result: List[Appended] = await self._send(_record_batch(events))
+        return result
+
+    async def retract(
+        self,
+        event_ids: Sequence[str],
+        reason: str,
+        *,
+        session_id: str,
+        actor: Mapping[str, str],
+        channel: Channel = "private",
+        agent_id: Optional[str] = None,
+    ) -> Appended:
+        envelope = _present(session_id=session_id, actor=dict(actor), channel=channel, agent_id=agent_id)
+        result: Appended = await self._send(_retract(event_ids, reason, envelope))
+        return result
+
+    async def correct(
+        self,
+        event_id: str,
+        content: Mapping[str, Any],
+        reason: str,
+        *,
+        actor: Mapping[str, str],
+    ) -> Corrected:
+        result: Corrected = await self._send(_correct(event_id, content, reason, dict(actor)))
         return result
 
     async def build_acb(
@@ -432,6 +542,27 @@ class AsyncClient:
 
     async def event(self, event_id: str) -> StoredEvent:
         result: StoredEvent = await self._send(_event(event_id))
+        return result
+
+    async def sessions(
+        self,
+        *,
+        agent_id: Optional[str] = None,
+        since: Optional[str] = None,
+        until: Optional[str] = None,
+        before_seq: Optional[int] = None,
+        limit: Optional[int] = None,
+    ) -> SessionPage:
+        params = _present(
+            agent_id=agent_id, since=since, until=until, before_seq=before_seq, limit=limit
+        )
+        result: SessionPage = await self._send(_sessions(params))
+        return result
+
+    async def agents(
+        self, *, after: Optional[str] = None, limit: Optional[int] = None
+    ) -> AgentPage:
+        result: AgentPage = await self._send(_agents(_present(after=after, limit=limit)))
         return result
 
 

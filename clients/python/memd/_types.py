@@ -29,6 +29,7 @@ AppendableKind = Literal[
     "view_update",
     "handoff",
     "artifact",
+    "retraction",
 ]
 # What the log holds (nested Literals flatten, PEP 586).
 Kind = Literal[AppendableKind, "erasure"]
@@ -238,6 +239,7 @@ class StoredEvent(TypedDict):
     erased: bool
     idempotency_key: Optional[str]
     artifact_id: Optional[str]
+    retracted_by: Optional[str]
     hash: str
     prev_hash: str
 
@@ -254,7 +256,7 @@ class Decision(TypedDict):
     decision_id: str
     seq: int
     ts: str
-    status: Literal["active", "superseded", "rejected"]
+    status: Literal["active", "superseded", "rejected", "retracted"]
     scope: str
     decision: str
     rationale: List[str]
@@ -273,10 +275,64 @@ class Decision(TypedDict):
     supersedes: NotRequired[Optional[str]]
     superseded_by: NotRequired[Optional[str]]
     rejected_reason: NotRequired[Optional[str]]
+    retracted_by: NotRequired[Optional[str]]
 
 
 class DecisionList(TypedDict):
     decisions: List[Decision]
+
+
+class Session(TypedDict):
+    """A session as the caller may see it (`GET /api/v1/sessions`)."""
+
+    session_id: str
+    first_seq: int
+    last_seq: int
+    first_ts: str
+    last_ts: str
+    events: int
+    agents: List[str]
+    kinds: List[str]
+
+
+class SessionPage(TypedDict):
+    sessions: List[Session]
+    next_before_seq: Optional[int]
+
+
+class Agent(TypedDict):
+    """An agent's activity and tokens (`GET /api/v1/agents`)."""
+
+    agent_id: str
+    first_seq: Optional[int]
+    last_seq: Optional[int]
+    first_ts: Optional[str]
+    last_ts: Optional[str]
+    events: int
+    tokens_issued: int
+    tokens_active: int
+
+
+class AgentPage(TypedDict):
+    agents: List[Agent]
+    next_after: Optional[str]
+
+
+class CorrectionRequest(TypedDict, total=False):
+    """`POST /api/v1/events/{id}/correct`: the corrected content and why."""
+
+    content: Required[Dict[str, Any]]
+    reason: Required[str]
+    actor: Required[ActorRequest]
+    idempotency_key: Optional[str]
+    ts: Optional[str]
+
+
+class Corrected(TypedDict):
+    """What a correction appended: the retraction and the new event."""
+
+    retraction: Appended
+    event: Appended
 
 
 class HandoffRequest(TypedDict, total=False):
@@ -338,4 +394,10 @@ SCHEMAS: Dict[str, Any] = {
     "DecisionList": DecisionList,
     "HandoffRequest": HandoffRequest,
     "HandoffCreated": HandoffCreated,
+    "CorrectionRequest": CorrectionRequest,
+    "Corrected": Corrected,
+    "Session": Session,
+    "SessionPage": SessionPage,
+    "Agent": Agent,
+    "AgentPage": AgentPage,
 }

@@ -10,7 +10,15 @@ import httpx
 import pytest
 
 import memd
-from memd import AsyncClient, Client, InvalidRequest, Retries, bundle_to_messages, message
+from memd import (
+    AsyncClient,
+    Client,
+    InvalidRequest,
+    NotFound,
+    Retries,
+    bundle_to_messages,
+    message,
+)
 
 from .conftest import Daemon
 
@@ -230,6 +238,51 @@ def test_artifacts_decisions_handoffs_and_the_log(daemon: Daemon, session_id: st
         one = client.event(said["event_id"])
         assert one["content"] == {"text": "The exporter writes CSV."}
         assert len(one["hash"]) == 64
+
+
+def test_a_memory_is_corrected_then_retracted(daemon: Daemon, session_id: str) -> None:
+    with Client(daemon.url, daemon.token) as client:
+        wrong = client.record(message(session_id, "The staging port is 8080."))
+        fixed = client.correct(
+            wrong["event_id"],
+            {"text": "The staging port is 9090."},
+            "misread the config",
+            actor={"type": "human", "id": "alice"},
+        )
+        assert fixed["event"]["seq"] == fixed["retraction"]["seq"] + 1
+        assert client.event(wrong["event_id"])["retracted_by"] == fixed["retraction"]["event_id"]
+        client.build_acb("wait", consistency="strong", intent="continue")
+        found = client.search("staging port", consistency="strong")
+        assert [r["text"] for r in found["results"]] == ["The staging port is 9090."]
+        assert "retracted" in [o["reason"] for o in found["omissions"]]
+
+        client.retract(
+            [fixed["event"]["event_id"]],
+            "the service moved",
+            session_id=session_id,
+            actor={"type": "human", "id": "alice"},
+        )
+        client.build_acb("wait", consistency="strong", intent="continue")
+        assert client.search("staging port", consistency="strong")["results"] == []
+        with pytest.raises(NotFound):
+            client.correct(
+                "evt_01J00000000000000000000000",
+                {"text": "x"},
+                "r",
+                actor={"type": "human", "id": "alice"},
+            )
+
+
+def test_sessions_and_agents_are_listed(daemon: Daemon, session_id: str) -> None:
+    with Client(daemon.url, daemon.token) as client:
+        client.record(message(session_id, "hello", agent_id="lister"))
+        client.build_acb("wait", consistency="strong", intent="continue")
+        page = client.sessions(agent_id="lister")
+        assert [s["session_id"] for s in page["sessions"]] == [session_id]
+        assert page["sessions"][0]["agents"] == ["lister"]
+        agents = client.agents()["agents"]
+        lister = [a for a in agents if a["agent_id"] == "lister"]
+        assert lister and lister[0]["events"] == 1, agents
 
 
 def test_the_async_client_makes_the_same_calls(daemon: Daemon, session_id: str) -> None:

@@ -11,7 +11,7 @@ use crate::{
     dedupe,
     event::{Kind, StoredEvent},
     projector::{BoxFuture, Projector, Table},
-    render,
+    render, retraction,
 };
 
 /// Parts aim at this many tokens. Splitting estimates 4 bytes per token;
@@ -192,7 +192,9 @@ fn retrievable(content: &Content<'_>) -> Option<(String, Option<i32>, Option<Str
             };
             Some((text, None, Some(format!("tool_call {tool}"))))
         }
-        Content::ViewUpdate(_) | Content::Handoff(_) | Content::Other => None,
+        Content::ViewUpdate(_) | Content::Handoff(_) | Content::Retraction(_) | Content::Other => {
+            None
+        }
     }
 }
 
@@ -215,7 +217,10 @@ pub fn importance(event: &StoredEvent, content: &Content<'_>) -> f32 {
         }
         Some(Kind::ToolResult) => 0.3,
         Some(Kind::Artifact) => 0.5,
-        Some(Kind::ToolCall | Kind::ViewUpdate | Kind::Handoff | Kind::Erasure) | None => 0.2,
+        Some(
+            Kind::ToolCall | Kind::ViewUpdate | Kind::Handoff | Kind::Erasure | Kind::Retraction,
+        )
+        | None => 0.2,
     };
     let pinned = event
         .tags
@@ -544,10 +549,22 @@ impl Projector for ChunkProjector {
                     rows.push(event, chunk);
                 }
             }
-            if rows.chunk_id.is_empty() {
-                return Ok(());
+            if !rows.chunk_id.is_empty() {
+                rows.insert(tx, tenant, events).await?;
             }
-            rows.insert(tx, tenant, events).await
+            // A retraction names earlier events only: their chunks are in.
+            for retraction in events.iter().filter(|e| retraction::withdrawn(e).is_some()) {
+                sqlx::query(
+                    "UPDATE chunks SET retracted_by = $2
+                      WHERE tenant_id = $1 AND event_id = ANY ($3) AND retracted_by IS NULL",
+                )
+                .bind(tenant)
+                .bind(&retraction.event_id)
+                .bind(&retraction.refs)
+                .execute(&mut *tx)
+                .await?;
+            }
+            Ok(())
         })
     }
 }

@@ -13,6 +13,7 @@ use crate::{
     content::{self, Content},
     event::{Kind, StoredEvent},
     projector::{Fold, Table},
+    retraction::{self, Step},
     seal::SealError,
 };
 
@@ -33,7 +34,7 @@ impl Fold for DecisionProjector {
     const NAME: &'static str = "decisions";
     const VERSION: i32 = 1;
     const TABLES: &'static [Table] = TABLES;
-    const KINDS: &'static [Kind] = &[Kind::Decision, Kind::Summary];
+    const KINDS: &'static [Kind] = &[Kind::Decision, Kind::Summary, Kind::Retraction];
 
     async fn fold<'a>(
         &'a self,
@@ -41,31 +42,65 @@ impl Fold for DecisionProjector {
         tenant: &'a str,
         events: Vec<&'a StoredEvent>,
     ) -> Result<(), sqlx::Error> {
-        // The batch is folded in memory and each row written once: one
-        // transaction (a rebuild) may supersede the same key thousands
-        // of times, and updating a row that often leaves a chain of
-        // versions every later lookup would have to walk.
-        let read: Vec<Read<'a>> = events
-            .into_iter()
-            .filter_map(|event| match event.shape() {
-                Content::Decision(decision) => Some(Read::Decision(event, decision)),
-                Content::Summary(summary) => Some(Read::Summary(event, summary)),
-                _ => None,
-            })
-            .collect();
-        let mut ledger = Ledger::load(tx, tenant, &read).await?;
-        let mut summaries = Vec::new();
-        for read in read {
-            match read {
-                Read::Decision(event, decision) => ledger.decide(event, decision),
-                Read::Summary(event, summary) => {
-                    summaries.push(ledger.check_summary(event, summary));
-                }
+        for step in retraction::steps(events) {
+            match step {
+                Step::Fold(events) => fold_decisions(tx, tenant, events).await?,
+                Step::Withdraw(retraction) => withdraw(tx, tenant, retraction).await?,
             }
         }
-        ledger.write(tx, tenant).await?;
-        insert_summaries(tx, tenant, summaries).await
+        Ok(())
     }
+}
+
+/// A withdrawn decision is no longer in force (`retracted`, naming the
+/// retraction). The one it superseded stays superseded: nobody asserted
+/// it again, so its key has no decision in force until a new one.
+async fn withdraw(
+    tx: &mut PgConnection,
+    tenant: &str,
+    retraction: &StoredEvent,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE decisions SET status = 'retracted', retracted_by = $2
+          WHERE tenant_id = $1 AND decision_id = ANY ($3) AND status <> 'retracted'",
+    )
+    .bind(tenant)
+    .bind(&retraction.event_id)
+    .bind(&retraction.refs)
+    .execute(tx)
+    .await?;
+    Ok(())
+}
+
+async fn fold_decisions<'a>(
+    tx: &mut PgConnection,
+    tenant: &str,
+    events: Vec<&'a StoredEvent>,
+) -> Result<(), sqlx::Error> {
+    // The batch is folded in memory and each row written once: one
+    // transaction (a rebuild) may supersede the same key thousands
+    // of times, and updating a row that often leaves a chain of
+    // versions every later lookup would have to walk.
+    let read: Vec<Read<'a>> = events
+        .into_iter()
+        .filter_map(|event| match event.shape() {
+            Content::Decision(decision) => Some(Read::Decision(event, decision)),
+            Content::Summary(summary) => Some(Read::Summary(event, summary)),
+            _ => None,
+        })
+        .collect();
+    let mut ledger = Ledger::load(tx, tenant, &read).await?;
+    let mut summaries = Vec::new();
+    for read in read {
+        match read {
+            Read::Decision(event, decision) => ledger.decide(event, decision),
+            Read::Summary(event, summary) => {
+                summaries.push(ledger.check_summary(event, summary));
+            }
+        }
+    }
+    ledger.write(tx, tenant).await?;
+    insert_summaries(tx, tenant, summaries).await
 }
 
 /// An event of the batch, with its content read.

@@ -23,6 +23,7 @@ use crate::{
     embed::{self, Embedder, HashedEmbedder, MiniLm, Model, MpNet},
     event::{Kind, StoredEvent},
     projector::{BoxFuture, Projector, Table},
+    retraction,
 };
 
 const KEY: &[&str] = &["tenant_id", "chunk_id"];
@@ -148,26 +149,45 @@ impl Projector for EmbeddingProjector {
                         .push(serde_json::to_string(&event.tags).expect("strings serialize"));
                 }
             }
-            if inputs.is_empty() {
-                return Ok(());
+            if !inputs.is_empty() {
+                self.insert(tx, tenant, &rows, inputs, in_context).await?;
             }
-            let rows_count = inputs.len();
-            inputs.extend(in_context.iter().map(|(_, input)| input.clone()));
-            let mut vectors = embed_detached(self.embedder.clone(), inputs)
-                .await
-                .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
-            // A message's vector: the mean of it alone and in context.
-            let contextual = vectors.split_off(rows_count);
-            for ((row, _), context) in in_context.iter().zip(contextual) {
-                let vector = &mut vectors[*row];
-                for (x, c) in vector.iter_mut().zip(context) {
-                    *x += c;
-                }
-                embed::normalise(vector);
+            for retraction in events.iter().filter(|e| retraction::withdrawn(e).is_some()) {
+                forget_events(&mut *tx, self.name(), tenant, &retraction.refs).await?;
             }
-            let vectors: Vec<Vec<u8>> = vectors.iter().map(|v| embed::encode(v)).collect();
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "INSERT INTO {} (tenant_id, chunk_id, seq, part, channel, sensitivity, kind, vector,
+            Ok(())
+        })
+    }
+}
+
+impl EmbeddingProjector {
+    /// Embeds `inputs` (a row's own text, then the in-context inputs of
+    /// `in_context`'s rows) and writes `rows` with their vectors.
+    async fn insert(
+        &self,
+        tx: &mut PgConnection,
+        tenant: &str,
+        rows: &Rows,
+        mut inputs: Vec<String>,
+        in_context: Vec<(usize, String)>,
+    ) -> Result<(), sqlx::Error> {
+        let rows_count = inputs.len();
+        inputs.extend(in_context.iter().map(|(_, input)| input.clone()));
+        let mut vectors = embed_detached(self.embedder.clone(), inputs)
+            .await
+            .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+        // A message's vector: the mean of it alone and in context.
+        let contextual = vectors.split_off(rows_count);
+        for ((row, _), context) in in_context.iter().zip(contextual) {
+            let vector = &mut vectors[*row];
+            for (x, c) in vector.iter_mut().zip(context) {
+                *x += c;
+            }
+            embed::normalise(vector);
+        }
+        let vectors: Vec<Vec<u8>> = vectors.iter().map(|v| embed::encode(v)).collect();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO {} (tenant_id, chunk_id, seq, part, channel, sensitivity, kind, vector,
                                  agent_id, ts, session_id, tags)
                  SELECT $1, u.chunk_id, u.seq, u.part, u.channel, u.sensitivity, u.kind, u.vector,
                         u.agent_id, u.ts, u.session_id,
@@ -177,25 +197,44 @@ impl Projector for EmbeddingProjector {
                                $11::text[], $12::text[])
                         AS u (chunk_id, seq, part, channel, sensitivity, kind, vector, agent_id,
                               ts, session_id, tags)",
-                self.name()
-            )))
-            .bind(tenant)
-            .bind(&rows.chunk_id)
-            .bind(&rows.seq)
-            .bind(&rows.part)
-            .bind(&rows.channel)
-            .bind(&rows.sensitivity)
-            .bind(&rows.kind)
-            .bind(&vectors)
-            .bind(&rows.agent_id)
-            .bind(&rows.ts)
-            .bind(&rows.session_id)
-            .bind(&rows.tags)
-            .execute(&mut *tx)
-            .await?;
-            Ok(())
-        })
+            self.name()
+        )))
+        .bind(tenant)
+        .bind(&rows.chunk_id)
+        .bind(&rows.seq)
+        .bind(&rows.part)
+        .bind(&rows.channel)
+        .bind(&rows.sensitivity)
+        .bind(&rows.kind)
+        .bind(&vectors)
+        .bind(&rows.agent_id)
+        .bind(&rows.ts)
+        .bind(&rows.session_id)
+        .bind(&rows.tags)
+        .execute(&mut *tx)
+        .await?;
+        Ok(())
     }
+}
+
+/// Deletes from the embeddings table `table` the vectors of `tenant`'s
+/// events `event_ids` (withdrawn by a retraction).
+async fn forget_events(
+    tx: &mut PgConnection,
+    table: &str,
+    tenant: &str,
+    event_ids: &[String],
+) -> Result<(), sqlx::Error> {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DELETE FROM {table} v USING public.events e
+          WHERE v.tenant_id = $1 AND e.tenant_id = $1 AND e.seq = v.seq
+            AND e.event_id = ANY ($2)"
+    )))
+    .bind(tenant)
+    .bind(event_ids)
+    .execute(tx)
+    .await?;
+    Ok(())
 }
 
 /// [`Embedder::embed_background`] on a thread of its own. Not
@@ -231,7 +270,12 @@ pub async fn forget_subject(
     subject: &str,
 ) -> Result<u64, sqlx::Error> {
     let mut deleted = 0;
-    for tables in [MINILM_TABLES, MINILM_INT8_TABLES, HASHED_TABLES] {
+    for tables in [
+        MINILM_TABLES,
+        MINILM_INT8_TABLES,
+        MPNET_TABLES,
+        HASHED_TABLES,
+    ] {
         deleted += sqlx::query(sqlx::AssertSqlSafe(format!(
             "DELETE FROM projections.{} v USING public.events e
               WHERE v.tenant_id = $1 AND e.tenant_id = $1 AND e.seq = v.seq

@@ -4,6 +4,7 @@ pub mod chunks;
 pub mod decisions;
 pub mod embeddings;
 pub mod handoffs;
+pub mod sessions;
 pub mod tasks;
 pub mod tokens;
 pub mod tree;
@@ -21,6 +22,7 @@ pub const NAMES: &[&str] = &[
     "tasks",
     "views",
     "handoffs",
+    "sessions",
     "event_tree",
 ];
 
@@ -32,6 +34,7 @@ pub fn all(encoding: Encoding) -> Vec<Arc<dyn Projector>> {
         Arc::new(tasks::TaskProjector),
         Arc::new(views::ViewProjector),
         Arc::new(handoffs::HandoffProjector),
+        Arc::new(sessions::SessionProjector),
         Arc::new(tree::TreeProjector),
     ]
 }

@@ -6,8 +6,9 @@ use sqlx::PgConnection;
 
 use crate::{
     content::{Content, TaskUpdate},
-    event::{Kind, StoredEvent},
+    event::{Kind, StoredEvent, read_ids},
     projector::{Fold, Table},
+    retraction::{self, Step},
     seal::{Keyring, SEALED_PREFIX},
 };
 
@@ -33,7 +34,7 @@ impl Fold for TaskProjector {
     /// kept its title in the clear).
     const VERSION: i32 = 2;
     const TABLES: &'static [Table] = TABLES;
-    const KINDS: &'static [Kind] = &[Kind::TaskUpdate];
+    const KINDS: &'static [Kind] = &[Kind::TaskUpdate, Kind::Retraction];
 
     async fn fold<'a>(
         &'a self,
@@ -41,46 +42,106 @@ impl Fold for TaskProjector {
         tenant: &'a str,
         events: Vec<&'a StoredEvent>,
     ) -> Result<(), sqlx::Error> {
-        let updates: Vec<Update<'_>> = events.into_iter().filter_map(Update::of).collect();
-        if updates.is_empty() {
-            return Ok(());
-        }
-        // Folded in memory, each task written once per batch: a rebuild
-        // is one transaction, and a row updated thousands of times in
-        // one transaction leaves versions every later lookup walks.
-        let ids: Vec<&str> = updates.iter().map(|u| u.task_id).collect();
-        let mut tasks: BTreeMap<String, Task> = sqlx::query_as::<_, Task>(
-            "SELECT task_id, status, title, details, refs, session_id, channel,
-                    sensitivity, first_seq, last_seq, updated_at
-               FROM tasks WHERE tenant_id = $1 AND task_id = ANY ($2)",
-        )
-        .bind(tenant)
-        .bind(&ids)
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .map(|task| (task.task_id.clone(), task))
-        .collect();
-        // Folded as plaintext, sealed again as written.
-        let keyring = updates[0].event.keyring.clone();
-        for task in tasks.values_mut() {
-            task.sealed = task.title.starts_with(SEALED_PREFIX);
-            keyring
-                .open_in_place(tenant, &mut task.title)
-                .and_then(|()| keyring.open_in_place(tenant, &mut task.details))
-                .map_err(|error| sqlx::Error::Protocol(format!("task of {tenant}: {error}")))?;
-        }
-        for update in &updates {
-            match tasks.get_mut(update.task_id) {
-                Some(task) => task.update(update),
-                None => {
-                    tasks.insert(update.task_id.to_owned(), Task::new(update));
-                }
+        for step in retraction::steps(events) {
+            match step {
+                Step::Fold(events) => fold_updates(tx, tenant, events).await?,
+                Step::Withdraw(retraction) => withdraw(tx, tenant, retraction).await?,
             }
         }
-        upsert(tx, tenant, &keyring, tasks.into_values()).await?;
-        record_updates(tx, tenant, &updates).await
+        Ok(())
     }
+}
+
+/// The tasks a retraction withdraws updates of are folded again from
+/// their other updates, read back from the log (a task none is left of is
+/// gone): status, title and details are then what the remaining updates
+/// said, as if the withdrawn one had never been recorded.
+async fn withdraw(
+    tx: &mut PgConnection,
+    tenant: &str,
+    retraction: &StoredEvent,
+) -> Result<(), sqlx::Error> {
+    let touched: Vec<String> = sqlx::query_scalar(
+        "DELETE FROM task_events WHERE tenant_id = $1 AND event_id = ANY ($2) RETURNING task_id",
+    )
+    .bind(tenant)
+    .bind(&retraction.refs)
+    .fetch_all(&mut *tx)
+    .await?;
+    for task_id in touched
+        .into_iter()
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        let remaining: Vec<String> = sqlx::query_scalar(
+            "SELECT event_id FROM task_events WHERE tenant_id = $1 AND task_id = $2 ORDER BY seq",
+        )
+        .bind(tenant)
+        .bind(&task_id)
+        .fetch_all(&mut *tx)
+        .await?;
+        let events = read_ids(&mut *tx, &retraction.keyring, tenant, &remaining).await?;
+        let mut updates = events.iter().filter_map(Update::of);
+        let Some(first) = updates.next() else {
+            sqlx::query("DELETE FROM tasks WHERE tenant_id = $1 AND task_id = $2")
+                .bind(tenant)
+                .bind(&task_id)
+                .execute(&mut *tx)
+                .await?;
+            continue;
+        };
+        let mut task = Task::new(&first);
+        for update in updates {
+            task.update(&update);
+        }
+        upsert(tx, tenant, &retraction.keyring, std::iter::once(task)).await?;
+    }
+    Ok(())
+}
+
+async fn fold_updates(
+    tx: &mut PgConnection,
+    tenant: &str,
+    events: Vec<&StoredEvent>,
+) -> Result<(), sqlx::Error> {
+    let updates: Vec<Update<'_>> = events.into_iter().filter_map(Update::of).collect();
+    if updates.is_empty() {
+        return Ok(());
+    }
+    // Folded in memory, each task written once per batch: a rebuild
+    // is one transaction, and a row updated thousands of times in
+    // one transaction leaves versions every later lookup walks.
+    let ids: Vec<&str> = updates.iter().map(|u| u.task_id).collect();
+    let mut tasks: BTreeMap<String, Task> = sqlx::query_as::<_, Task>(
+        "SELECT task_id, status, title, details, refs, session_id, channel,
+                    sensitivity, first_seq, last_seq, updated_at
+               FROM tasks WHERE tenant_id = $1 AND task_id = ANY ($2)",
+    )
+    .bind(tenant)
+    .bind(&ids)
+    .fetch_all(&mut *tx)
+    .await?
+    .into_iter()
+    .map(|task| (task.task_id.clone(), task))
+    .collect();
+    // Folded as plaintext, sealed again as written.
+    let keyring = updates[0].event.keyring.clone();
+    for task in tasks.values_mut() {
+        task.sealed = task.title.starts_with(SEALED_PREFIX);
+        keyring
+            .open_in_place(tenant, &mut task.title)
+            .and_then(|()| keyring.open_in_place(tenant, &mut task.details))
+            .map_err(|error| sqlx::Error::Protocol(format!("task of {tenant}: {error}")))?;
+    }
+    for update in &updates {
+        match tasks.get_mut(update.task_id) {
+            Some(task) => task.update(update),
+            None => {
+                tasks.insert(update.task_id.to_owned(), Task::new(update));
+            }
+        }
+    }
+    upsert(tx, tenant, &keyring, tasks.into_values()).await?;
+    record_updates(tx, tenant, &updates).await
 }
 
 /// A `task_update` event that names its task.

@@ -165,7 +165,8 @@ async function loadLog() {
     cell(row, String(event.seq), "num");
     cell(row, utc(event.ts));
     cell(row, event.session_id);
-    cell(row, event.kind);
+    cell(row, event.retracted_by ? `${event.kind} (retracted)` : event.kind);
+    if (event.retracted_by) row.classList.add("retracted");
     cell(row, `${event.actor_type}:${event.actor_id}`);
     cell(row, event.channel);
     cell(row, event.sensitivity);
@@ -206,6 +207,9 @@ function openEvent(event, row) {
   if (event.refs.length) field(list, "refs", citations(event.refs));
   if (event.idempotency_key) field(list, "idempotency key", event.idempotency_key);
   if (event.artifact_id) field(list, "artifact", event.artifact_id);
+  if (event.retracted_by) {
+    field(list, "retracted by", citations([event.retracted_by]));
+  }
   field(list, "hash", event.hash);
   field(list, "previous hash", event.prev_hash);
   $("event-content").textContent = JSON.stringify(event.content, null, 2);

@@ -1241,43 +1241,59 @@ pub async fn load_tenant(
     Ok(entry.vectors.into_inner())
 }
 
-/// Drops from `vectors` the rows of every subject erased in the log
-/// between what they hold and `cursor_seq`. `memd erase` deletes the
-/// subject's rows from the embeddings table, but vectors already loaded
-/// stay in memory (in every daemon) until the erasure record is seen here.
-/// A load from zero reads the table, which no longer has them.
+/// Drops from `vectors` the rows of every subject erased, and of every
+/// event a retraction withdrew, in the log between what they hold and
+/// `cursor_seq`. `memd erase` and the embeddings projector (folding a
+/// retraction) delete those rows from the embeddings table, but vectors
+/// already loaded stay in memory (in every daemon) until the erasure or
+/// retraction is seen here. A load from zero reads the table, which no
+/// longer has them.
 async fn forget_erased(
     vectors: &mut TenantVectors,
     pool: &PgPool,
     tenant: &str,
     cursor_seq: i64,
 ) -> Result<(), sqlx::Error> {
-    let subjects: Vec<String> = sqlx::query_scalar(
-        "SELECT content->>'subject_id' FROM public.events
-          WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 AND kind = 'erasure'",
-    )
-    .bind(tenant)
-    .bind(vectors.loaded_seq)
-    .bind(cursor_seq)
-    .fetch_all(pool)
-    .await?;
-    if subjects.is_empty() {
+    let (subjects, withdrawn): (Vec<Option<String>>, Vec<Option<Vec<String>>>) =
+        sqlx::query_as::<_, (Option<String>, Option<Vec<String>>)>(
+            "SELECT content->>'subject_id', CASE WHEN kind = 'retraction' THEN refs END
+               FROM public.events
+              WHERE tenant_id = $1 AND seq > $2 AND seq <= $3
+                AND kind IN ('erasure', 'retraction')",
+        )
+        .bind(tenant)
+        .bind(vectors.loaded_seq)
+        .bind(cursor_seq)
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .unzip();
+    let subjects: Vec<String> = subjects.into_iter().flatten().collect();
+    let withdrawn: Vec<String> = withdrawn.into_iter().flatten().flatten().collect();
+    if subjects.is_empty() && withdrawn.is_empty() {
         return Ok(());
     }
     let seqs: HashSet<i64> = sqlx::query_scalar(
-        "SELECT seq FROM public.events WHERE tenant_id = $1 AND subject_id = ANY ($2)",
+        "SELECT seq FROM public.events
+          WHERE tenant_id = $1 AND subject_id = ANY ($2)
+         UNION ALL
+         SELECT seq FROM public.events WHERE tenant_id = $1 AND event_id = ANY ($3)",
     )
     .bind(tenant)
     .bind(&subjects)
+    .bind(&withdrawn)
     .fetch_all(pool)
     .await?
     .into_iter()
     .collect();
+    if seqs.is_empty() {
+        return Ok(());
+    }
     let dropped = vectors.remove_events(&seqs);
     tracing::info!(
         tenant,
         dropped,
-        "erased subjects' vectors dropped from memory"
+        "erased or withdrawn events' vectors dropped from memory"
     );
     Ok(())
 }
