@@ -16,5 +16,6 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --workspace --no-fail-fast "$@"
 fi
-# The Python client, against a real daemon.
+# The Python and TypeScript clients, against real daemons.
 ops/test-python.sh
+ops/test-typescript.sh

@@ -29,7 +29,7 @@ pub struct CorrectionRequest {
     /// The whole corrected content, in the shape of the event's kind (a
     /// message's `{"text": ...}`, a decision's `{"decision": ..., "scope":
     /// ...}`).
-    #[schema(value_type = Object)]
+    #[schema(value_type = std::collections::HashMap<String, serde_json::Value>)]
     pub content: Map<String, Value>,
     /// Why the event is corrected: kept in the retraction, for audits.
     pub reason: String,

@@ -755,7 +755,7 @@ pub async fn build_acb(
         .await?;
     if let Some(question) = question {
         stages.prepare = stopwatch.lap();
-        let pool = hybrid::candidates(
+        let mut pool = hybrid::candidates(
             reader,
             tenant,
             question,
@@ -767,6 +767,14 @@ pub async fn build_acb(
             &policy,
         )
         .await?;
+        // The embeddings projection may not have folded a retraction the
+        // chunks projection has (it runs apart, behind it): a withdrawn
+        // chunk's vector, and the row the vector index remembers for it,
+        // can still be found by meaning until it does.
+        if !state.retracted.is_empty() {
+            pool.candidates
+                .retain(|candidate| !state.retracted.contains(candidate.event_id()));
+        }
         stages.candidates = stopwatch.lap();
         let ranked;
         let similarity_floor = policy.scoring.min_similarity.or_else(|| {

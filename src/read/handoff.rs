@@ -60,7 +60,7 @@ pub struct HandoffRequest {
     #[schema(max_items = 64)]
     pub refs: Vec<String>,
     #[serde(default = "private")]
-    #[schema(default = "private")]
+    #[schema(default = "private", required = false)]
     pub channel: Channel,
     #[serde(default)]
     pub sensitivity: Sensitivity,

@@ -399,3 +399,60 @@ async fn an_agent_retracts_only_its_own_or_unowned_memory(
     assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
     assert_eq!(refused["error"]["field"], "reason", "{refused}");
 }
+
+/// The embeddings projection runs apart from the others and may lag them:
+/// a retraction the chunks projection folded but the embeddings one has
+/// not must not bring the withdrawn memory back by meaning (its vector is
+/// still in memory, and the row an earlier search read is remembered).
+#[sqlx::test]
+async fn a_withdrawn_memory_is_not_found_by_meaning_while_its_vector_lags(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon_with(
+        connect,
+        ServeConfig {
+            semantic: SemanticConfig::hashed(),
+            ..ServeConfig::default()
+        },
+    )
+    .await;
+    let token = app.tenant("acme").await;
+    let wrong = app
+        .append(&token, &message("s1", "the staging port is 8080"))
+        .await;
+    wait_projected(&app.pool, "acme").await;
+    crate::helpers::wait_embedded(&app, "acme", "hashed").await;
+    // Found, by words and by meaning: the index remembers its row.
+    let found = search(&app, &token, "staging port").await;
+    assert_eq!(
+        found["results"][0]["text"], "the staging port is 8080",
+        "{found:#}"
+    );
+    assert!(found["results"][0]["semantic"].is_number(), "{found:#}");
+
+    // The embeddings projection is held back while the retraction lands.
+    let mut held = memd_projectors::transaction::begin(&app.pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "SELECT seq FROM projections.cursors
+          WHERE tenant_id = 'acme' AND projector = 'embeddings_hashed' FOR UPDATE",
+    )
+    .fetch_one(&mut *held)
+    .await
+    .unwrap();
+    app.append(&token, &retraction(&[&wrong], "wrong port"))
+        .await;
+    wait_projected(&app.pool, "acme").await;
+    let lagging: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM projections.embeddings_hashed WHERE tenant_id = 'acme'",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(lagging, 1, "the vector is still there");
+    let found = search(&app, &token, "staging port").await;
+    assert_eq!(found["results"], json!([]), "{found:#}");
+    held.rollback().await.unwrap();
+}

@@ -47,14 +47,17 @@ class MemdChatMessageHistory(BaseChatMessageHistory):
 
     @property
     def messages(self) -> List[BaseMessage]:  # type: ignore[override]
-        """The session's messages, oldest first, read from memd's log."""
+        """The session's messages, oldest first, read from memd's log;
+        those a retraction withdrew are left out."""
         found: List[BaseMessage] = []
         after: Optional[int] = None
         while True:
             page = self.client.events(
                 session_id=self.session_id, kind="message", after_seq=after, limit=_PAGE
             )
-            found.extend(_as_message(event) for event in page["events"])
+            found.extend(
+                _as_message(event) for event in page["events"] if not event.get("retracted_by")
+            )
             after = page["next_after_seq"]
             if after is None:
                 return found

@@ -20,6 +20,8 @@ from memd import (
     message,
 )
 
+from memd._types import SearchOptions
+
 from .conftest import Daemon
 
 
@@ -252,7 +254,8 @@ def test_a_memory_is_corrected_then_retracted(daemon: Daemon, session_id: str) -
         assert fixed["event"]["seq"] == fixed["retraction"]["seq"] + 1
         assert client.event(wrong["event_id"])["retracted_by"] == fixed["retraction"]["event_id"]
         client.build_acb("wait", consistency="strong", intent="continue")
-        found = client.search("staging port", consistency="strong")
+        only: SearchOptions = {"consistency": "strong", "filters": {"sessions": [session_id]}}
+        found = client.search("staging port", **only)
         assert [r["text"] for r in found["results"]] == ["The staging port is 9090."]
         assert "retracted" in [o["reason"] for o in found["omissions"]]
 
@@ -263,7 +266,7 @@ def test_a_memory_is_corrected_then_retracted(daemon: Daemon, session_id: str) -
             actor={"type": "human", "id": "alice"},
         )
         client.build_acb("wait", consistency="strong", intent="continue")
-        assert client.search("staging port", consistency="strong")["results"] == []
+        assert client.search("staging port", **only)["results"] == []
         with pytest.raises(NotFound):
             client.correct(
                 "evt_01J00000000000000000000000",
