@@ -161,6 +161,12 @@ enum Command {
         /// daemon's time. Past times are always accepted (imports).
         #[arg(long, env = "MEMD_MAX_CLOCK_SKEW_SECS", default_value_t = limits::DEFAULT_MAX_CLOCK_SKEW.as_secs())]
         max_clock_skew_secs: u64,
+        /// Milliseconds the daemon may spend before serving on building a
+        /// few bundles for its most recently active tenants, so that the
+        /// first requests after a restart find connections open, statements
+        /// planned and vector indexes loaded; 0 serves at once.
+        #[arg(long, env = "MEMD_WARM_UP_MS", default_value_t = memd::startup::DEFAULT_WARM_UP.as_millis() as u64)]
+        warm_up_ms: u64,
         /// Seconds a connection may take to send a request's headers, from
         /// when it waits for one (a new connection, or a kept-alive one
         /// between requests): slow and idle clients are closed after it.
@@ -654,6 +660,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             rate_limit_bytes,
             checkpoint_interval_secs,
             max_clock_skew_secs,
+            warm_up_ms,
             header_read_timeout_secs,
             body_read_timeout_secs,
             max_connections,
@@ -702,6 +709,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 keyring: keyring.clone(),
                 checkpoint_interval: Duration::from_secs(checkpoint_interval_secs),
                 max_clock_skew: Duration::from_secs(max_clock_skew_secs),
+                warm_up: Duration::from_millis(warm_up_ms),
                 http: memd::serve::HttpLimits {
                     header_read_timeout: Duration::from_secs(header_read_timeout_secs.max(1)),
                     body_read_timeout: Duration::from_secs(body_read_timeout_secs.max(1)),

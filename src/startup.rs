@@ -79,7 +79,13 @@ pub struct ServeConfig {
     pub max_clock_skew: Duration,
     /// Timeouts and the connection cap for HTTP clients.
     pub http: crate::serve::HttpLimits,
+    /// How long the daemon may spend warming up before it serves
+    /// ([`crate::read::warm`]); zero for none.
+    pub warm_up: Duration,
 }
+
+/// [`ServeConfig::warm_up`] unless told otherwise.
+pub const DEFAULT_WARM_UP: Duration = Duration::from_secs(3);
 
 /// How the projector runtime runs.
 #[derive(Debug, Clone, Default)]
@@ -165,6 +171,7 @@ impl Default for ServeConfig {
             read_replica: None,
             max_clock_skew: limits::DEFAULT_MAX_CLOCK_SKEW,
             http: crate::serve::HttpLimits::default(),
+            warm_up: DEFAULT_WARM_UP,
         }
     }
 }
@@ -224,6 +231,20 @@ impl Daemon {
             }
             None => None,
         };
+        // Before the first request, not in it: connections, plans, and the
+        // recent tenants' vector indexes (a failure only costs the warmth).
+        let started = std::time::Instant::now();
+        match crate::read::warm::warm(&reader, config.warm_up).await {
+            Ok(warmed) if warmed.tenants > 0 => tracing::info!(
+                tenants = warmed.tenants,
+                bundles = warmed.bundles,
+                still_loading = warmed.still_loading,
+                ms = started.elapsed().as_millis() as u64,
+                "warmed up"
+            ),
+            Ok(_) => {}
+            Err(err) => tracing::warn!(error = %err, "warming up failed; serving cold"),
+        }
         let tokens = Arc::new(TokenCache::new(
             config.token_cache_ttl,
             metrics.token_invalidations.clone(),

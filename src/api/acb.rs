@@ -4,7 +4,7 @@ use axum::{Json, extract::State, http::StatusCode, response::IntoResponse, respo
 
 use super::{
     ApiState,
-    error::{ApiError, BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
+    error::{ApiError, ErrorBody},
     extract::{Authenticated, JsonBody},
 };
 use crate::{
@@ -29,11 +29,7 @@ use crate::{
     responses(
         (status = 200, description = "The bundle", body = Acb),
         (status = 400, description = "`invalid_field`: e.g. `max_tokens` over the policy's, `query_text` over 16 KiB, `handoff_id` without `agent_id` and `session_id`, an unknown field", body = ErrorBody),
-        (status = 401, response = Unauthorized),
         (status = 403, description = "`tenant_mismatch`: a body `tenant_id` that is not the token's; `agent_mismatch`: an agent's token asking for another agent's bundle", body = ErrorBody),
-        (status = 413, response = BodyTooLarge),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]

@@ -8,7 +8,7 @@ use axum::{
 
 use super::{
     ApiState,
-    error::{ApiError, ErrorBody, RateLimited, Unauthorized, Unavailable},
+    error::{ApiError, ErrorBody},
     extract::{Authenticated, QueryParams},
 };
 use crate::calls::activity::{
@@ -31,9 +31,6 @@ use crate::calls::activity::{
     responses(
         (status = 200, description = "A page of sessions", body = SessionPage),
         (status = 400, description = "`invalid_field`: `limit` out of range, a malformed time, or an unknown query parameter (`field` is `query`)", body = ErrorBody),
-        (status = 401, response = Unauthorized),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]
@@ -61,9 +58,6 @@ pub async fn get_sessions(
     responses(
         (status = 200, description = "A page of agents", body = AgentPage),
         (status = 400, description = "`invalid_field`: `limit` out of range, or an unknown query parameter (`field` is `query`)", body = ErrorBody),
-        (status = 401, response = Unauthorized),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]

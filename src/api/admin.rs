@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     ApiState,
-    error::{ApiError, BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
+    error::{ApiError, ErrorBody},
     extract::{Authenticated, JsonBody, OptionalJsonBody, PathId},
     require_scope,
 };
@@ -75,11 +75,7 @@ struct JobQueued {
     responses(
         (status = 202, description = "Queued", body = JobQueued),
         (status = 400, description = "`invalid_field`: an unknown projector (`projectors[i]`) or field", body = ErrorBody),
-        (status = 401, response = Unauthorized),
         (status = 403, description = "`insufficient_scope`: the token is not admin", body = ErrorBody),
-        (status = 413, response = BodyTooLarge),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]
@@ -128,11 +124,7 @@ pub async fn post_rebuild(
     responses(
         (status = 202, description = "Queued", body = JobQueued),
         (status = 400, description = "`invalid_field`: the body has a field", body = ErrorBody),
-        (status = 401, response = Unauthorized),
         (status = 403, description = "`insufficient_scope`: the token is not admin", body = ErrorBody),
-        (status = 413, response = BodyTooLarge),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]
@@ -248,11 +240,7 @@ impl VerifyRequest {
     responses(
         (status = 202, description = "Queued", body = JobQueued),
         (status = 400, description = "`invalid_field`: an unknown field, a malformed checkpoint (`checkpoints[i].seq`...), another tenant's checkpoint (`checkpoints[i].tenant`), more than 10,000 (`checkpoints`), or `public_key` missing or malformed", body = ErrorBody),
-        (status = 401, response = Unauthorized),
         (status = 403, description = "`insufficient_scope`: the token is not admin", body = ErrorBody),
-        (status = 413, response = BodyTooLarge),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]
@@ -320,10 +308,7 @@ pub struct ProjectionsStatus {
     tag = "admin",
     responses(
         (status = 200, description = "The tenant's projections", body = ProjectionsStatus),
-        (status = 401, response = Unauthorized),
         (status = 403, description = "`insufficient_scope`: the token is not admin", body = ErrorBody),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]
@@ -387,11 +372,8 @@ pub async fn get_projections(
     params(("id" = String, Path, description = "The `job_id` the rebuild or drift-check call answered")),
     responses(
         (status = 200, description = "The job", body = JobStatus),
-        (status = 401, response = Unauthorized),
         (status = 403, description = "`insufficient_scope`: the token is not admin", body = ErrorBody),
         (status = 404, description = "`not_found`: no such job in this tenant", body = ErrorBody),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]
@@ -427,10 +409,7 @@ pub(super) struct EmbedderRequest {
     tag = "admin",
     responses(
         (status = 200, description = "The tenant's embedders", body = EmbedderStatus),
-        (status = 401, response = Unauthorized),
         (status = 403, description = "`insufficient_scope`: the token is not admin", body = ErrorBody),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]
@@ -464,11 +443,7 @@ pub async fn get_embedder(
     responses(
         (status = 202, description = "Building (or already in use: `building` is null)", body = EmbedderStatus),
         (status = 400, description = "`invalid_field`: an unknown `embedder`, or one this daemon cannot run (model files missing)", body = ErrorBody),
-        (status = 401, response = Unauthorized),
         (status = 403, description = "`insufficient_scope`: the token is not admin", body = ErrorBody),
-        (status = 413, response = BodyTooLarge),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]
@@ -526,13 +501,9 @@ struct Erased {
     responses(
         (status = 202, description = "Erased; the rebuild is queued", body = Erased),
         (status = 400, description = "`invalid_field`: `subject_id` or `by` missing or out of bounds", body = ErrorBody),
-        (status = 401, response = Unauthorized),
         (status = 403, description = "`insufficient_scope`: the token is not admin", body = ErrorBody),
         (status = 404, description = "`not_found`: no such data subject in this tenant (`subject_id`)", body = ErrorBody),
         (status = 409, description = "`subject_erased`: it was already erased (`subject_id`)", body = ErrorBody),
-        (status = 413, response = BodyTooLarge),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]

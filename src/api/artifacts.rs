@@ -8,7 +8,7 @@ use axum::{
 
 use super::{
     ApiState,
-    error::{ApiError, ErrorBody, RateLimited, Unauthorized, Unavailable},
+    error::{ApiError, ErrorBody},
     extract::{Authenticated, PathId},
 };
 use crate::calls::artifacts::{Artifact, fetch};
@@ -31,10 +31,7 @@ use crate::calls::artifacts::{Artifact, fetch};
                 ("x-memd-sha256" = String, description = "SHA-256 of the bytes as stored, hex; the event's `artifact_sha256` (of the sealed form when `x-memd-sealed` is true)"),
                 ("x-memd-sealed" = bool, description = "Whether the artifact is sealed at rest (high or secret; the body is shown opened)"),
             )),
-        (status = 401, response = Unauthorized),
         (status = 404, description = "`not_found`: no such artifact in this tenant", body = ErrorBody),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]

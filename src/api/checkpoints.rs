@@ -9,7 +9,7 @@ use axum::{
 
 use super::{
     ApiState,
-    error::{ApiError, ErrorBody, RateLimited, Unauthorized, Unavailable},
+    error::{ApiError, ErrorBody},
     extract::Authenticated,
     require_scope,
 };
@@ -31,10 +31,7 @@ use crate::{
     tag = "events",
     responses(
         (status = 200, description = "The newest checkpoint", body = Checkpoint),
-        (status = 401, response = Unauthorized),
         (status = 404, description = "`not_found`: no checkpoint yet (no key file, or no event since the daemon started)", body = ErrorBody),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]

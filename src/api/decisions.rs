@@ -12,7 +12,7 @@ use axum::{
 
 use super::{
     ApiState,
-    error::{ApiError, BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
+    error::{ApiError, ErrorBody},
     extract::{Authenticated, JsonBody, QueryParams},
     require_scope,
 };
@@ -44,9 +44,6 @@ pub struct DecisionList {
     responses(
         (status = 200, description = "The decisions", body = DecisionList),
         (status = 400, description = "`invalid_field`: `status` or `limit` out of range, or a malformed or unknown query parameter (`field` is `query`)", body = ErrorBody),
-        (status = 401, response = Unauthorized),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]
@@ -72,9 +69,6 @@ pub async fn get_decisions(
     responses(
         (status = 200, description = "The decisions", body = DecisionList),
         (status = 400, description = "`invalid_field`: `status`, `scope` or `limit` out of range, or a malformed or unknown query parameter", body = ErrorBody),
-        (status = 401, response = Unauthorized),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]
@@ -109,12 +103,8 @@ pub async fn get_decisions_query(
         (status = 201, description = "Recorded; `event_id` is the decision's id", body = Appended),
         (status = 200, description = "A replay of an earlier `idempotency_key`", body = Appended),
         (status = 400, description = "`invalid_field`: e.g. `content.scope` not project, user or global, `refs` missing or empty, or a field that is neither envelope nor decision", body = ErrorBody),
-        (status = 401, response = Unauthorized),
         (status = 403, description = "`insufficient_scope`, `tenant_mismatch` or `agent_mismatch`", body = ErrorBody),
         (status = 409, description = "`idempotency_conflict`: the `idempotency_key` was used for another request (nothing stored; resend the original or use a new key), or `subject_erased`: `subject_id` names an erased data subject", body = ErrorBody),
-        (status = 413, response = BodyTooLarge),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]

@@ -10,7 +10,7 @@ use axum::{
 
 use super::{
     ApiState,
-    error::{ApiError, BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
+    error::{ApiError, ErrorBody},
     extract::{Authenticated, JsonBody, PathId},
 };
 use crate::{
@@ -38,12 +38,8 @@ use crate::{
         (status = 201, description = "Appended; one item per event, in request order", body = AppendResponse),
         (status = 200, description = "Every event was a replay of an earlier `idempotency_key`: nothing new was stored; the items are the originals, with `replayed: true`", body = AppendResponse),
         (status = 400, description = "`invalid_field`: a field is missing, of the wrong type, out of its enum or over a limit; `field` is its JSON path (`events[1].channel`)", body = ErrorBody),
-        (status = 401, response = Unauthorized),
         (status = 403, description = "`insufficient_scope` (a read token), `tenant_mismatch` (a body `tenant_id` that is not the token's) or `unknown_tenant`", body = ErrorBody),
         (status = 409, description = "`idempotency_conflict`: the `idempotency_key` was used for another request (nothing stored; resend the original or use a new key), or `subject_erased`: `subject_id` names an erased data subject", body = ErrorBody),
-        (status = 413, response = BodyTooLarge),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]
@@ -77,13 +73,9 @@ pub async fn post_events(
         (status = 201, description = "Withdrawn and recorded anew", body = Corrected),
         (status = 200, description = "A replay of an earlier correction with the same `idempotency_key`", body = Corrected),
         (status = 400, description = "`invalid_field`: `content` not of the event's kind's shape, `reason` empty, an unknown field, or the event is an erasure, retraction or handoff (`field` is `id`)", body = ErrorBody),
-        (status = 401, response = Unauthorized),
         (status = 403, description = "`insufficient_scope`: a read token", body = ErrorBody),
         (status = 404, description = "`not_found`: no event of this id that the token may correct (another agent's memory is answered alike)", body = ErrorBody),
         (status = 409, description = "`idempotency_conflict`: the key was used for another request", body = ErrorBody),
-        (status = 413, response = BodyTooLarge),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]

@@ -6,7 +6,7 @@ use axum::{Json, extract::State, http::StatusCode, response::IntoResponse, respo
 
 use super::{
     ApiState,
-    error::{ApiError, BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
+    error::{ApiError, ErrorBody},
     extract::{Authenticated, JsonBody, QueryParams},
 };
 use crate::{
@@ -36,10 +36,7 @@ pub struct Inbox {
     responses(
         (status = 200, description = "The packets, newest first", body = Inbox),
         (status = 400, description = "`invalid_field`: `state` or `limit`", body = ErrorBody),
-        (status = 401, response = Unauthorized),
         (status = 403, description = "`agent_mismatch`: an agent's token named another agent's inbox", body = ErrorBody),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]
@@ -68,11 +65,7 @@ pub async fn get_inbox(
     responses(
         (status = 201, description = "Recorded", body = HandoffCreated),
         (status = 400, description = "`invalid_field`: a field is missing or invalid, `to_agent` is the sender, a list is over 64 entries, `task` is missing (and no `task_id` names a task), or `decision_ids[i]` is not a decision of this tenant the sender may see", body = ErrorBody),
-        (status = 401, response = Unauthorized),
         (status = 403, description = "`insufficient_scope` (a read token) or `tenant_mismatch`", body = ErrorBody),
-        (status = 413, response = BodyTooLarge),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::{
     ApiState,
-    error::{ApiError, ErrorBody, RateLimited, Unauthorized, Unavailable},
+    error::{ApiError, ErrorBody},
     extract::{Authenticated, PathId, QueryParams},
     page_limit, require_scope,
 };
@@ -203,9 +203,6 @@ const EVENT_COLUMNS: &str = "event_id, seq, created_at, ts, session_id, channel,
     responses(
         (status = 200, description = "A page of events", body = EventPage),
         (status = 400, description = "`invalid_field`: `limit` out of range, `kind` not an event kind, `order` neither asc nor desc, `text` too long or without a searchable word, or a malformed or unknown query parameter (`field` is `query`)", body = ErrorBody),
-        (status = 401, response = Unauthorized),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]
@@ -341,10 +338,7 @@ pub async fn get_events(
     params(("id" = String, Path, description = "An `event_id` (`evt_...`), e.g. from a bundle item's refs")),
     responses(
         (status = 200, description = "The event", body = StoredEvent),
-        (status = 401, response = Unauthorized),
         (status = 404, description = "`not_found`: no such event in this tenant", body = ErrorBody),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]
@@ -441,10 +435,7 @@ pub struct ChunkList {
     params(("id" = String, Path, description = "An `event_id` (`evt_...`)")),
     responses(
         (status = 200, description = "The event's chunks", body = ChunkList),
-        (status = 401, response = Unauthorized),
         (status = 404, description = "`not_found`: no such event in this tenant", body = ErrorBody),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]
@@ -501,10 +492,7 @@ pub async fn get_event_chunks(
     params(("id" = String, Path, description = "A `chunk_id` (`chk_..._N`) from a bundle item's refs")),
     responses(
         (status = 200, description = "The chunk", body = Chunk),
-        (status = 401, response = Unauthorized),
         (status = 404, description = "`not_found`: no such chunk in this tenant", body = ErrorBody),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]

@@ -86,7 +86,7 @@ bursts of twice that; over them the answer is 429 with `Retry-After`.";
         schemas(ErrorBody, admin::RebuildRequest, admin::DriftCheckRequest, admin::VerifyRequest),
         responses(Unauthorized, BodyTooLarge, RateLimited, Unavailable),
     ),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &CommonResponses),
     tags(
         (name = "events", description = "The append-only event log: everything agents exchange with humans, tools and each other"),
         (name = "bundles", description = "Active Context Bundles: what the next LLM call should see, within a token budget"),
@@ -120,6 +120,45 @@ impl Modify for BearerAuth {
                     .build(),
             ),
         );
+    }
+}
+
+/// The answers every call with a token may give, written once here rather
+/// than on each operation: 401 (no valid token), 429 (over the tenant's
+/// rate) and 503 (the database cannot be reached) on every operation that
+/// takes a token, and 413 on every one that takes a body.
+struct CommonResponses;
+
+impl Modify for CommonResponses {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{RefOr, Response, schema::Ref};
+        let common = |name: &str| -> RefOr<Response> { RefOr::Ref(Ref::from_response_name(name)) };
+        for item in openapi.paths.paths.values_mut() {
+            let operations = [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ];
+            for operation in operations.into_iter().flatten() {
+                let answers = &mut operation.responses.responses;
+                if operation.security.as_ref().is_some_and(|s| !s.is_empty()) {
+                    for (status, name) in [
+                        ("401", "Unauthorized"),
+                        ("429", "RateLimited"),
+                        ("503", "Unavailable"),
+                    ] {
+                        answers.entry(status.to_owned()).or_insert(common(name));
+                    }
+                }
+                if operation.request_body.is_some() {
+                    answers
+                        .entry("413".to_owned())
+                        .or_insert(common("BodyTooLarge"));
+                }
+            }
+        }
     }
 }
 

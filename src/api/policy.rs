@@ -6,7 +6,7 @@ use axum::{Json, extract::State, response::IntoResponse, response::Response};
 
 use super::{
     ApiState,
-    error::{ApiError, BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
+    error::{ApiError, ErrorBody},
     extract::{Authenticated, JsonBody},
     require_scope,
 };
@@ -30,9 +30,6 @@ const VERSION_HEADER: &str = "memd-policy-version";
     tag = "policy",
     responses(
         (status = 200, description = "The policy in force", body = Policy),
-        (status = 401, response = Unauthorized),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]
@@ -62,11 +59,7 @@ pub async fn get_policy(
     responses(
         (status = 200, description = "Stored; the policy now in force", body = Policy),
         (status = 400, description = "`invalid_field`: a value out of its bounds or an unknown field, named by its path (`scoring.alpha`)", body = ErrorBody),
-        (status = 401, response = Unauthorized),
         (status = 403, description = "`insufficient_scope`: the token is not admin", body = ErrorBody),
-        (status = 413, response = BodyTooLarge),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]

@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use super::{
     ApiState,
-    error::{ApiError, ErrorBody, RateLimited, Unauthorized, Unavailable},
+    error::{ApiError, ErrorBody},
     extract::{Authenticated, PathId, QueryParams},
     require_scope,
 };
@@ -68,10 +68,7 @@ fn out_of_range(field: &str, err: ProofError) -> ApiError {
     responses(
         (status = 200, description = "The inclusion proof", body = InclusionProof),
         (status = 400, description = "`invalid_field`: `tree_size` outside 1..=the log's size, or before the event", body = ErrorBody),
-        (status = 401, response = Unauthorized),
         (status = 404, description = "`not_found`: no such event in this tenant", body = ErrorBody),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]
@@ -118,9 +115,6 @@ pub async fn get_inclusion(
     responses(
         (status = 200, description = "The consistency proof, with both roots", body = ConsistencyProof),
         (status = 400, description = "`invalid_field`: `first` or `second` outside 1..=the log's size, or first > second", body = ErrorBody),
-        (status = 401, response = Unauthorized),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]

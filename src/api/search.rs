@@ -4,7 +4,7 @@ use axum::{Json, extract::State, http::StatusCode, response::IntoResponse, respo
 
 use super::{
     ApiState,
-    error::{ApiError, BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
+    error::{ApiError, ErrorBody},
     extract::{Authenticated, JsonBody},
 };
 use crate::{
@@ -28,11 +28,7 @@ use crate::{
     responses(
         (status = 200, description = "What was found, best first", body = SearchResults),
         (status = 400, description = "`invalid_field`: `query` empty or over 16 KiB, `k` outside 1-100, an unknown field", body = ErrorBody),
-        (status = 401, response = Unauthorized),
         (status = 403, description = "`tenant_mismatch`: a body `tenant_id` that is not the token's; `agent_mismatch`: an agent's token searching as another agent", body = ErrorBody),
-        (status = 413, response = BodyTooLarge),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]

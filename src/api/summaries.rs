@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::{
     ApiState,
-    error::{ApiError, ErrorBody, RateLimited, Unauthorized, Unavailable},
+    error::{ApiError, ErrorBody},
     extract::{Authenticated, QueryParams},
     page_limit, require_scope,
 };
@@ -92,9 +92,6 @@ pub struct SummaryList {
     responses(
         (status = 200, description = "The summaries", body = SummaryList),
         (status = 400, description = "`invalid_field`: `limit` out of range, or a malformed or unknown query parameter (`field` is `query`)", body = ErrorBody),
-        (status = 401, response = Unauthorized),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]

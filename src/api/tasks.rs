@@ -12,7 +12,7 @@ use axum::{
 
 use super::{
     ApiState,
-    error::{ApiError, BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
+    error::{ApiError, ErrorBody},
     extract::{Authenticated, JsonBody, QueryParams},
 };
 use crate::{
@@ -55,12 +55,8 @@ pub struct ViewList {
         (status = 201, description = "Recorded", body = Appended),
         (status = 200, description = "A replay of an earlier `idempotency_key`", body = Appended),
         (status = 400, description = "`invalid_field`: e.g. `content.status` not open, doing or done, or a field that is neither envelope nor task", body = ErrorBody),
-        (status = 401, response = Unauthorized),
         (status = 403, description = "`insufficient_scope`, `tenant_mismatch` or `agent_mismatch`", body = ErrorBody),
         (status = 409, description = "`idempotency_conflict`: the `idempotency_key` was used for another request (nothing stored; resend the original or use a new key), or `subject_erased`: `subject_id` names an erased data subject", body = ErrorBody),
-        (status = 413, response = BodyTooLarge),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]
@@ -87,9 +83,6 @@ pub async fn post_task(
     responses(
         (status = 200, description = "The tasks", body = TaskList),
         (status = 400, description = "`invalid_field`: `status` or `limit` out of range, or an unknown query parameter", body = ErrorBody),
-        (status = 401, response = Unauthorized),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]
@@ -113,9 +106,6 @@ pub async fn get_tasks(
     tag = "tasks",
     responses(
         (status = 200, description = "The views", body = ViewList),
-        (status = 401, response = Unauthorized),
-        (status = 429, response = RateLimited),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = [])),
 )]

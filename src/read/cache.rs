@@ -478,7 +478,8 @@ impl ReadCache {
         self.entries.lock().expect("read cache lock")
     }
 
-    fn forget_everything(&self) {
+    /// Drops every tenant's state, policy, term verdicts and windows.
+    pub fn forget_everything(&self) {
         let mut entries = self.lock();
         entries.states.clear();
         entries.policies.clear();

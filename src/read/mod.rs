@@ -34,6 +34,7 @@ pub mod retrieve;
 pub mod search;
 pub mod semantic;
 pub mod vectors;
+pub mod warm;
 
 use std::{
     sync::{

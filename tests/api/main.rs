@@ -48,4 +48,5 @@ mod tenants;
 mod tool_results;
 mod transactions;
 mod transfer;
+mod warm;
 mod workers;

@@ -44,6 +44,15 @@ fn models() -> ModelDirs {
 /// A daemon with `embedder`, sealing high memory at rest (so sealed
 /// events are embedded from their opened text, and their vectors obey the
 /// same privacy rules).
+/// `config` without the warm-up before serving: a restart as cold as it
+/// gets.
+pub fn cold(config: ServeConfig) -> ServeConfig {
+    ServeConfig {
+        warm_up: Duration::ZERO,
+        ..config
+    }
+}
+
 pub fn semantic(embedder: &str) -> ServeConfig {
     ServeConfig {
         semantic: SemanticConfig {
@@ -331,8 +340,9 @@ async fn rows_found_by_meaning_are_remembered_and_bundles_stay_the_same(
     assert_eq!(held(&again), held(&first_acb));
     app.stop().await;
 
-    // A new daemon reads every row from PostgreSQL: the same bundle.
-    let mut app = spawn_daemon_with(connect, semantic("hashed")).await;
+    // A new daemon (not warmed up) reads every row from PostgreSQL: the
+    // same bundle.
+    let mut app = spawn_daemon_with(connect, cold(semantic("hashed"))).await;
     let fresh = app.acb(&token, second).await;
     assert_eq!(remembered(&fresh), 0);
     assert_eq!(held(&fresh), held(&after_first));
@@ -784,7 +794,9 @@ async fn after_a_restart_a_large_index_loads_in_the_background_and_bundles_do_no
     wait_embedded(&app, "acme", "hashed").await;
     app.stop().await;
 
-    let mut app = spawn_daemon_with(connect, semantic("hashed")).await;
+    // Cold, as a daemon is without a warm-up (`tests/api/warm.rs` shows
+    // what one changes).
+    let mut app = spawn_daemon_with(connect, cold(semantic("hashed"))).await;
     let ask = json!({"session_id": "q", "query_text": "export of account 17"});
     let first = app.acb(&token, ask.clone()).await;
     let reason = first["provenance"]["semantic"]["reason"]

@@ -38,6 +38,7 @@ from ._types import (
     Session,
     SessionPage,
     StoredEvent,
+    View,
 )
 from .chat import bundle_to_messages
 
@@ -71,6 +72,7 @@ __all__ = [
     "Session",
     "SessionPage",
     "StoredEvent",
+    "View",
     "Unavailable",
     "bundle_to_messages",
     "message",

@@ -46,6 +46,7 @@ from ._types import (
     SearchResults,
     SessionPage,
     StoredEvent,
+    View,
 )
 
 if sys.version_info >= (3, 11):
@@ -164,6 +165,10 @@ def _handoff(request: HandoffRequest) -> _Call:
 
 def _events(params: Mapping[str, Any]) -> _Call:
     return _Call("GET", "/api/v1/events", _json, params=params)
+
+
+def _views() -> _Call:
+    return _Call("GET", "/api/v1/views", lambda r: r.json()["views"])
 
 
 def _sessions(params: Mapping[str, Any]) -> _Call:
@@ -384,6 +389,13 @@ class Client:
         result: StoredEvent = self._send(_event(event_id))
         return result
 
+    def views(self) -> List[View]:
+        """The views (memory blocks), by name: the caller's own version of
+        each where it has one, else the shared one. Set one by recording a
+        `view_update` event."""
+        result: List[View] = self._send(_views())
+        return result
+
     def sessions(
         self,
         *,
@@ -542,6 +554,10 @@ class AsyncClient:
 
     async def event(self, event_id: str) -> StoredEvent:
         result: StoredEvent = await self._send(_event(event_id))
+        return result
+
+    async def views(self) -> List[View]:
+        result: List[View] = await self._send(_views())
         return result
 
     async def sessions(

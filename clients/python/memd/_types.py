@@ -282,6 +282,24 @@ class DecisionList(TypedDict):
     decisions: List[Decision]
 
 
+class View(TypedDict):
+    """A view (a memory block: identity, rules, notes, ...) as its newest
+    `view_update` left it (`GET /api/v1/views`)."""
+
+    view: str
+    text: str
+    event_id: str
+    ts: str
+    actor_id: str
+    channel: Channel
+    sensitivity: Sensitivity
+    owner: NotRequired[Optional[str]]
+
+
+class ViewList(TypedDict):
+    views: List[View]
+
+
 class Session(TypedDict):
     """A session as the caller may see it (`GET /api/v1/sessions`)."""
 
@@ -396,6 +414,8 @@ SCHEMAS: Dict[str, Any] = {
     "HandoffCreated": HandoffCreated,
     "CorrectionRequest": CorrectionRequest,
     "Corrected": Corrected,
+    "View": View,
+    "ViewList": ViewList,
     "Session": Session,
     "SessionPage": SessionPage,
     "Agent": Agent,

@@ -276,6 +276,18 @@ def test_a_memory_is_corrected_then_retracted(daemon: Daemon, session_id: str) -
             )
 
 
+def test_a_memory_block_is_set_and_read_back(daemon: Daemon, session_id: str) -> None:
+    with Client(daemon.url, daemon.token) as client:
+        client.record(
+            {"session_id": session_id, "channel": "team",
+             "actor": {"type": "agent", "id": "helper"}, "kind": "view_update",
+             "content": {"view": f"notes-{session_id}", "text": "Exports are CSV."}}
+        )
+        client.build_acb("wait", consistency="strong", intent="continue")
+        views = {v["view"]: v for v in client.views()}
+        assert views[f"notes-{session_id}"]["text"] == "Exports are CSV."
+
+
 def test_sessions_and_agents_are_listed(daemon: Daemon, session_id: str) -> None:
     with Client(daemon.url, daemon.token) as client:
         client.record(message(session_id, "hello", agent_id="lister"))

@@ -34,6 +34,7 @@ export type CorrectionRequest = Schemas["CorrectionRequest"];
 export type Corrected = Schemas["Corrected"];
 export type SessionPage = Schemas["SessionPage"];
 export type AgentPage = Schemas["AgentPage"];
+export type View = Schemas["View"];
 export type ActorRequest = Schemas["ActorRequest"];
 export type Channel = Schemas["Channel"];
 
@@ -240,6 +241,15 @@ export class MemdClient {
   /** One event as stored, with its chain hashes (and `retracted_by`). */
   event(eventId: string): Promise<StoredEvent> {
     return this.#send(call("GET", `/api/v1/events/${segment(eventId)}`));
+  }
+
+  /**
+   * The views (memory blocks), by name: the caller's own version of each
+   * where it has one, else the shared one. Set one by recording a
+   * `view_update` event.
+   */
+  async views(): Promise<View[]> {
+    return (await this.#send(call<{ views: View[] }>("GET", "/api/v1/views"))).views;
   }
 
   /** One page of the sessions, most recently active first; page on with `next_before_seq`. */

@@ -25,6 +25,7 @@ export {
   type SearchResults,
   type SessionPage,
   type StoredEvent,
+  type View,
 } from "./client.js";
 export {
   AuthError,

@@ -196,6 +196,20 @@ test("a memory is corrected, then retracted", async () => {
   );
 });
 
+test("a memory block is set and read back", async () => {
+  const s = session();
+  await client.record({
+    session_id: s,
+    channel: "team",
+    actor: { type: "agent", id: "helper" },
+    kind: "view_update",
+    content: { view: `notes-${s}`, text: "Exports are CSV." },
+  });
+  await client.buildAcb("wait", { consistency: "strong", intent: "continue" });
+  const views = await client.views();
+  assert.equal(views.find((v) => v.view === `notes-${s}`)?.text, "Exports are CSV.");
+});
+
 test("sessions and agents are listed", async () => {
   const s = session();
   await client.record(message(s, "hello", { agentId: "lister" }));
