@@ -23,9 +23,12 @@ pub trait Invalidated: Send + Sync {
 /// Subscribes `caches` to their channels on `listener`, and runs until the
 /// listener stops: every cache forgets everything whenever the listener
 /// (again) listens, since changes may have been missed while it was away.
+/// `listening` turns true once the caches have been told the listener
+/// listens: what they hold from then on is kept right by notifications.
 pub fn subscribe(
     listener: &mut Listener,
     caches: Vec<Arc<dyn Invalidated>>,
+    listening: tokio::sync::watch::Sender<bool>,
 ) -> impl Future<Output = ()> + Send + 'static {
     let channels: Vec<&'static str> = caches
         .iter()
@@ -40,7 +43,10 @@ pub fn subscribe(
                         cache.heard(&channel, &payload);
                     }
                 }
-                Heard::Listening => caches.iter().for_each(|cache| cache.forget_all()),
+                Heard::Listening => {
+                    caches.iter().for_each(|cache| cache.forget_all());
+                    listening.send_replace(true);
+                }
             }
         }
     }

@@ -84,6 +84,9 @@ pub struct ServeConfig {
     pub warm_up: Duration,
 }
 
+/// How long serving waits for the caches' notification listener.
+const LISTEN_WAIT: Duration = Duration::from_secs(5);
+
 /// [`ServeConfig::warm_up`] unless told otherwise.
 pub const DEFAULT_WARM_UP: Duration = Duration::from_secs(3);
 
@@ -325,12 +328,21 @@ impl Daemon {
                 JobWorker::spawn(self.pool.clone(), Arc::new(p.engine()), &mut listener),
             )
         });
+        let (caches_listening, mut caches_told) = watch::channel(false);
         let caches = tokio::spawn(invalidation::subscribe(
             &mut listener,
             vec![self.reader.cache.clone(), self.tokens.clone()],
+            caches_listening,
         ));
         let (stop_listening, listening) = watch::channel(false);
         let notifications = listener.spawn(self.pool.clone(), listening);
+        // Requests are served once the caches hear notifications: what a
+        // bundle cached before would be dropped when the listener first
+        // listens (the next bundle missing it), and could have missed a
+        // change announced meanwhile. Bounded: a database that will not
+        // take the listener's connection must not keep the daemon from
+        // serving (its caches are then dropped when it does connect).
+        let _ = tokio::time::timeout(LISTEN_WAIT, caches_told.wait_for(|told| *told)).await;
         let metrics = self.metrics.map(|(listener, router)| {
             tracing::info!(addr = %listener.local_addr().expect("bound"), "metrics listening");
             let mut stopped = stop_listening.subscribe();

@@ -38,7 +38,7 @@ use super::{
     privacy::{Filters, Visibility},
     recent::{self, RecentReport, WINDOW_KINDS},
     retention::Forgetting,
-    retrieve::{self, Candidate, Scope},
+    retrieve::{self, Candidate, LeftOut, Scope},
 };
 use crate::domain::{FieldError, event::Channel, limits};
 
@@ -1101,55 +1101,26 @@ async fn kept_out_of_retrieval(
     scope: &Scope,
     omissions: &mut Omissions,
 ) -> Result<(), sqlx::Error> {
-    if channel != Channel::Private {
-        for id in retrieve::withheld(
+    let asked = [
+        (channel != Channel::Private, LeftOut::Withheld),
+        (!scope.forgetting.is_empty(), LeftOut::Forgotten),
+        (any_retracted, LeftOut::Retracted),
+    ];
+    for (_, why) in asked.into_iter().filter(|(asked, _)| *asked) {
+        let ids = retrieve::left_out(
             &reader.pool,
             &reader.keyring,
             tenant,
             lexemes,
             visibility,
             scope,
+            why,
             OMISSION_IDS_SHOWN as i64,
         )
-        .await?
-        {
-            omissions.privacy(SectionName::RetrievedEvidence, id);
-        }
-    }
-    if !scope.forgetting.is_empty() {
-        for id in retrieve::forgotten(
-            &reader.pool,
-            &reader.keyring,
-            tenant,
-            lexemes,
-            visibility,
-            scope,
-            OMISSION_IDS_SHOWN as i64,
-        )
-        .await?
-        {
+        .await?;
+        for id in ids {
             omissions.add(
-                "retention",
-                Some(SectionName::RetrievedEvidence),
-                id,
-                Map::new(),
-            );
-        }
-    }
-    if any_retracted {
-        for id in retrieve::retracted(
-            &reader.pool,
-            &reader.keyring,
-            tenant,
-            lexemes,
-            visibility,
-            scope,
-            OMISSION_IDS_SHOWN as i64,
-        )
-        .await?
-        {
-            omissions.add(
-                "retracted",
+                why.reason(),
                 Some(SectionName::RetrievedEvidence),
                 id,
                 Map::new(),

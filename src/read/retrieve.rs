@@ -455,16 +455,19 @@ fn scoped(scope: &Scope, privacy: bool, kept: Kept) -> String {
         sql.push_str(" AND ");
         sql.push_str(filters::SQL);
     }
-    if kept == Kept::Retracted {
-        sql.push_str(" AND c.retracted_by IS NOT NULL");
-        return sql;
-    }
-    sql.push_str(" AND c.retracted_by IS NULL");
-    match (scope.forgetting.is_empty(), kept) {
-        (true, _) if kept == Kept::Retrievable => {}
-        (true, _) => sql.push_str(" AND false"),
-        (false, Kept::Retrievable) => sql.push_str(&format!(" AND {}", retention::sql())),
-        (false, _) => sql.push_str(&format!(" AND NOT {}", retention::sql())),
+    let forgetting = !scope.forgetting.is_empty();
+    match kept {
+        Kept::Retracted => sql.push_str(" AND c.retracted_by IS NOT NULL"),
+        Kept::Retrievable if forgetting => sql.push_str(&format!(
+            " AND c.retracted_by IS NULL AND {}",
+            retention::sql()
+        )),
+        Kept::Retrievable => sql.push_str(" AND c.retracted_by IS NULL"),
+        Kept::Forgotten if forgetting => sql.push_str(&format!(
+            " AND c.retracted_by IS NULL AND NOT {}",
+            retention::sql()
+        )),
+        Kept::Forgotten => sql.push_str(" AND false"),
     }
     sql
 }
@@ -1070,57 +1073,53 @@ pub async fn pinned(
     ranked_first(rows)
 }
 
-/// Up to `limit` ids of chunks matching any lexeme that the channel may not
-/// see (but the scope allows): what privacy kept out, for `omissions`.
-/// Never scored. Another agent's private chunks are not even named.
-pub async fn withheld(
-    pool: &PgPool,
-    keyring: &Keyring,
-    tenant: &str,
-    lexemes: &[String],
-    visibility: Visibility<'_>,
-    scope: &Scope,
-    limit: i64,
-) -> Result<Vec<String>, sqlx::Error> {
-    let sql = scoped(scope, false, Kept::Retrievable);
-    matching_ids(
-        pool, keyring, tenant, lexemes, visibility, scope, &sql, limit,
-    )
-    .await
+/// Why chunks a question matches are left out of what it retrieves: the
+/// channel may not see them (`privacy`; another agent's private chunks
+/// are not even named), retention forgot them (`retention`), or a
+/// retraction withdrew them (`retracted`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeftOut {
+    Withheld,
+    Forgotten,
+    Retracted,
 }
 
-/// Up to `limit` ids of chunks matching any lexeme that the bundle would
-/// have retrieved but retention forgot: for `omissions`, reason
-/// `retention`. Never scored.
-pub async fn forgotten(
-    pool: &PgPool,
-    keyring: &Keyring,
-    tenant: &str,
-    lexemes: &[String],
-    visibility: Visibility<'_>,
-    scope: &Scope,
-    limit: i64,
-) -> Result<Vec<String>, sqlx::Error> {
-    let sql = scoped(scope, true, Kept::Forgotten);
-    matching_ids(
-        pool, keyring, tenant, lexemes, visibility, scope, &sql, limit,
-    )
-    .await
+impl LeftOut {
+    /// The `omissions` reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            LeftOut::Withheld => "privacy",
+            LeftOut::Forgotten => "retention",
+            LeftOut::Retracted => "retracted",
+        }
+    }
+
+    /// Which chunks of the scope: those privacy hides among the ones
+    /// retrieval keeps, or those retention or a retraction took away from
+    /// what the channel may see.
+    fn condition(self, scope: &Scope) -> String {
+        match self {
+            LeftOut::Withheld => scoped(scope, false, Kept::Retrievable),
+            LeftOut::Forgotten => scoped(scope, true, Kept::Forgotten),
+            LeftOut::Retracted => scoped(scope, true, Kept::Retracted),
+        }
+    }
 }
 
-/// Up to `limit` ids of chunks matching any lexeme that the channel may
-/// see but a retraction withdrew: for `omissions`, reason `retracted`.
-/// Never scored.
-pub async fn retracted(
+/// Up to `limit` ids of chunks matching any lexeme that a bundle leaves
+/// out for `why`: for `omissions`. Never scored.
+#[allow(clippy::too_many_arguments)]
+pub async fn left_out(
     pool: &PgPool,
     keyring: &Keyring,
     tenant: &str,
     lexemes: &[String],
     visibility: Visibility<'_>,
     scope: &Scope,
+    why: LeftOut,
     limit: i64,
 ) -> Result<Vec<String>, sqlx::Error> {
-    let sql = scoped(scope, true, Kept::Retracted);
+    let sql = why.condition(scope);
     matching_ids(
         pool, keyring, tenant, lexemes, visibility, scope, &sql, limit,
     )

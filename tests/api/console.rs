@@ -715,6 +715,7 @@ async fn a_retracted_event_is_marked_in_the_log_and_names_its_retraction(
     browser
         .wait_for("!document.getElementById('event').hidden")
         .await;
+    browser.screenshot(&screenshot("retracted")).await;
     let fields = browser.text("#event-fields").await;
     assert!(fields.contains("retracted by"), "{fields}");
     assert!(
