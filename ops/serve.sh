@@ -20,11 +20,11 @@ if [ -z "${MEMD_KEY_FILE:-}" ]; then
 fi
 # The schema and the grants, as the database's owner (DATABASE_URL); then the
 # daemon logs in as memd_app, a role that can append and project but never
-# rewrite the log (README, Audit). MEMD_DAEMON_DATABASE_URL overrides its URL
+# rewrite the log (docs/security.md, Audit). MEMD_DAEMON_DATABASE_URL overrides its URL
 # (by default DATABASE_URL with the user memd_app: set it when the server
 # asks memd_app for a password).
 target/release/memd migrate
-# Prometheus metrics on their own port (README, Operating memd); localhost
+# Prometheus metrics on their own port (docs/operations.md); localhost
 # only unless MEMD_METRICS_LISTEN says otherwise.
 export MEMD_METRICS_LISTEN="${MEMD_METRICS_LISTEN:-127.0.0.1:7071}"
 DAEMON_DATABASE_URL="${MEMD_DAEMON_DATABASE_URL:-$(printf '%s' "$DATABASE_URL" | sed -E 's#^(postgres(ql)?://)([^@/]*@)?#\1memd_app@#')}"

@@ -1,6 +1,6 @@
 //! memd: a memory daemon for AI agents.
 //!
-//! The crate is laid out as the architecture is (see `ARCHITECTURE.md`):
+//! The crate is laid out as the architecture is (see `docs/architecture.md`):
 //!
 //! - [`domain`]: parsed, validated types (events, redaction, tool results, the
 //!   hash chain). No I/O.

@@ -51,6 +51,13 @@ pub fn known(name: &str) -> Result<&'static str, FieldError> {
         })
 }
 
+/// Every tenant's id, in order: what `memd embedder` walks.
+pub async fn tenants(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT tenant_id FROM tenants ORDER BY tenant_id")
+        .fetch_all(pool)
+        .await
+}
+
 /// The tenant's embedders and their projections' progress.
 pub async fn status(
     pool: &PgPool,

@@ -475,7 +475,7 @@ pub fn check_no_nul_in_json(value: &Value, path: &str) -> Result<(), FieldError>
     }
 }
 
-// Content shapes by kind (ARCHITECTURE.md "Contracts"). Extra fields are kept:
+// Content shapes by kind (docs/api.md, the event kinds). Extra fields are kept:
 // agents attach their own metadata, and the log stores what they sent.
 // The same structs are the shapes the OpenAPI document shows ([`EventContent`]).
 

@@ -1,5 +1,5 @@
-//! Size limits for what a client may send. Each is a decision documented in the
-//! README ("Limits"); a request over any of them is refused with a 4xx naming
+//! Size limits for what a client may send. Each is a decision documented in
+//! docs/api.md ("Limits"); a request over any of them is refused with a 4xx naming
 //! the field, and nothing of it is stored.
 
 /// Bytes of a whole request body (`--max-body-bytes` overrides it).

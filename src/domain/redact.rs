@@ -184,6 +184,15 @@ impl Redactor {
         Self { patterns, any }
     }
 
+    /// The default patterns, plus those of `path` when an operator gave one
+    /// (`--redact-patterns`).
+    pub fn from_patterns_file(path: Option<&Path>) -> Result<Self, RedactConfigError> {
+        match path {
+            Some(path) => Self::with_patterns_file(path),
+            None => Ok(Self::default()),
+        }
+    }
+
     /// The built-in patterns plus those in `path`: one per line, `NAME REGEX`;
     /// blank lines and lines starting with `#` are ignored.
     pub fn with_patterns_file(path: &Path) -> Result<Self, RedactConfigError> {

@@ -17,7 +17,7 @@ use crate::{
     },
 };
 
-/// Where the tests leave their screenshots (the README shows copies).
+/// Where the tests leave their screenshots (docs/console.md shows copies).
 fn screenshot(name: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("console-screenshots")

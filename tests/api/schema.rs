@@ -1,4 +1,4 @@
-//! The schema invariants a tenant-sharded deployment relies on (README,
+//! The schema invariants a tenant-sharded deployment relies on (docs/scaling.md,
 //! "Sharding by tenant"): with `tenant_id` as the distribution column, a
 //! distributed PostgreSQL such as Citus needs every primary key and unique
 //! index of a tenant's table to include it, and no foreign key to join two
@@ -131,7 +131,7 @@ async fn the_same_event_id_in_two_tenants_is_two_events(pool: PgPool) {
 async fn a_tenants_search_reads_one_partition_of_the_chunks(pool: PgPool) {
     // The chunks are partitioned by hash(tenant_id) (migration 23): one
     // full-text index over every tenant's chunks made a rare term's matches
-    // in all tenants a cost of each tenant's bundles (README, "10 million
+    // in all tenants a cost of each tenant's bundles (docs/scaling.md, "10 million
     // events").
     let (strategy, column): (String, String) = sqlx::query_as(
         "SELECT p.partstrat::text, a.attname::text

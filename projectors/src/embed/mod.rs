@@ -54,7 +54,7 @@ pub trait Embedder: Send + Sync {
     fn version(&self) -> i32;
 
     /// The cosine similarity texts of unrelated meaning stay under with
-    /// this model, calibrated per model (README, "Nothing relevant"): a
+    /// this model, calibrated per model (docs/bundles.md, "Nothing relevant"): a
     /// candidate that shares no word with the question and is no more
     /// similar than this is no evidence, however it ranks in its pool.
     fn unrelated_similarity(&self) -> f64;

@@ -5,7 +5,7 @@
 //! - [`MiniLm`]: all-MiniLM-L6-v2, 6 layers, 384 dimensions, 22M
 //!   parameters: the default.
 //! - [`MpNet`]: all-mpnet-base-v2, 12 layers, 768 dimensions, 110M
-//!   parameters: more exact (README, "Retrieval quality"), about eight
+//!   parameters: more exact (docs/bundles.md, "Semantic retrieval"), about eight
 //!   times the work per token.
 //!
 //! The model files (`model.safetensors`, `tokenizer.json`, `config.json`)
@@ -47,7 +47,7 @@ pub trait Model: Send + Sync + 'static {
     /// sentence-transformers' `max_seq_length` for the model.
     const MAX_TOKENS: usize;
     /// [`Embedder::unrelated_similarity`]: measured by `memd bench locomo`'s
-    /// off-topic questions (README, "Nothing relevant").
+    /// off-topic questions (docs/bundles.md, "Nothing relevant").
     const UNRELATED_SIMILARITY: f64;
     /// Texts per forward pass: enough rows that the weights are read once
     /// for many tokens, few enough that the activations stay in cache.
