@@ -16,12 +16,10 @@
 //!   other processes invalidate by notification.
 //! - [`admin`]: operator commands over the projections (views export and
 //!   import, rebuild progress).
-//! - [`bench`]: `memd bench`, measurements against a real daemon.
 
 pub mod admin;
 pub mod api;
 pub mod audit;
-pub mod bench;
 pub mod calls;
 pub mod config;
 pub mod console;

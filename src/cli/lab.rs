@@ -1,5 +1,5 @@
 //! `memd scenario run`: the acceptance scenarios, against a daemon started
-//! here or one already running. (`memd bench` and `memd drill` parse their
+//! here or one already running. (`memd-bench` and `memd drill` parse their
 //! own subcommands.)
 
 use std::{path::PathBuf, process::ExitCode};

@@ -132,10 +132,12 @@ enum Command {
         #[command(subcommand)]
         command: memd::drill::DrillCommand,
     },
-    /// Measure memd against the raw PostgreSQL it runs on.
+    /// The benchmarks moved to the lab's own binary, `memd-bench`; this
+    /// only says so.
+    #[command(hide = true)]
     Bench {
-        #[command(subcommand)]
-        command: memd::bench::BenchCommand,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
     },
     /// Acceptance scenarios (scenarios/*.yaml).
     Scenario {
@@ -170,10 +172,11 @@ pub async fn run(cli: Cli, file: &ConfigFile) -> anyhow::Result<ExitCode> {
             memd::drill::run(command, &globals.database_url).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Bench { command } => {
-            memd::bench::run(command, &globals.database_url).await?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Bench { args } => anyhow::bail!(
+            "the benchmarks are not part of the daemon: build the lab with \
+             `cargo build --release -p memd-lab`, then run `target/release/memd-bench {}`",
+            args.join(" ")
+        ),
         Command::Scenario { command } => lab::scenario(command, globals).await,
     }
 }

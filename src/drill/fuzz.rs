@@ -16,8 +16,8 @@ use serde_json::Value;
 
 use super::{Daemon, event, prepare, run_program, write_section};
 use crate::{
-    bench::harness::titled_header,
     db::{self, ScratchDatabase},
+    drill::report::titled_header,
 };
 
 /// The schemathesis release the drill installs (pinned: checks and their

@@ -18,8 +18,8 @@ use super::{
     prepare, write_section,
 };
 use crate::{
-    bench::harness::titled_header,
     db::{self, ScratchDatabase},
+    drill::report::titled_header,
 };
 
 /// Events in a batched request.

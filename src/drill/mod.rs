@@ -14,6 +14,8 @@ mod load;
 mod postgres;
 mod soak;
 
+pub mod report;
+
 use std::{
     path::{Path, PathBuf},
     time::{Duration, Instant},
@@ -25,12 +27,12 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 
 use crate::{
-    bench::harness::environment,
     db::{
         self,
         private_server::{free_port, run_program},
     },
     domain::tenant::{Scope, TenantId},
+    drill::report::environment,
     tenants,
 };
 
@@ -287,17 +289,14 @@ async fn chain_and_drift(pool: &PgPool, tenant: &TenantId) -> anyhow::Result<(bo
         .all(|report| report.broken.is_none());
     // The daemon under drill projects; a drill that waited past this bound
     // reports it instead of hanging.
-    tokio::time::timeout(
-        PROJECTED_WITHIN,
-        crate::bench::harness::wait_projected(pool),
-    )
-    .await
-    .map_err(|_| {
-        anyhow::anyhow!(
-            "the projections did not reach the log's head within {} s",
-            PROJECTED_WITHIN.as_secs()
-        )
-    })??;
+    tokio::time::timeout(PROJECTED_WITHIN, crate::drill::report::wait_projected(pool))
+        .await
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "the projections did not reach the log's head within {} s",
+                PROJECTED_WITHIN.as_secs()
+            )
+        })??;
     let engine = crate::startup::ProjectionConfig::default().engine();
     let drift =
         memd_projectors::drift::drift_check(pool, &engine, Some(TENANT), &mut |_| {}).await?;
@@ -330,7 +329,7 @@ fn write_section(out: &Path, section: &str) -> anyhow::Result<()> {
         None => sections.push(section.to_owned()),
     }
     let joined: Vec<&str> = sections.iter().map(|s| s.trim_end()).collect();
-    crate::bench::harness::write_report(out, &(joined.join("\n\n") + "\n"))
+    crate::drill::report::write_report(out, &(joined.join("\n\n") + "\n"))
 }
 
 /// The file's sections, each from a line starting with `# ` to the next.

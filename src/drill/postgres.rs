@@ -19,8 +19,8 @@ use super::{
     lost_and_duplicated, none_or_found, ok_or_broken, prepare, write_section,
 };
 use crate::{
-    bench::harness::titled_header,
     db::{self, private_server::PrivateServer},
+    drill::report::titled_header,
 };
 
 /// Load before PostgreSQL stops, and after both kinds of request work again.

@@ -10,8 +10,8 @@ use super::{
     lost_and_duplicated, none_or_found, ok_or_broken, prepare, write_section,
 };
 use crate::{
-    bench::harness::{percentile, titled_header},
     db::{self, ScratchDatabase},
+    drill::report::{percentile, titled_header},
 };
 
 /// How often the daemon's resident memory is read.

@@ -10,6 +10,7 @@
 //! (and restarts when a scenario says so), or one already running.
 
 pub mod assertions;
+pub mod histories;
 pub mod runner;
 pub mod spec;
 pub mod target;

@@ -26,8 +26,8 @@ use super::{
 };
 use crate::{
     audit,
-    bench::histories::History,
     domain::tenant::{Scope, TenantId},
+    scenario::histories::History,
     tenants,
 };
 

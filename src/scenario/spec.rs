@@ -128,7 +128,7 @@ pub struct ToolStep {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GenerateStep {
-    /// `chat` or `tool-heavy` (the histories `memd bench` loads).
+    /// `chat` or `tool-heavy` (the histories `memd-bench` loads).
     pub history: String,
     pub events: u64,
     /// Put every event in this session (default: the history's own,

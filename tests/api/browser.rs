@@ -1,17 +1,22 @@
-//! The console's tests drive a real browser (`memd::bench::browser`, also
-//! what `memd bench console` times pages with); here every step that fails
-//! fails the test, with what the page showed.
+//! The console's tests drive a real browser (the lab's WebDriver client,
+//! `lab/src/browser.rs`, also what `memd-bench console` times pages with);
+//! here every step that fails fails the test, with what the page showed.
 
 use std::path::Path;
 
 use base64::Engine as _;
 use serde_json::Value;
 
-pub struct Browser(memd::bench::browser::Browser);
+// The lab's client, whole; these tests use part of it.
+#[allow(dead_code)]
+#[path = "../../lab/src/browser.rs"]
+mod webdriver;
+
+pub struct Browser(webdriver::Browser);
 
 impl Browser {
     pub async fn start() -> Self {
-        Self(memd::bench::browser::Browser::start().await.unwrap())
+        Self(webdriver::Browser::start().await.unwrap())
     }
 
     pub async fn open(&self, url: &str) {

@@ -46,7 +46,7 @@ pub trait Model: Send + Sync + 'static {
     const DIMENSIONS: usize;
     /// sentence-transformers' `max_seq_length` for the model.
     const MAX_TOKENS: usize;
-    /// [`Embedder::unrelated_similarity`]: measured by `memd bench locomo`'s
+    /// [`Embedder::unrelated_similarity`]: measured by `memd-bench locomo`'s
     /// off-topic questions (docs/bundles.md, "Nothing relevant").
     const UNRELATED_SIMILARITY: f64;
     /// Texts per forward pass: enough rows that the weights are read once

@@ -22,7 +22,7 @@ use super::cpu;
 
 /// Lists a search reads at least: one in this many, the closest first.
 /// One in four finds 0.93 of a full scan's 200 nearest of MiniLM vectors
-/// of chat (0.68 for one in sixteen; `memd bench vectors --tenant`, 92k
+/// of chat (0.68 for one in sixteen; `memd-bench vectors --tenant`, 92k
 /// vectors with lists forced from 16,384).
 pub const PROBE_SHARE: usize = 4;
 /// Rows of the training sample per list.

@@ -713,7 +713,7 @@ impl TenantVectors {
     }
 
     /// Trains the lists again from the rows as they are (what a tenant
-    /// crossing a level pays; `memd bench vectors` times it).
+    /// crossing a level pays; `memd-bench vectors` times it).
     pub fn train_lists(&mut self) {
         self.lists = None;
         self.settle();
@@ -891,7 +891,7 @@ fn hamming(
 thread_local! {
     /// The distances of a scan, kept for the thread's next: a fresh 184 kB
     /// for each search of a 92k-row tenant came from the allocator as new
-    /// pages for the kernel to zero (`memd bench vectors` on such a
+    /// pages for the kernel to zero (`memd-bench vectors` on such a
     /// tenant: 6,342 page faults before, 1,463 after).
     static SCAN_SCRATCH: std::cell::Cell<Vec<u16>> = const { std::cell::Cell::new(Vec::new()) };
 }

@@ -1,4 +1,4 @@
-//! `memd bench console`: the console's pages timed against a tenant of a
+//! `memd-bench console`: the console's pages timed against a tenant of a
 //! large chat history, twice: what each page asks the daemon for (its files
 //! and API calls, from a plain HTTP client), and, when chromedriver is
 //! installed, each page in a real browser from the click (or the
@@ -19,7 +19,7 @@ use super::{
     },
     histories::{History, load},
 };
-use crate::{
+use memd::{
     db,
     domain::tenant::{Scope, TenantId},
     read::semantic::SemanticConfig,

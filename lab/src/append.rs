@@ -1,4 +1,4 @@
-//! `memd bench append`: how fast memd appends, next to how fast the same
+//! `memd-bench append`: how fast memd appends, next to how fast the same
 //! PostgreSQL takes plain INSERTs, measured in one run so the ratio is fair.
 
 use std::{fmt::Write as _, path::Path, sync::Arc, time::Duration};
@@ -11,7 +11,7 @@ use super::harness::{
     Measurement, ScratchDatabase, drive, environment, report_header, start_daemon,
     start_daemon_without_projections, write_report,
 };
-use crate::{
+use memd::{
     db,
     domain::tenant::{Scope, TenantId},
     read::semantic::SemanticConfig,

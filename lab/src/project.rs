@@ -1,4 +1,4 @@
-//! `memd bench project`: projection lag under a steady append rate, and
+//! `memd-bench project`: projection lag under a steady append rate, and
 //! rebuild-from-zero throughput at growing history sizes.
 
 use std::{
@@ -20,7 +20,7 @@ use super::{
     },
     histories::{History, load},
 };
-use crate::{
+use memd::{
     admin::progress::ProgressPrinter,
     db,
     domain::tenant::{Scope, TenantId},

@@ -1,4 +1,4 @@
-//! Generated histories the benchmarks load: a chat and a tool-heavy coding
+//! Generated histories that scenarios and the lab's benchmarks load: a chat and a tool-heavy coding
 //! session, deterministic for a given size.
 
 use serde_json::{Value, json};
@@ -113,7 +113,7 @@ const VIEWS: [&str; 3] = ["identity", "rules", "preferences"];
 /// The `n`th message of the chat history's kind (its events that are
 /// messages, in order, from `first`): what an agent of that history says,
 /// in its words.
-pub(super) fn chat_message(first: u64, n: u64) -> Value {
+pub fn chat_message(first: u64, n: u64) -> Value {
     let i = first + n / 40 * 50 + n % 40;
     chat_event(i, None)
 }

@@ -47,11 +47,6 @@ impl Series {
             reference: false,
         }
     }
-
-    pub fn reference(mut self) -> Self {
-        self.reference = true;
-        self
-    }
 }
 
 /// `(series name, x, y)` points as series, in the order names first come;
@@ -455,7 +450,10 @@ mod tests {
             &Axis::log("events/s"),
             &[
                 Series::new("memd", vec![(1.0, 849.0), (8.0, 2_100.0), (32.0, 3_972.0)]),
-                Series::new("raw PostgreSQL", vec![(1.0, 4_777.0), (32.0, 12_916.0)]).reference(),
+                Series {
+                    reference: true,
+                    ..Series::new("raw PostgreSQL", vec![(1.0, 4_777.0), (32.0, 12_916.0)])
+                },
             ],
         )
         .unwrap();

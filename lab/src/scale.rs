@@ -1,4 +1,4 @@
-//! `memd bench scale`: whether costs stay flat as the log grows. One log
+//! `memd-bench scale`: whether costs stay flat as the log grows. One log
 //! spread over several tenants is loaded (and projected) to each of the
 //! sizes in turn; at each size, with the daemon in-process: single and
 //! batched appends, fast-path and retrieval bundles of one tenant (one
@@ -21,7 +21,7 @@ use super::{
     },
     histories::{History, load},
 };
-use crate::{
+use memd::{
     db,
     domain::tenant::{Scope, TenantId},
     read::semantic::SemanticConfig,
@@ -152,7 +152,7 @@ async fn measure(
         let rebuild = started.elapsed();
         let started = Instant::now();
         let reports =
-            crate::audit::verify_chains(&pool, Some(&TenantId::parse(&other).expect("valid")))
+            memd::audit::verify_chains(&pool, Some(&TenantId::parse(&other).expect("valid")))
                 .await?;
         let verify = started.elapsed();
         anyhow::ensure!(
@@ -318,7 +318,7 @@ fn charts(out: &Path, rows: &[Row]) -> anyhow::Result<()> {
 fn render(rows: &[Row], options: &Options, environment: &str) -> String {
     let mut out = report_header("scale", environment);
     out.push_str(&format!(
-        "\nThe log: {} tenants, each with a chat history (as `memd bench acb` loads it), loaded to each total size in turn and fully projected (lexical retrieval, no embedder). At each size, with the daemon in-process and nothing else running: bundles of the first tenant, one client for {} s each (fast path: `intent: continue`; retrieval: varied questions), then one writer appending (single events, then batches of {BATCH}) for {} s each, over HTTP, to a tenant of its own (`{APPEND_TENANT}`, whose events count in the log's total from the next size on). Then, with the daemon stopped: a rebuild of every projection of the second tenant (its whole log) and `verify` of its chain.\n\n",
+        "\nThe log: {} tenants, each with a chat history (as `memd-bench acb` loads it), loaded to each total size in turn and fully projected (lexical retrieval, no embedder). At each size, with the daemon in-process and nothing else running: bundles of the first tenant, one client for {} s each (fast path: `intent: continue`; retrieval: varied questions), then one writer appending (single events, then batches of {BATCH}) for {} s each, over HTTP, to a tenant of its own (`{APPEND_TENANT}`, whose events count in the log's total from the next size on). Then, with the daemon stopped: a rebuild of every projection of the second tenant (its whole log) and `verify` of its chain.\n\n",
         options.tenants, options.seconds, options.seconds
     ));
     out.push_str("| size | events in the log | per tenant | fast p50 / p95 ms | retrieval p50 / p95 ms | single appends/s (p95 ms) | batched events/s (p95 ms) | rebuild of one tenant s (events/s) | verify of one tenant s (events/s) | events table | chunks table |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");

@@ -1,4 +1,4 @@
-//! `memd bench workers`: projection shared by several `memd project`
+//! `memd-bench workers`: projection shared by several `memd project`
 //! processes. Throughput with 1, 2, 4 … processes over many tenants, each
 //! run on tenants of its own whose logs were written while no projector
 //! ran; then `kill -9` of one of two processes in the middle of the work:
@@ -19,7 +19,7 @@ use super::{
     harness::{environment, percentile, report_header, write_report},
     histories::{self, History},
 };
-use crate::{
+use memd::{
     db::{self, ScratchDatabase},
     domain::tenant::{Scope, TenantId},
     startup::ProjectionConfig,
@@ -313,9 +313,24 @@ async fn wait_caught_up(pool: &PgPool, engine: &Engine, tenants: &[String]) -> a
     }
 }
 
-/// `memd project` processes of this binary, each naming its database
-/// sessions after itself (`PGAPPNAME`).
+/// `memd project` processes, each naming its database sessions after itself
+/// (`PGAPPNAME`).
 struct Workers(Vec<Worker>);
+
+/// The `memd` binary the workers run: `MEMD_BIN`, or the one built beside
+/// this one (`cargo build --release` builds both).
+fn memd_binary() -> anyhow::Result<std::path::PathBuf> {
+    let exe = match std::env::var_os("MEMD_BIN") {
+        Some(path) => path.into(),
+        None => std::env::current_exe()?.with_file_name("memd"),
+    };
+    anyhow::ensure!(
+        exe.is_file(),
+        "no memd binary at {} (build it: cargo build --release, or set MEMD_BIN)",
+        exe.display()
+    );
+    Ok(exe)
+}
 
 struct Worker {
     name: String,
@@ -324,7 +339,7 @@ struct Worker {
 
 impl Workers {
     fn start(url: &str, count: usize) -> anyhow::Result<Self> {
-        let exe = std::env::current_exe()?;
+        let exe = memd_binary()?;
         (0..count)
             .map(|i| {
                 let name = format!("memd-bench-worker-{i}");
@@ -382,7 +397,7 @@ fn plural(n: usize) -> &'static str {
 fn render(options: &Options, scales: &[Scale], takeover: &Takeover, environment: &str) -> String {
     let mut out = report_header("workers", environment);
     out.push_str(&format!(
-        "\nEach run: {} new tenants, each with a chat history of {} events (as `memd bench acb` loads it) written while no projector ran; then `memd project --embedder none` processes (each with its default 2 worker tasks and its own connection pool) started together, timed from their start until every projector of every one of those tenants reached its head. The processes share the tenants through the cursor rows each batch locks (`FOR UPDATE SKIP LOCKED`): a tenant is in one process's hands at a time, batch by batch. Every process and PostgreSQL share the same cores.\n\n",
+        "\nEach run: {} new tenants, each with a chat history of {} events (as `memd-bench acb` loads it) written while no projector ran; then `memd project --embedder none` processes (each with its default 2 worker tasks and its own connection pool) started together, timed from their start until every projector of every one of those tenants reached its head. The processes share the tenants through the cursor rows each batch locks (`FOR UPDATE SKIP LOCKED`): a tenant is in one process's hands at a time, batch by batch. Every process and PostgreSQL share the same cores.\n\n",
         options.tenants, options.events
     ));
     out.push_str(

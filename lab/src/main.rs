@@ -1,14 +1,15 @@
-//! `memd bench`: measurements of a real daemon on a fresh database, written
-//! to a Markdown file together with the command that produced them.
+//! `memd-bench`, the lab: measurements of a real daemon on a fresh
+//! database, each written to a Markdown file (with an SVG plot beside it)
+//! together with the command that produced it. Not part of the daemon:
+//! `cargo tree -p memd` holds none of this crate's dependencies.
 
 mod acb;
 mod append;
-pub mod browser;
-pub mod charts;
+mod browser;
+mod charts;
 mod console;
 mod cpu;
-pub(crate) mod harness;
-pub mod histories;
+mod harness;
 mod locomo;
 mod project;
 mod redaction;
@@ -17,12 +18,51 @@ mod transfer;
 mod vectors;
 mod workers;
 
-use std::path::PathBuf;
+use std::{path::PathBuf, process::ExitCode};
 
-use clap::Subcommand;
+use clap::{Parser, Subcommand};
+use memd::scenario::histories;
+
+/// The daemon runs inside this process while it is measured: with the
+/// allocator `memd` runs with, so the figures are the daemon's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser)]
+#[command(
+    name = "memd-bench",
+    version,
+    about = "Measure memd against the raw PostgreSQL it runs on"
+)]
+struct Cli {
+    /// A PostgreSQL server's URL: each benchmark creates its own scratch
+    /// database there (and drops it afterwards).
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/memd",
+        global = true
+    )]
+    database_url: String,
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    memd::telemetry::init("info,sqlx=warn");
+    match run(cli.command, &cli.database_url).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("memd-bench: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
 #[derive(Subcommand)]
-pub enum BenchCommand {
+enum BenchCommand {
     /// The console's pages timed on a large tenant: what each asks the
     /// daemon for, and (with chromedriver installed) each in Chromium.
     Console {
@@ -213,9 +253,9 @@ pub enum BenchCommand {
 }
 
 /// The embedder a benchmark's daemon runs.
-pub use crate::config::SemanticArgs as EmbedderArgs;
+use memd::config::SemanticArgs as EmbedderArgs;
 
-pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()> {
+async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()> {
     match command {
         BenchCommand::Console { size, repeats, out } => {
             console::run(database_url, size, repeats, &out).await
@@ -351,7 +391,7 @@ pub async fn run(command: BenchCommand, database_url: &str) -> anyhow::Result<()
             let quality = match quality_embedder.as_str() {
                 "none" => None,
                 name => Some(
-                    crate::admin::embedder::known(name)
+                    memd::admin::embedder::known(name)
                         .map_err(|e| anyhow::anyhow!("--quality-embedder: {}", e.message))?
                         .to_owned(),
                 ),

@@ -1,4 +1,4 @@
-//! `memd bench transfer`: `memd export` and `memd import` of one tenant's
+//! `memd-bench transfer`: `memd export` and `memd import` of one tenant's
 //! chat history, timed, with the file's size; the import goes into a second
 //! scratch database and is checked to verify to the exporter's head.
 
@@ -8,7 +8,7 @@ use super::{
     harness::{environment, report_header, write_report},
     histories::{History, load},
 };
-use crate::{
+use memd::{
     admin::transfer,
     db::{self, ScratchDatabase},
     domain::tenant::TenantId,
@@ -63,7 +63,7 @@ async fn measure(
     db::migrate(&from).await?;
     let environment = environment(&from).await?;
     let tenant = TenantId::parse(TENANT).expect("valid tenant id");
-    tenants::create_tenant(&from, &tenant, crate::domain::tenant::Scope::Admin).await?;
+    tenants::create_tenant(&from, &tenant, memd::domain::tenant::Scope::Admin).await?;
     load(&from, &tenant, History::Chat, 0, events).await?;
     let file =
         std::env::temp_dir().join(format!("memd-bench-{}.ndjson.gz", ulid::Ulid::generate()));
@@ -79,7 +79,7 @@ async fn measure(
     let _ = std::fs::remove_file(&file);
     let imported = imported?;
     let started = Instant::now();
-    let report = crate::audit::verify_chains(&to, Some(&tenant)).await?;
+    let report = memd::audit::verify_chains(&to, Some(&tenant)).await?;
     let verify_seconds = started.elapsed().as_secs_f64();
     let head_ok = report[0].broken.is_none()
         && report[0].head_hash == exported.head_hash
@@ -106,7 +106,7 @@ async fn measure(
 fn render(f: &Figures, environment: &str) -> String {
     let rate = |seconds: f64| f.events as f64 / seconds.max(1e-9);
     format!(
-        "{}\nOne tenant's chat history ({} events, as `memd bench acb` loads it) exported with `memd export` to \
+        "{}\nOne tenant's chat history ({} events, as `memd-bench acb` loads it) exported with `memd export` to \
          gzip NDJSON, then imported with `memd import` into a second scratch database on the same server (the \
          whole file checked first, then stored in transactions of {} events), then `memd verify` on the imported \
          tenant. No daemon runs: the import's projection is not part of it.\n\n\

@@ -1,4 +1,4 @@
-//! `memd bench acb`: how long bundles take, over HTTP against the real
+//! `memd-bench acb`: how long bundles take, over HTTP against the real
 //! daemon, as one tenant's history grows.
 //!
 //! At each size (each loaded on top of the previous, then fully projected):
@@ -23,7 +23,7 @@ use super::{
     },
     histories::{History, chat_message, load},
 };
-use crate::{
+use memd::{
     db,
     domain::{
         event::Channel,

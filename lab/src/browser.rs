@@ -1,4 +1,4 @@
-//! A real browser for the console's tests and `memd bench console`:
+//! A real browser for the console's tests and `memd-bench console`:
 //! Debian's headless Chromium, driven through chromedriver's W3C WebDriver
 //! protocol (plain HTTP JSON, spoken with reqwest; `ops/ensure-chromium.sh`
 //! installs both programs).
@@ -30,7 +30,7 @@ impl Browser {
     /// Starts chromedriver on a free port and opens a headless window of
     /// 1400×900.
     pub async fn start() -> anyhow::Result<Self> {
-        let port = crate::db::private_server::free_port()?;
+        let port = memd::db::private_server::free_port()?;
         let driver = tokio::process::Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
             .stdout(std::process::Stdio::null())
@@ -195,6 +195,8 @@ impl Browser {
         .map(drop)
     }
 
+    // The console's tests use it: they include this file (tests/api/browser.rs).
+    #[allow(dead_code)]
     pub async fn text(&self, css: &str) -> anyhow::Result<String> {
         let element = self.element(css).await?;
         let text = self
@@ -219,6 +221,8 @@ impl Browser {
     }
 
     /// The window's content as PNG bytes, base64 as WebDriver sends them.
+    /// (The console's tests use it: they include this file, tests/api/browser.rs.)
+    #[allow(dead_code)]
     pub async fn screenshot_base64(&self) -> anyhow::Result<String> {
         let encoded = self.call(reqwest::Method::GET, "/screenshot", None).await?;
         encoded

@@ -1,4 +1,4 @@
-//! `memd bench vectors`: the in-process vector index alone: its memory, the
+//! `memd-bench vectors`: the in-process vector index alone: its memory, the
 //! time of one search by lists and by a full scan, and how many of the
 //! full scan's nearest the lists find (recall). Either pseudo-random unit
 //! vectors of MiniLM's 384 dimensions at a size no real embedder reaches
@@ -10,7 +10,7 @@
 use std::{fmt::Write as _, path::Path, time::Instant};
 
 use super::harness::{percentile, report_header, write_report};
-use crate::{
+use memd::{
     domain::event::Channel,
     read::{
         privacy::Visibility,

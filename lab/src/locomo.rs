@@ -1,4 +1,4 @@
-//! `memd bench locomo`: retrieval quality on LoCoMo conversations, scored as
+//! `memd-bench locomo`: retrieval quality on LoCoMo conversations, scored as
 //! `locomo_kit.py` defines it, beside baselines computed in the same run
 //! (BM25, exact cosine search with memd's embedder, and their fusion).
 //!
@@ -33,7 +33,7 @@ use super::harness::{
     wait_projected, write_report,
 };
 use super::histories::{self, History};
-use crate::{
+use memd::{
     db,
     domain::tenant::{Scope, TenantId},
     read::semantic::SemanticConfig,

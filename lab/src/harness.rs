@@ -6,12 +6,17 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::Context;
 use sqlx::PgPool;
 
-use crate::{calls::rate_limit::RateLimits, read::semantic::SemanticConfig, startup::ServeConfig};
+use memd::{calls::rate_limit::RateLimits, read::semantic::SemanticConfig, startup::ServeConfig};
 
-pub use crate::{db::ScratchDatabase, startup::RunningDaemon};
+pub use memd::{
+    db::ScratchDatabase,
+    drill::report::{
+        analyze, environment, percentile, titled_header, wait_projected, write_report,
+    },
+    startup::RunningDaemon,
+};
 
 /// A daemon for a benchmark: on a free local port, without admission
 /// control (benchmarks measure memd, not its rate limits), with the
@@ -113,17 +118,6 @@ impl Measurement {
     }
 }
 
-/// Nearest-rank percentile of sorted-or-not samples; zero when empty.
-pub fn percentile(samples: &[Duration], p: f64) -> Duration {
-    if samples.is_empty() {
-        return Duration::ZERO;
-    }
-    let mut sorted = samples.to_vec();
-    sorted.sort_unstable();
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 /// Runs `op` from `writers` concurrent tasks until `duration` has passed; each
 /// call carries `events_per_op` events. `op(writer, iteration)`.
 pub async fn drive<F, Fut>(
@@ -195,95 +189,8 @@ pub async fn bench_database(
     })
 }
 
-/// Waits until every projector has applied every tenant's log up to its
-/// head.
-pub async fn wait_projected(pool: &PgPool) -> anyhow::Result<()> {
-    let engine = crate::startup::ProjectionConfig::default().engine();
-    // Far beyond what the largest bench history takes: a bench whose
-    // projector stopped fails instead of waiting forever.
-    let deadline = Instant::now() + Duration::from_secs(3_600);
-    loop {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the projections did not reach the log's head within an hour"
-        );
-        if memd_projectors::runtime::lagging_tenants(pool, &engine)
-            .await?
-            .is_empty()
-        {
-            return analyze(pool).await;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// What autovacuum does within a minute or so of a bulk load; measuring
-/// before it would time plans made for empty tables.
-pub async fn analyze(pool: &PgPool) -> anyhow::Result<()> {
-    sqlx::query("VACUUM (ANALYZE)").execute(pool).await?;
-    Ok(())
-}
-
 /// The first lines of every report: which benchmark, the command that
 /// produced it, when, and on what machine.
 pub fn report_header(bench: &str, environment: &str) -> String {
-    titled_header(&format!("memd bench {bench}"), environment)
-}
-
-/// [`report_header`] under any title (`memd drill kill`).
-pub fn titled_header(title: &str, environment: &str) -> String {
-    let command: Vec<String> = std::env::args().collect();
-    format!(
-        "# {title}\n\nCommand: `{}`  \nDate: {}  \nMachine: {environment}  \n",
-        command.join(" "),
-        chrono::Utc::now().format("%Y-%m-%d %H:%M UTC")
-    )
-}
-
-/// Writes a report (creating its directory), prints it, and says where.
-pub fn write_report(out: &std::path::Path, report: &str) -> anyhow::Result<()> {
-    if let Some(dir) = out.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(out, report).with_context(|| format!("writing {}", out.display()))?;
-    print!("{report}");
-    eprintln!("written to {}", out.display());
-    Ok(())
-}
-
-/// One line saying what machine and database produced the numbers.
-pub async fn environment(pool: &PgPool) -> anyhow::Result<String> {
-    let version: String = sqlx::query_scalar("SHOW server_version")
-        .fetch_one(pool)
-        .await?;
-    let sync: String = sqlx::query_scalar("SHOW synchronous_commit")
-        .fetch_one(pool)
-        .await?;
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
-    Ok(format!(
-        "{cores} cores; PostgreSQL {version} (synchronous_commit={sync}) on the same machine; memd {} ({} build)",
-        env!("CARGO_PKG_VERSION"),
-        if cfg!(debug_assertions) {
-            "debug"
-        } else {
-            "release"
-        },
-    ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percentiles_use_nearest_rank() {
-        let samples: Vec<Duration> = (1..=100).rev().map(Duration::from_millis).collect();
-        assert_eq!(percentile(&samples, 50.0), Duration::from_millis(50));
-        assert_eq!(percentile(&samples, 95.0), Duration::from_millis(95));
-        assert_eq!(percentile(&samples, 100.0), Duration::from_millis(100));
-        assert_eq!(percentile(&samples[..1], 99.0), Duration::from_millis(100));
-        assert_eq!(percentile(&[], 50.0), Duration::ZERO);
-    }
+    titled_header(&format!("memd-bench {bench}"), environment)
 }

@@ -1,4 +1,4 @@
-//! `memd bench redaction`: how often the redactor fires on ordinary text,
+//! `memd-bench redaction`: how often the redactor fires on ordinary text,
 //! where nothing should be secret: the turns of LoCoMo conversations (chat)
 //! and a source tree (code and docs, this repository's own by default).
 //! Each redaction is counted by pattern and shown with its context, the
@@ -14,7 +14,7 @@ use std::{
 use anyhow::Context;
 
 use super::harness::{titled_header, write_report};
-use crate::domain::redact::Redactor;
+use memd::domain::redact::Redactor;
 
 pub struct Options {
     /// LoCoMo conversation files (`*.json`).
@@ -81,7 +81,7 @@ pub fn run(options: Options, out: &Path) -> anyhow::Result<()> {
             .with_context(|| format!("reading {}", file.display()))?;
         code.add(&redactor, &text);
     }
-    let mut report = titled_header("memd bench redaction", "the redactor alone, no database");
+    let mut report = titled_header("memd-bench redaction", "the redactor alone, no database");
     let _ = writeln!(
         report,
         "\nThe built-in redaction patterns over text where nothing is secret: each LoCoMo turn \
