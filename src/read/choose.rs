@@ -14,9 +14,9 @@ use serde_json::json;
 
 use super::{
     Reader,
-    acb::{Omissions, details},
     bundle::Item,
     cache::TenantState,
+    omissions::{Omissions, details},
     policy::{MAX_CANDIDATE_POOL, Policy, SectionName},
     retrieve::{self, Candidate},
 };

@@ -27,8 +27,8 @@ use serde_json::json;
 
 use super::{
     Reader,
-    acb::{Omissions, details},
     bundle::Item,
+    omissions::{Omissions, details},
     policy::{Policy, SectionName},
     privacy::Visibility,
 };
