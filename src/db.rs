@@ -92,9 +92,9 @@ pub async fn connect_waiting_at_most(
 /// events (batches, merged requests) stay on `pool`, planned for their
 /// values: planning is shared by their rows, and with every statement of
 /// the appender planned once they ran slower (`AppendPools`,
-/// `bench/2026-12-04-warm-start/`). So do events with an idempotency key:
+/// `lab/results/2026-12-04-warm-start/`). So do events with an idempotency key:
 /// planned for any keys, the lookup of a key could read all of the
-/// tenant's keys (`bench/2026-12-04-profile/`). Bundles keep `pool` too:
+/// tenant's keys (`lab/results/2026-12-04-profile/`). Bundles keep `pool` too:
 /// which search terms are common decides their plans.
 pub fn for_appends(pool: &PgPool) -> PgPool {
     let options = (*pool.connect_options())

@@ -392,7 +392,7 @@ const TURN_SESSIONS: &str = "turn-";
 /// the tenant's newest chunks still speak as its history does. Messages in
 /// other words would turn the history's everyday terms rare in the sample
 /// [`retrieve::candidate_pool`] tells common terms by, which is another
-/// measurement (see `bench/2026-11-28-agent-turns/`).
+/// measurement (see `lab/results/2026-11-28-agent-turns/`).
 fn turn_message(writer: usize, i: u64) -> Value {
     let mut message = chat_message(TURN_NUMBERS + writer as u64 * 1_000_000, i);
     message["session_id"] = json!(turn_session(writer));

@@ -415,7 +415,7 @@ const WARM_UP_EVENTS: usize = 200;
 /// have them planned again: in a live projection step, reading six events
 /// of a tenant's log took 0.2 ms through a plan that scanned the tenant's
 /// whole log by another index, against 0.05 ms through the primary key
-/// (`bench/2026-12-04-warm-start/`).
+/// (`lab/results/2026-12-04-warm-start/`).
 async fn warm_up(
     pool: &sqlx::PgPool,
     client: &reqwest::Client,

@@ -72,7 +72,7 @@ enum BenchCommand {
         /// Loads of each page measured.
         #[arg(long, default_value_t = 50)]
         repeats: usize,
-        #[arg(long, default_value = "bench/console.md")]
+        #[arg(long, default_value = "lab/results/console.md")]
         out: PathBuf,
     },
     /// Append throughput and latency: single and batched, 1 to 32 writers,
@@ -85,7 +85,7 @@ enum BenchCommand {
         #[arg(long, default_value_t = 100)]
         batch: usize,
         /// Where to write the results.
-        #[arg(long, default_value = "bench/append.md")]
+        #[arg(long, default_value = "lab/results/append.md")]
         out: PathBuf,
         /// Run the daemon without its projectors, to see what they cost
         /// the appends they run beside.
@@ -111,7 +111,7 @@ enum BenchCommand {
         #[arg(long, value_delimiter = ',', default_value = "100000")]
         embed_sizes: Vec<u64>,
         /// Where to write the results.
-        #[arg(long, default_value = "bench/project.md")]
+        #[arg(long, default_value = "lab/results/project.md")]
         out: PathBuf,
         #[command(flatten)]
         embedder: EmbedderArgs,
@@ -138,7 +138,7 @@ enum BenchCommand {
         #[arg(long)]
         keep_database: Option<String>,
         /// Where to write the results.
-        #[arg(long, default_value = "bench/acb.md")]
+        #[arg(long, default_value = "lab/results/acb.md")]
         out: PathBuf,
         #[command(flatten)]
         embedder: EmbedderArgs,
@@ -151,7 +151,7 @@ enum BenchCommand {
         /// Searches timed.
         #[arg(long, default_value_t = 200)]
         searches: usize,
-        #[arg(long, default_value = "bench/vectors.md")]
+        #[arg(long, default_value = "lab/results/vectors.md")]
         out: PathBuf,
         /// The embedder whose question vectors are timed too (none: skip).
         #[command(flatten)]
@@ -172,7 +172,7 @@ enum BenchCommand {
         /// Events in the history.
         #[arg(long, default_value_t = 1_000_000)]
         events: u64,
-        #[arg(long, default_value = "bench/transfer.md")]
+        #[arg(long, default_value = "lab/results/transfer.md")]
         out: PathBuf,
     },
     /// Whether costs stay flat as the log grows: one log over several
@@ -191,7 +191,7 @@ enum BenchCommand {
         /// missing); a later run loads only what is missing.
         #[arg(long)]
         keep_database: Option<String>,
-        #[arg(long, default_value = "bench/scale.md")]
+        #[arg(long, default_value = "lab/results/scale.md")]
         out: PathBuf,
     },
     /// Projection shared by several `memd project` processes: throughput
@@ -207,7 +207,7 @@ enum BenchCommand {
         /// Numbers of processes, a run for each.
         #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
         processes: Vec<usize>,
-        #[arg(long, default_value = "bench/workers.md")]
+        #[arg(long, default_value = "lab/results/workers.md")]
         out: PathBuf,
     },
     /// Retrieval quality on LoCoMo conversations (recall of evidence turns
@@ -222,7 +222,7 @@ enum BenchCommand {
         #[arg(long)]
         kit: Option<PathBuf>,
         /// Where to write the results (rankings go to `<out>.results/`).
-        #[arg(long, default_value = "bench/locomo.md")]
+        #[arg(long, default_value = "lab/results/locomo.md")]
         out: PathBuf,
         /// Recall at scale: each conversation is also recorded into a
         /// tenant already holding this many events of other history (half
@@ -247,7 +247,7 @@ enum BenchCommand {
         /// A source tree (this repository by default).
         #[arg(long, default_value = ".")]
         source: PathBuf,
-        #[arg(long, default_value = "bench/redaction.md")]
+        #[arg(long, default_value = "lab/results/redaction.md")]
         out: PathBuf,
     },
 }

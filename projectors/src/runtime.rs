@@ -308,10 +308,10 @@ pub async fn lagging_tenants(pool: &PgPool, engine: &Engine) -> Result<Vec<Strin
 
 /// [`RuntimeConfig::gather`] unless configured: at a steady stream of
 /// single appends from one writer, 10 ms instead of 2 cut the CPU per
-/// appended event by an eighth (`bench/2026-12-04-gather/`), for a few ms
+/// appended event by an eighth (`lab/results/2026-12-04-gather/`), for a few ms
 /// more of projection lag; since a tenant announced during its own step
 /// waits for the next window too, a step carries ~8 events instead of ~2
-/// there (`bench/2026-12-05-steps/`).
+/// there (`lab/results/2026-12-05-steps/`).
 pub const DEFAULT_GATHER: Duration = Duration::from_millis(10);
 
 async fn work(

@@ -53,7 +53,7 @@ impl Schema {
     /// or so after the first fifty events), the reads of the log may be
     /// planned through another index than the primary key and scan the
     /// tenant's whole log until that ANALYZE has them planned again
-    /// (`bench/2026-12-04-warm-start/`).
+    /// (`lab/results/2026-12-04-warm-start/`).
     ///
     /// Left to choose, PostgreSQL plans these statements anew at every
     /// execution: it knows the length of an array it is given as a value

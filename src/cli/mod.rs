@@ -127,7 +127,7 @@ enum Command {
     /// checkpoint; with --out, also write them as files to keep elsewhere.
     Checkpoint(audit::CheckpointArgs),
     /// Fault drills: kill the daemon under load, check nothing acknowledged
-    /// was lost (figures to bench/drills.md).
+    /// was lost (figures to lab/results/drills.md).
     Drill {
         #[command(subcommand)]
         command: memd::drill::DrillCommand,

@@ -47,7 +47,7 @@ pub enum DrillCommand {
         /// Concurrent clients sending appends.
         #[arg(long, default_value_t = 8)]
         clients: usize,
-        #[arg(long, default_value = "bench/drills.md")]
+        #[arg(long, default_value = "lab/results/drills.md")]
         out: PathBuf,
     },
     /// Restart PostgreSQL under load (a private server the drill starts):
@@ -57,7 +57,7 @@ pub enum DrillCommand {
         rounds: usize,
         #[arg(long, default_value_t = 8)]
         clients: usize,
-        #[arg(long, default_value = "bench/drills.md")]
+        #[arg(long, default_value = "lab/results/drills.md")]
         out: PathBuf,
     },
     /// Stop PostgreSQL under load for `--down-seconds`, then start it again.
@@ -68,7 +68,7 @@ pub enum DrillCommand {
         rounds: usize,
         #[arg(long, default_value_t = 8)]
         clients: usize,
-        #[arg(long, default_value = "bench/drills.md")]
+        #[arg(long, default_value = "lab/results/drills.md")]
         out: PathBuf,
     },
     /// Clients mixing appends and bundles for a long while: errors,
@@ -81,7 +81,7 @@ pub enum DrillCommand {
         /// The daemon's embedder (as `memd serve --embedder`).
         #[arg(long, default_value = "minilm")]
         embedder: String,
-        #[arg(long, default_value = "bench/drills.md")]
+        #[arg(long, default_value = "lab/results/drills.md")]
         out: PathBuf,
     },
     /// Fuzz the HTTP API from its OpenAPI document with schemathesis
@@ -99,7 +99,7 @@ pub enum DrillCommand {
         seed: u64,
         #[arg(long, default_value = "target/drill-venv")]
         venv: PathBuf,
-        #[arg(long, default_value = "bench/drills.md")]
+        #[arg(long, default_value = "lab/results/drills.md")]
         out: PathBuf,
     },
 }

@@ -195,7 +195,7 @@ SELECT count(*) AS inserted FROM inserted"
 /// by scanning the tenant's whole log in the `(tenant_id, idempotency_key)`
 /// index (PostgreSQL prices a parameter array at ten elements): one append
 /// then read the index entry, and often the row, of every earlier event of
-/// its tenant (`bench/2026-12-04-profile/`).
+/// its tenant (`lab/results/2026-12-04-profile/`).
 const INSERT_EVENTS_AFTER_HEAD: &str = insert_events_after_head!("");
 
 /// [`insert_events_after_head`] when some event has a key: stores nothing

@@ -355,7 +355,7 @@ async fn appends_and_live_steps_plan_their_statements_once(
 
     // Appends without a key never look keys up. A single event with one is
     // planned for its values: a plan made once for any keys could read all
-    // of the tenant's (bench/2026-12-04-profile/).
+    // of the tenant's (lab/results/2026-12-04-profile/).
     let key_lookup = "e.idempotency_key = ANY";
     assert_eq!(plans(&appends, key_lookup).await, (0, 0));
     assert_eq!(plans(&one, key_lookup).await, (0, 0));
