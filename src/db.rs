@@ -196,3 +196,8 @@ impl ScratchDatabase {
         Ok(())
     }
 }
+
+/// Whether the database answers at all (`/readyz`).
+pub async fn reachable(pool: &PgPool) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT 1").execute(pool).await.map(drop)
+}

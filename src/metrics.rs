@@ -72,6 +72,16 @@ impl Outcome {
     }
 
     /// The outcome an HTTP status stands for.
+    /// A call's failure as the metrics count it.
+    pub fn of_failure(failure: crate::calls::error::Failure) -> Self {
+        use crate::calls::error::Failure;
+        match failure {
+            Failure::Unavailable => Self::Unavailable,
+            Failure::Internal => Self::Failed,
+            _ => Self::Refused,
+        }
+    }
+
     pub fn of_status(status: StatusCode) -> Self {
         if status.is_success() {
             Self::Ok

@@ -8,5 +8,6 @@ pub mod erase;
 pub mod jobs;
 pub mod policy_file;
 pub mod progress;
+pub mod projections;
 pub mod transfer;
 pub mod views;

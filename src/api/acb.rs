@@ -4,7 +4,7 @@ use axum::{Json, extract::State, http::StatusCode, response::IntoResponse, respo
 
 use super::{
     ApiState,
-    error::{ApiError, ErrorBody},
+    error::{CallError, ErrorBody},
     extract::{Authenticated, JsonBody},
 };
 use crate::{
@@ -38,7 +38,7 @@ pub async fn post_build(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
     JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     let acb = build(&state, &caller, body).await?;
     Ok((StatusCode::OK, Json(acb)).into_response())
 }

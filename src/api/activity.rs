@@ -8,7 +8,7 @@ use axum::{
 
 use super::{
     ApiState,
-    error::{ApiError, ErrorBody},
+    error::{CallError, ErrorBody},
     extract::{Authenticated, QueryParams},
 };
 use crate::calls::activity::{
@@ -39,7 +39,7 @@ pub async fn get_sessions(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
     QueryParams(query): QueryParams<SessionQuery>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     Ok(Json(list_sessions(&state, &caller, &query).await?).into_response())
 }
 
@@ -66,6 +66,6 @@ pub async fn get_agents(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
     QueryParams(query): QueryParams<AgentQuery>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     Ok(Json(list_agents(&state, &caller, &query).await?).into_response())
 }

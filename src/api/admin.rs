@@ -8,13 +8,12 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use chrono::{DateTime, Utc};
 use memd_projectors::projections;
 use serde::{Deserialize, Serialize};
 
 use super::{
     ApiState,
-    error::{ApiError, ErrorBody},
+    error::{CallError, ErrorBody, Failure},
     extract::{Authenticated, JsonBody, OptionalJsonBody, PathId},
     require_scope,
 };
@@ -23,6 +22,7 @@ use crate::{
         embedder::{self, EmbedderStatus},
         erase::{self, EraseError, Erasure},
         jobs::{self, AdminJob, JobKind, JobState, JobStatus},
+        projections::ProjectionsStatus,
     },
     audit::checkpoint::Checkpoint,
     domain::{FieldError, event::check_id, parse_json, tenant::Scope},
@@ -84,12 +84,12 @@ pub async fn post_rebuild(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
     OptionalJsonBody(body): OptionalJsonBody,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     require_scope(&caller, Scope::Admin)?;
-    let request: RebuildRequest = parse_json("", body).map_err(ApiError::invalid)?;
+    let request: RebuildRequest = parse_json("", body).map_err(CallError::invalid)?;
     for (index, name) in request.projectors.iter().enumerate() {
         if !projections::NAMES.contains(&name.as_str()) {
-            return Err(ApiError::invalid(FieldError::new(
+            return Err(CallError::invalid(FieldError::new(
                 format!("projectors[{index}]"),
                 format!(
                     "unknown projector {name:?}; known: {}",
@@ -133,9 +133,9 @@ pub async fn post_drift_check(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
     OptionalJsonBody(body): OptionalJsonBody,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     require_scope(&caller, Scope::Admin)?;
-    let DriftCheckRequest {} = parse_json("", body).map_err(ApiError::invalid)?;
+    let DriftCheckRequest {} = parse_json("", body).map_err(CallError::invalid)?;
     queue(
         &state,
         AdminJob::DriftCheck {
@@ -145,15 +145,15 @@ pub async fn post_drift_check(
     .await
 }
 
-async fn queue(state: &ApiState, job: AdminJob) -> Result<Response, ApiError> {
+async fn queue(state: &ApiState, job: AdminJob) -> Result<Response, CallError> {
     let body = enqueue(state, job).await?;
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
-async fn enqueue(state: &ApiState, job: AdminJob) -> Result<JobQueued, ApiError> {
+async fn enqueue(state: &ApiState, job: AdminJob) -> Result<JobQueued, CallError> {
     let job_id = jobs::enqueue(&state.pool, &job)
         .await
-        .map_err(|err| ApiError::internal(&err))?;
+        .map_err(|err| CallError::internal(&err))?;
     Ok(JobQueued {
         status_url: format!("/api/v1/admin/jobs/{job_id}"),
         job_id,
@@ -249,12 +249,12 @@ pub async fn post_verify(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
     OptionalJsonBody(body): OptionalJsonBody,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     require_scope(&caller, Scope::Admin)?;
-    let request: VerifyRequest = parse_json("", body).map_err(ApiError::invalid)?;
+    let request: VerifyRequest = parse_json("", body).map_err(CallError::invalid)?;
     request
         .check(caller.tenant.as_str())
-        .map_err(ApiError::invalid)?;
+        .map_err(CallError::invalid)?;
     queue(
         &state,
         AdminJob::Verify {
@@ -264,37 +264,6 @@ pub async fn post_verify(
         },
     )
     .await
-}
-
-/// Where each of the tenant's projections stands.
-#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
-pub struct ProjectionStatus {
-    /// The projector (`chunks`, `decisions`, ...).
-    name: String,
-    /// The last seq it applied (0: none yet).
-    cursor_seq: i64,
-    /// The projector version its rows were built by; null before its first
-    /// batch.
-    #[schema(required = true)]
-    version: Option<i32>,
-    /// Events of the log it has not applied yet.
-    lag: i64,
-    /// Its last failure (the batch was rolled back and retried): the
-    /// error, or null if it never failed. Lag 0 means it has recovered
-    /// since.
-    #[schema(required = true)]
-    last_error: Option<String>,
-    /// When that failure happened.
-    #[schema(required = true)]
-    last_error_at: Option<DateTime<Utc>>,
-}
-
-/// The tenant's projections.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ProjectionsStatus {
-    /// The seq of the tenant's newest event.
-    head_seq: i64,
-    projections: Vec<ProjectionStatus>,
 }
 
 /// Read where the projections stand
@@ -316,48 +285,10 @@ pub struct ProjectionsStatus {
 pub async fn get_projections(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     require_scope(&caller, Scope::Admin)?;
-    let head_seq: i64 = sqlx::query_scalar(
-        "SELECT coalesce((SELECT seq FROM tenant_heads WHERE tenant_id = $1), 0)",
-    )
-    .bind(caller.tenant.as_str())
-    .fetch_one(&state.pool)
-    .await?;
-    let projections: Vec<ProjectionStatus> = sqlx::query_as(
-        // The projections, then the tenant's embeddings projections (one
-        // per embedder it has); a failure the engine recorded for the whole
-        // batch (`projections`, `embeddings`) counts for each of its own.
-        "WITH names AS (
-             SELECT name, position FROM unnest($2::text[]) WITH ORDINALITY AS p (name, position)
-             UNION ALL
-             SELECT projector, 1000 FROM projections.cursors
-              WHERE tenant_id = $1 AND projector LIKE 'embeddings\\_%'
-         )
-         SELECT n.name, coalesce(c.seq, 0) AS cursor_seq, c.version,
-                $3 - coalesce(c.seq, 0) AS lag, f.error AS last_error, f.failed_at AS last_error_at
-           FROM names n
-           LEFT JOIN projections.cursors c ON c.projector = n.name AND c.tenant_id = $1
-           LEFT JOIN LATERAL (
-                SELECT error, failed_at FROM projections.failures f
-                 WHERE f.tenant_id = $1
-                   AND f.projector IN (n.name, CASE WHEN n.name LIKE 'embeddings\\_%'
-                                                    THEN $5 ELSE $4 END)
-                 ORDER BY failed_at DESC LIMIT 1) f ON true
-          ORDER BY n.position, n.name",
-    )
-    .bind(caller.tenant.as_str())
-    .bind(projections::NAMES)
-    .bind(head_seq)
-    .bind(memd_projectors::runtime::ENGINE_LABEL)
-    .bind(memd_projectors::embed::worker::LABEL)
-    .fetch_all(&state.pool)
-    .await?;
-    Ok(Json(ProjectionsStatus {
-        head_seq,
-        projections,
-    })
-    .into_response())
+    let status = crate::admin::projections::status(&state.pool, caller.tenant.as_str()).await?;
+    Ok(Json(status).into_response())
 }
 
 /// Read a job's status and result
@@ -382,11 +313,11 @@ pub async fn get_job(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
     PathId(job_id): PathId,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     require_scope(&caller, Scope::Admin)?;
     let status = jobs::status(&state.pool, caller.tenant.as_str(), &job_id)
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("no job {job_id}")))?;
+        .ok_or_else(|| CallError::not_found(format!("no job {job_id}")))?;
     Ok(Json(status).into_response())
 }
 
@@ -417,7 +348,7 @@ pub(super) struct EmbedderRequest {
 pub async fn get_embedder(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     require_scope(&caller, Scope::Admin)?;
     let status = embedder::status(
         &state.pool,
@@ -452,13 +383,13 @@ pub async fn put_embedder(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
     JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     require_scope(&caller, Scope::Admin)?;
-    let request: EmbedderRequest = parse_json("", body).map_err(ApiError::invalid)?;
-    let name = embedder::known(&request.embedder).map_err(ApiError::invalid)?;
+    let request: EmbedderRequest = parse_json("", body).map_err(CallError::invalid)?;
+    let name = embedder::known(&request.embedder).map_err(CallError::invalid)?;
     let semantic = &state.reader.semantic;
     if let Some(reason) = semantic.unavailable(Some(name)) {
-        return Err(ApiError::invalid(FieldError::new("embedder", reason)));
+        return Err(CallError::invalid(FieldError::new("embedder", reason)));
     }
     let default = semantic.default_embedder();
     embedder::choose(&state.pool, caller.tenant.as_str(), name, default).await?;
@@ -512,12 +443,12 @@ pub async fn post_erase(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
     JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     require_scope(&caller, Scope::Admin)?;
-    let request: EraseRequest = parse_json("", body).map_err(ApiError::invalid)?;
-    check_id("subject_id", &request.subject_id).map_err(ApiError::invalid)?;
+    let request: EraseRequest = parse_json("", body).map_err(CallError::invalid)?;
+    check_id("subject_id", &request.subject_id).map_err(CallError::invalid)?;
     let by = request.by.unwrap_or_else(|| "admin-api".into());
-    check_id("by", &by).map_err(ApiError::invalid)?;
+    check_id("by", &by).map_err(CallError::invalid)?;
     let erasure = erase::erase(
         &state.pool,
         &state.reader.keyring,
@@ -527,13 +458,13 @@ pub async fn post_erase(
     )
     .await
     .map_err(|err| match err {
-        EraseError::Unknown(_) => ApiError::not_found(err.to_string()).with_field("subject_id"),
+        EraseError::Unknown(_) => CallError::not_found(err.to_string()).with_field("subject_id"),
         EraseError::AlreadyErased(_) => {
-            ApiError::new(StatusCode::CONFLICT, "subject_erased", err.to_string())
+            CallError::new(Failure::Conflict, "subject_erased", err.to_string())
                 .with_field("subject_id")
         }
         EraseError::Database(db) => db.into(),
-        EraseError::Record { .. } => ApiError::internal(&err),
+        EraseError::Record { .. } => CallError::internal(&err),
     })?;
     let rebuild = enqueue(
         &state,

@@ -8,7 +8,7 @@ use axum::{
 
 use super::{
     ApiState,
-    error::{ApiError, ErrorBody},
+    error::{CallError, ErrorBody},
     extract::{Authenticated, PathId},
 };
 use crate::calls::artifacts::{Artifact, fetch};
@@ -40,7 +40,7 @@ pub async fn get_artifact(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
     PathId(artifact_id): PathId,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     let Artifact {
         bytes,
         media_type,

@@ -9,7 +9,7 @@ use axum::{
 
 use super::{
     ApiState,
-    error::{ApiError, ErrorBody},
+    error::{CallError, ErrorBody},
     extract::Authenticated,
     require_scope,
 };
@@ -39,10 +39,10 @@ use crate::{
 pub async fn get_latest(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     require_scope(&caller, Scope::Read)?;
     let latest = checkpoint::latest(&state.pool, caller.tenant.as_str())
         .await?
-        .ok_or_else(|| ApiError::not_found("no checkpoint of this tenant yet"))?;
+        .ok_or_else(|| CallError::not_found("no checkpoint of this tenant yet"))?;
     Ok(Json(latest).into_response())
 }

@@ -12,9 +12,9 @@ use axum::{
 
 use super::{
     ApiState,
-    error::{ApiError, ErrorBody},
+    error::{CallError, ErrorBody},
     extract::{Authenticated, JsonBody, QueryParams},
-    require_scope,
+    failure, require_scope,
 };
 use crate::{
     calls::{
@@ -52,7 +52,7 @@ pub async fn get_decisions(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
     QueryParams(query): QueryParams<DecisionQuery>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     require_scope(&caller, Scope::Read)?;
     let decisions = query_ledger(&state, &caller, &query).await?;
     Ok(Json(DecisionList { decisions }).into_response())
@@ -76,7 +76,7 @@ pub async fn get_decisions_query(
     state: State<ApiState>,
     caller: Authenticated,
     query: QueryParams<DecisionQuery>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     get_decisions(state, caller, query).await
 }
 
@@ -113,7 +113,7 @@ pub async fn post_decision(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
     JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     let (status, appended) = record_kind(&state, &caller, &DECISION_BODY, body).await?;
-    Ok((status, Json(appended)).into_response())
+    Ok((failure::stored(status), Json(appended)).into_response())
 }

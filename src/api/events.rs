@@ -10,8 +10,9 @@ use axum::{
 
 use super::{
     ApiState,
-    error::{ApiError, ErrorBody},
+    error::{CallError, ErrorBody},
     extract::{Authenticated, JsonBody, PathId},
+    failure,
 };
 use crate::{
     calls::{
@@ -48,9 +49,9 @@ pub async fn post_events(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
     JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     let (status, body) = record(&state, &caller, body).await?;
-    Ok((status, Json(body)).into_response())
+    Ok((failure::stored(status), Json(body)).into_response())
 }
 
 /// Correct one memory
@@ -85,7 +86,7 @@ pub async fn post_correct(
     Authenticated(caller): Authenticated,
     PathId(event_id): PathId,
     JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     let (status, body) = correct(&state, &caller, &event_id, body).await?;
-    Ok((status, Json(body)).into_response())
+    Ok((failure::stored(status), Json(body)).into_response())
 }

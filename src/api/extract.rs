@@ -9,7 +9,10 @@ use axum::{
     http::{StatusCode, request::Parts},
 };
 
-use super::{ApiState, error::ApiError};
+use super::{
+    ApiState,
+    error::{CallError, Failure},
+};
 use crate::calls::authenticate;
 use crate::{
     domain::{FieldError, strict_json},
@@ -22,7 +25,7 @@ use crate::{
 pub struct JsonBody(pub serde_json::Value);
 
 impl FromRequest<ApiState> for JsonBody {
-    type Rejection = ApiError;
+    type Rejection = CallError;
 
     async fn from_request(req: Request, state: &ApiState) -> Result<Self, Self::Rejection> {
         let bytes = body_bytes(req, state).await?;
@@ -35,7 +38,7 @@ impl FromRequest<ApiState> for JsonBody {
 pub struct OptionalJsonBody(pub serde_json::Value);
 
 impl FromRequest<ApiState> for OptionalJsonBody {
-    type Rejection = ApiError;
+    type Rejection = CallError;
 
     async fn from_request(req: Request, state: &ApiState) -> Result<Self, Self::Rejection> {
         let bytes = body_bytes(req, state).await?;
@@ -46,18 +49,18 @@ impl FromRequest<ApiState> for OptionalJsonBody {
     }
 }
 
-async fn body_bytes(req: Request, state: &ApiState) -> Result<Bytes, ApiError> {
+async fn body_bytes(req: Request, state: &ApiState) -> Result<Bytes, CallError> {
     let caller = req.extensions().get::<Caller>().cloned();
     let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
+            CallError::new(
+                Failure::TooLarge,
                 "body_too_large",
                 "the request body is over the daemon's limit (--max-body-bytes)",
             )
             .with_field("body")
         } else {
-            ApiError::new(rejection.status(), "bad_body", rejection.body_text()).with_field("body")
+            CallError::new(Failure::Invalid, "bad_body", rejection.body_text()).with_field("body")
         }
     })?;
     if let Some(caller) = caller {
@@ -72,10 +75,10 @@ async fn body_bytes(req: Request, state: &ApiState) -> Result<Bytes, ApiError> {
 /// struct from an array of its fields in order, so `[]` must be refused
 /// here, not left to each handler.) A key twice in one object, or an
 /// integer past 64 bits, is refused ([`strict_json`]).
-fn parse(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
-    let value = strict_json::parse(bytes).map_err(ApiError::invalid)?;
+fn parse(bytes: &[u8]) -> Result<serde_json::Value, CallError> {
+    let value = strict_json::parse(bytes).map_err(CallError::invalid)?;
     if !value.is_object() {
-        return Err(ApiError::invalid(FieldError::new(
+        return Err(CallError::invalid(FieldError::new(
             "body",
             "must be a JSON object",
         )));
@@ -83,7 +86,7 @@ fn parse(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
     // No request field may hold U+0000: PostgreSQL stores it in neither text
     // nor jsonb, so it would fail deep in a query as a 500 (schemathesis
     // found one in a bundle's `query_text`).
-    crate::domain::event::check_no_nul_in_json(&value, "").map_err(ApiError::invalid)?;
+    crate::domain::event::check_no_nul_in_json(&value, "").map_err(CallError::invalid)?;
     Ok(value)
 }
 
@@ -96,13 +99,13 @@ where
     T: serde::de::DeserializeOwned,
     S: Send + Sync,
 {
-    type Rejection = ApiError;
+    type Rejection = CallError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         axum::extract::Query::<T>::from_request_parts(parts, state)
             .await
             .map(|axum::extract::Query(params)| QueryParams(params))
-            .map_err(|err| ApiError::invalid(FieldError::new("query", err.body_text())))
+            .map_err(|err| CallError::invalid(FieldError::new("query", err.body_text())))
     }
 }
 
@@ -112,13 +115,13 @@ where
 pub struct PathId(pub String);
 
 impl<S: Send + Sync> FromRequestParts<S> for PathId {
-    type Rejection = ApiError;
+    type Rejection = CallError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         axum::extract::Path::<String>::from_request_parts(parts, state)
             .await
             .map(|axum::extract::Path(id)| PathId(id))
-            .map_err(|err| ApiError::invalid(FieldError::new("path", err.body_text())))
+            .map_err(|err| CallError::invalid(FieldError::new("path", err.body_text())))
     }
 }
 
@@ -128,13 +131,20 @@ impl<S: Send + Sync> FromRequestParts<S> for PathId {
 pub struct Authenticated(pub Caller);
 
 impl FromRequestParts<ApiState> for Authenticated {
-    type Rejection = ApiError;
+    type Rejection = CallError;
 
     async fn from_request_parts(
         parts: &mut Parts,
         state: &ApiState,
     ) -> Result<Self, Self::Rejection> {
-        let caller = authenticate(&parts.headers, state).await?;
+        let caller = authenticate(
+            parts
+                .headers
+                .get(axum::http::header::AUTHORIZATION)
+                .map(|value| value.as_bytes()),
+            state,
+        )
+        .await?;
         // For the body extractors, which charge what they read.
         parts.extensions.insert(caller.clone());
         Ok(Authenticated(caller))

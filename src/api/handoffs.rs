@@ -6,7 +6,7 @@ use axum::{Json, extract::State, http::StatusCode, response::IntoResponse, respo
 
 use super::{
     ApiState,
-    error::{ApiError, ErrorBody},
+    error::{CallError, ErrorBody},
     extract::{Authenticated, JsonBody, QueryParams},
 };
 use crate::{
@@ -45,7 +45,7 @@ pub async fn get_inbox(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
     QueryParams(query): QueryParams<InboxQuery>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     let handoffs = inbox(&state, &caller, &query).await?;
     Ok(Json(Inbox { handoffs }).into_response())
 }
@@ -74,7 +74,7 @@ pub async fn post_handoff(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
     JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     let body = create(&state, &caller, body).await?;
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }

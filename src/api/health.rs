@@ -95,7 +95,7 @@ fn refused(state: &ApiState) -> Option<std::collections::BTreeMap<String, String
     ),
 )]
 pub async fn readyz(State(state): State<ApiState>) -> (StatusCode, Json<Health>) {
-    match sqlx::query("SELECT 1").execute(&state.pool).await {
+    match crate::db::reachable(&state.pool).await {
         Ok(_) => (
             StatusCode::OK,
             Json(Health {

@@ -10,6 +10,7 @@ mod checkpoints;
 mod decisions;
 mod events;
 pub(crate) mod extract;
+mod failure;
 mod handoffs;
 mod health;
 mod log;
@@ -23,14 +24,14 @@ mod tasks;
 use axum::{
     Router,
     extract::DefaultBodyLimit,
-    http::{Method, StatusCode},
+    http::Method,
     routing::{MethodFilter, MethodRouter, on},
 };
 
 // The handlers' shared state, error shape and scope check, under the names
 // they use (`super::ApiState`, `super::error`).
-use crate::calls::{ApiState, error, page_limit, require_scope};
-use error::ApiError;
+use crate::calls::{ApiState, error, require_scope};
+use error::{CallError, Failure};
 
 /// One route the daemon serves.
 pub struct Route {
@@ -292,10 +293,10 @@ pub fn router(
         .nest_service("/mcp", mcp)
         // The console's page and files (HTML, not in the OpenAPI document).
         .merge(crate::console::router())
-        .fallback(|| async { ApiError::not_found("no such route") })
+        .fallback(|| async { CallError::not_found("no such route") })
         .method_not_allowed_fallback(|| async {
-            ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
+            CallError::new(
+                Failure::MethodNotAllowed,
                 "method_not_allowed",
                 "method not allowed on this route",
             )
@@ -320,8 +321,8 @@ async fn body_deadline(
 ) -> axum::response::Response {
     use axum::response::IntoResponse as _;
     let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
+        CallError::new(
+            Failure::TooLarge,
             "body_too_large",
             "the request body is over the daemon's limit (--max-body-bytes)",
         )
@@ -344,11 +345,11 @@ async fn body_deadline(
         }
         // http-body-util's limit error, as axum wraps it.
         Ok(Err(err)) if err.to_string() == "length limit exceeded" => too_large(),
-        Ok(Err(err)) => ApiError::new(StatusCode::BAD_REQUEST, "bad_body", err.to_string())
+        Ok(Err(err)) => CallError::new(Failure::Invalid, "bad_body", err.to_string())
             .with_field("body")
             .into_response(),
-        Err(_) => ApiError::new(
-            StatusCode::REQUEST_TIMEOUT,
+        Err(_) => CallError::new(
+            Failure::Timeout,
             "request_timeout",
             format!(
                 "the request body did not arrive within {} s of its headers (--body-read-timeout-secs)",
@@ -379,7 +380,7 @@ async fn refuse_nul_in_uri(
         None
     };
     match field {
-        Some(field) => ApiError::invalid(crate::domain::FieldError::new(
+        Some(field) => CallError::invalid(crate::domain::FieldError::new(
             field,
             "must not contain the NUL character (U+0000)",
         ))

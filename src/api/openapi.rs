@@ -16,8 +16,10 @@ use utoipa::{
 
 use super::{
     acb, activity, admin, artifacts, checkpoints, decisions,
-    error::{BodyTooLarge, ErrorBody, RateLimited, Unauthorized, Unavailable},
-    events, handoffs, health, log, policy, proofs, search, summaries, tasks,
+    error::ErrorBody,
+    events,
+    failure::{BodyTooLarge, RateLimited, Unauthorized, Unavailable},
+    handoffs, health, log, policy, proofs, search, summaries, tasks,
 };
 
 /// What `info.description` says: what an integrator needs before the first call.

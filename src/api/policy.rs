@@ -6,7 +6,7 @@ use axum::{Json, extract::State, response::IntoResponse, response::Response};
 
 use super::{
     ApiState,
-    error::{ApiError, ErrorBody},
+    error::{CallError, ErrorBody},
     extract::{Authenticated, JsonBody},
     require_scope,
 };
@@ -37,7 +37,7 @@ const VERSION_HEADER: &str = "memd-policy-version";
 pub async fn get_policy(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     require_scope(&caller, Scope::Read)?;
     let policy = policy::load(&state.pool, caller.tenant.as_str()).await?;
     Ok(([(VERSION_HEADER, policy.version.to_string())], Json(policy)).into_response())
@@ -68,9 +68,9 @@ pub async fn put_policy(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
     JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     require_scope(&caller, Scope::Admin)?;
-    let policy = Policy::parse(body).map_err(ApiError::invalid)?;
+    let policy = Policy::parse(body).map_err(CallError::invalid)?;
     let version = policy::store(&state.pool, caller.tenant.as_str(), &policy).await?;
     // Other daemons hear of it by notification.
     state.reader.cache.forget_policy(caller.tenant.as_str());

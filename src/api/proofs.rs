@@ -13,14 +13,13 @@ use serde::Deserialize;
 
 use super::{
     ApiState,
-    error::{ApiError, ErrorBody},
+    error::{CallError, ErrorBody},
     extract::{Authenticated, PathId, QueryParams},
     require_scope,
 };
 use crate::{
     audit::tree::{self, ConsistencyProof, InclusionProof, ProofError},
     domain::{FieldError, tenant::Scope},
-    read::privacy::event_row_condition,
 };
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -44,9 +43,9 @@ pub struct ConsistencyQuery {
     pub second: Option<u64>,
 }
 
-fn out_of_range(field: &str, err: ProofError) -> ApiError {
+fn out_of_range(field: &str, err: ProofError) -> CallError {
     match err {
-        ProofError::OutOfRange(message) => ApiError::invalid(FieldError::new(field, message)),
+        ProofError::OutOfRange(message) => CallError::invalid(FieldError::new(field, message)),
         ProofError::Database(err) => err.into(),
     }
 }
@@ -78,19 +77,12 @@ pub async fn get_inclusion(
     Authenticated(caller): Authenticated,
     PathId(event_id): PathId,
     QueryParams(query): QueryParams<ProofQuery>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     require_scope(&caller, Scope::Read)?;
     let tenant = caller.tenant.as_str();
-    let (seq, hash): (i64, Vec<u8>) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT seq, hash FROM events WHERE tenant_id = $1 AND event_id = $2 AND {owner}",
-        owner = event_row_condition(3)
-    )))
-    .bind(tenant)
-    .bind(&event_id)
-    .bind(&caller.agent)
-    .fetch_optional(&state.pool)
-    .await?
-    .ok_or_else(|| ApiError::not_found(format!("no event {event_id}")))?;
+    let (seq, hash) = tree::leaf(&state.pool, tenant, &event_id, caller.agent.as_deref())
+        .await?
+        .ok_or_else(|| CallError::not_found(format!("no event {event_id}")))?;
     let tree_size = match query.tree_size {
         Some(size) => size,
         None => tree::log_size(&state.pool, tenant).await?,
@@ -123,7 +115,7 @@ pub async fn get_consistency(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
     QueryParams(query): QueryParams<ConsistencyQuery>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     require_scope(&caller, Scope::Read)?;
     let tenant = caller.tenant.as_str();
     let second = match query.second {

@@ -8,74 +8,13 @@ use axum::{
     extract::State,
     response::{IntoResponse, Response},
 };
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::{
     ApiState,
-    error::{ApiError, ErrorBody},
+    error::{CallError, ErrorBody},
     extract::{Authenticated, QueryParams},
-    page_limit, require_scope,
 };
-use crate::{
-    domain::{
-        event::{Channel, Sensitivity},
-        tenant::Scope,
-    },
-    read::privacy::{Visibility, event_owner_condition},
-};
-
-const DEFAULT_LIMIT: i64 = 100;
-const MAX_LIMIT: i64 = 1_000;
-
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct SummaryQuery {
-    /// `true`: only flagged summaries; `false`: only clean ones.
-    pub conflicted: Option<bool>,
-    /// Only summaries of this session.
-    pub session_id: Option<String>,
-    /// Only what a bundle for this channel may show.
-    pub channel: Option<Channel>,
-    /// At most this many, newest first.
-    #[param(minimum = 1, maximum = 1000, default = 100)]
-    pub limit: Option<i64>,
-    /// Only summaries recorded before this seq (paging, newest first).
-    pub before_seq: Option<i64>,
-}
-
-/// A `summary` event as the ledger checked it.
-#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
-pub struct Summary {
-    /// The `summary` event's id.
-    event_id: String,
-    seq: i64,
-    ts: DateTime<Utc>,
-    session_id: String,
-    #[schema(value_type = Channel)]
-    channel: String,
-    #[schema(value_type = Sensitivity)]
-    sensitivity: String,
-    text: String,
-    /// The events it summarizes.
-    refs: Vec<String>,
-    /// `[{key, value}]` as recorded: what it asserts about decided keys.
-    claims: Value,
-    /// Whether any conflict was found.
-    conflicted: bool,
-    /// Each problem: `reason` (`no_refs`, `missing_refs`,
-    /// `contradicts_decision`), a `message`, and for a contradiction the
-    /// key, the claim, the decision in force and both sides' refs.
-    conflicts: Value,
-}
-
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct SummaryList {
-    /// Newest first.
-    summaries: Vec<Summary>,
-}
+use crate::calls::summaries::{self, SummaryList, SummaryQuery};
 
 /// List summaries with their conflict flags
 ///
@@ -100,39 +39,7 @@ pub async fn get_summaries(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
     QueryParams(query): QueryParams<SummaryQuery>,
-) -> Result<Response, ApiError> {
-    require_scope(&caller, Scope::Read)?;
-    let limit = page_limit(query.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
-    let visibility = query.channel.map(Visibility::new);
-    let mut summaries: Vec<Summary> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT event_id, seq, ts, session_id, channel, sensitivity, text, refs, claims,
-                conflicted, conflicts
-           FROM projections.summaries s
-          WHERE tenant_id = $1
-            AND {owner}
-            AND ($2::bool IS NULL OR conflicted = $2)
-            AND ($3::text IS NULL OR session_id = $3)
-            AND ($4::text[] IS NULL OR channel = ANY ($4))
-            AND ($5::text[] IS NULL OR sensitivity = ANY ($5))
-            AND ($6::bigint IS NULL OR seq < $6)
-          ORDER BY seq DESC LIMIT $7",
-        owner = event_owner_condition("s", "seq", 8)
-    )))
-    .bind(caller.tenant.as_str())
-    .bind(query.conflicted)
-    .bind(&query.session_id)
-    .bind(visibility.map(|v| v.channel_names()))
-    .bind(visibility.map(|v| v.sensitivity_names()))
-    .bind(query.before_seq)
-    .bind(limit)
-    .bind(&caller.agent)
-    .fetch_all(&state.pool)
-    .await?;
-    let (keyring, tenant) = (&state.reader.keyring, caller.tenant.as_str());
-    for summary in &mut summaries {
-        keyring.open_in_place(tenant, &mut summary.text)?;
-        keyring.open_json(tenant, &mut summary.claims)?;
-        keyring.open_json(tenant, &mut summary.conflicts)?;
-    }
-    Ok(Json(SummaryList { summaries }).into_response())
+) -> Result<Response, CallError> {
+    let summaries = summaries::list(&state, &caller, &query).await?;
+    Ok(Json(summaries).into_response())
 }

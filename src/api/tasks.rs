@@ -12,8 +12,9 @@ use axum::{
 
 use super::{
     ApiState,
-    error::{ApiError, ErrorBody},
+    error::{CallError, ErrorBody},
     extract::{Authenticated, JsonBody, QueryParams},
+    failure,
 };
 use crate::{
     calls::{
@@ -65,9 +66,9 @@ pub async fn post_task(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
     JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     let (status, appended) = record_kind(&state, &caller, &TASK_BODY, body).await?;
-    Ok((status, Json(appended)).into_response())
+    Ok((failure::stored(status), Json(appended)).into_response())
 }
 
 /// List tasks
@@ -91,7 +92,7 @@ pub async fn get_tasks(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
     QueryParams(query): QueryParams<TaskQuery>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     let tasks = list_tasks(&state, &caller, &query).await?;
     Ok(Json(TaskList { tasks }).into_response())
 }
@@ -113,7 +114,7 @@ pub async fn get_tasks(
 pub async fn get_views(
     State(state): State<ApiState>,
     Authenticated(caller): Authenticated,
-) -> Result<Response, ApiError> {
+) -> Result<Response, CallError> {
     let views = list_views(&state, &caller).await?;
     Ok(Json(ViewList { views }).into_response())
 }

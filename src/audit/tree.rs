@@ -100,6 +100,25 @@ pub enum ProofError {
     Database(#[from] sqlx::Error),
 }
 
+/// The seq and chain hash of `event_id`, a leaf of `tenant`'s tree, when
+/// the agent `agent` (or a tenant-wide caller: `None`) may read the event.
+pub async fn leaf(
+    pool: &PgPool,
+    tenant: &str,
+    event_id: &str,
+    agent: Option<&str>,
+) -> Result<Option<(i64, Vec<u8>)>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT seq, hash FROM events WHERE tenant_id = $1 AND event_id = $2 AND {owner}",
+        owner = crate::read::privacy::event_row_condition(3)
+    )))
+    .bind(tenant)
+    .bind(event_id)
+    .bind(agent)
+    .fetch_optional(pool)
+    .await
+}
+
 /// Events in `tenant`'s log.
 pub async fn log_size(pool: &PgPool, tenant: &str) -> Result<u64, sqlx::Error> {
     let seq: Option<i64> = sqlx::query_scalar("SELECT seq FROM tenant_heads WHERE tenant_id = $1")

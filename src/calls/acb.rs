@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::{ApiState, error::ApiError, require_scope};
+use super::{ApiState, error::CallError, require_scope};
 use crate::{
     domain::{parse_json, tenant::Scope},
     metrics::{BundleSeen, Outcome},
@@ -20,7 +20,11 @@ use crate::{
 
 /// Builds a bundle for `caller` from a request body: the one read path of
 /// HTTP and MCP.
-pub(crate) async fn build(state: &ApiState, caller: &Caller, body: Value) -> Result<Acb, ApiError> {
+pub(crate) async fn build(
+    state: &ApiState,
+    caller: &Caller,
+    body: Value,
+) -> Result<Acb, CallError> {
     let started = std::time::Instant::now();
     let built = build_unmeasured(state, caller, body).await;
     let tenant = caller.tenant.as_str();
@@ -40,7 +44,7 @@ pub(crate) async fn build(state: &ApiState, caller: &Caller, body: Value) -> Res
             }),
         ),
         Err(err) => {
-            let outcome = Outcome::of_status(err.status());
+            let outcome = Outcome::of_failure(err.failure());
             state
                 .metrics
                 .bundle(tenant, outcome, started.elapsed(), None);
@@ -49,9 +53,13 @@ pub(crate) async fn build(state: &ApiState, caller: &Caller, body: Value) -> Res
     built
 }
 
-async fn build_unmeasured(state: &ApiState, caller: &Caller, body: Value) -> Result<Acb, ApiError> {
+async fn build_unmeasured(
+    state: &ApiState,
+    caller: &Caller,
+    body: Value,
+) -> Result<Acb, CallError> {
     require_scope(caller, Scope::Read)?;
-    let request: AcbRequest = parse_json("", body).map_err(ApiError::invalid)?;
+    let request: AcbRequest = parse_json("", body).map_err(CallError::invalid)?;
     build_for(state, caller, request).await
 }
 
@@ -61,10 +69,10 @@ pub(crate) async fn search(
     state: &ApiState,
     caller: &Caller,
     body: Value,
-) -> Result<SearchResults, ApiError> {
+) -> Result<SearchResults, CallError> {
     require_scope(caller, Scope::Read)?;
-    let request: SearchRequest = parse_json("", body).map_err(ApiError::invalid)?;
-    let request = request.into_bundle_request().map_err(ApiError::invalid)?;
+    let request: SearchRequest = parse_json("", body).map_err(CallError::invalid)?;
+    let request = request.into_bundle_request().map_err(CallError::invalid)?;
     Ok(SearchResults::of(build_for(state, caller, request).await?))
 }
 
@@ -72,16 +80,16 @@ async fn build_for(
     state: &ApiState,
     caller: &Caller,
     mut request: AcbRequest,
-) -> Result<Acb, ApiError> {
+) -> Result<Acb, CallError> {
     if let Some(claimed) = &request.tenant_id
         && claimed != caller.tenant.as_str()
     {
-        return Err(ApiError::tenant_mismatch("tenant_id"));
+        return Err(CallError::tenant_mismatch("tenant_id"));
     }
     // An agent's token builds that agent's bundles only.
     if let Some(agent) = &caller.agent {
         match &request.agent_id {
-            Some(named) if named != agent => return Err(ApiError::agent_mismatch("agent_id")),
+            Some(named) if named != agent => return Err(CallError::agent_mismatch("agent_id")),
             _ => request.agent_id = Some(agent.clone()),
         }
     }
@@ -133,9 +141,9 @@ async fn build_for(
     Ok(acb)
 }
 
-fn acb_error(err: AcbError) -> ApiError {
+fn acb_error(err: AcbError) -> CallError {
     match err {
-        AcbError::Invalid(field) => ApiError::invalid(field),
-        AcbError::Database(db) => ApiError::from(db),
+        AcbError::Invalid(field) => CallError::invalid(field),
+        AcbError::Database(db) => CallError::from(db),
     }
 }

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{ApiState, error::ApiError, page_limit, require_scope};
+use super::{ApiState, error::CallError, page_limit, require_scope};
 use crate::{domain::tenant::Scope, tenants::Caller};
 
 const DEFAULT_LIMIT: i64 = 100;
@@ -64,7 +64,7 @@ pub(crate) async fn list_sessions(
     state: &ApiState,
     caller: &Caller,
     query: &SessionQuery,
-) -> Result<SessionPage, ApiError> {
+) -> Result<SessionPage, CallError> {
     require_scope(caller, Scope::Read)?;
     let limit = page_limit(query.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
     let sessions: Vec<Session> = state
@@ -163,7 +163,7 @@ pub(crate) async fn list_agents(
     state: &ApiState,
     caller: &Caller,
     query: &AgentQuery,
-) -> Result<AgentPage, ApiError> {
+) -> Result<AgentPage, CallError> {
     require_scope(caller, Scope::Read)?;
     let limit = page_limit(query.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
     // Tokens live on the primary alone: read it.

@@ -3,11 +3,14 @@
 
 use std::borrow::Cow;
 
-use axum::http::StatusCode;
 use memd_projectors::seal::{SEALED_PREFIX, SealError};
 use sqlx::Row;
 
-use super::{ApiState, error::ApiError, require_scope};
+use super::{
+    ApiState,
+    error::{CallError, Failure},
+    require_scope,
+};
 use crate::{domain::tenant::Scope, tenants::Caller};
 
 /// A stored tool output, whole.
@@ -30,7 +33,7 @@ async fn opened(
     state: &ApiState,
     caller: &Caller,
     row: &sqlx::postgres::PgRow,
-) -> Result<(Vec<u8>, bool), ApiError> {
+) -> Result<(Vec<u8>, bool), CallError> {
     let subject: Option<String> = row.try_get("subject_id")?;
     let stored: Vec<u8> = row.try_get("bytes")?;
     let tenant = caller.tenant.as_str();
@@ -44,8 +47,8 @@ async fn opened(
     match keyring.open_bytes(tenant, &stored) {
         Ok(Cow::Borrowed(_)) => Ok((stored, false)),
         Ok(Cow::Owned(plain)) => Ok((plain, true)),
-        Err(SealError::Erased(_)) if subject.is_some() => Err(ApiError::new(
-            StatusCode::GONE,
+        Err(SealError::Erased(_)) if subject.is_some() => Err(CallError::new(
+            Failure::Gone,
             "erased",
             "the artifact's data subject was erased: its content can never be opened again",
         )),
@@ -71,7 +74,7 @@ pub(crate) async fn fetch(
     state: &ApiState,
     caller: &Caller,
     artifact_id: &str,
-) -> Result<Artifact, ApiError> {
+) -> Result<Artifact, CallError> {
     require_scope(caller, Scope::Read)?;
     let row = state
         .read_log(move |pool| async move {
@@ -84,7 +87,7 @@ pub(crate) async fn fetch(
             .bind(&caller.agent)
             .fetch_optional(pool)
             .await?
-            .ok_or_else(|| ApiError::not_found(format!("no artifact {artifact_id}")))
+            .ok_or_else(|| CallError::not_found(format!("no artifact {artifact_id}")))
         })
         .await?;
     let (bytes, sealed) = opened(state, caller, &row).await?;
@@ -107,7 +110,7 @@ pub(crate) async fn fetch_range(
     artifact_id: &str,
     offset: usize,
     len: usize,
-) -> Result<(Artifact, usize), ApiError> {
+) -> Result<(Artifact, usize), CallError> {
     require_scope(caller, Scope::Read)?;
     let row = state
         .read_log(move |pool| async move {
@@ -128,7 +131,7 @@ pub(crate) async fn fetch_range(
             .bind(SEALED_PREFIX.as_bytes())
             .fetch_optional(pool)
             .await?
-            .ok_or_else(|| ApiError::not_found(format!("no artifact {artifact_id}")))
+            .ok_or_else(|| CallError::not_found(format!("no artifact {artifact_id}")))
         })
         .await?;
     let total: i32 = row.try_get("total")?;

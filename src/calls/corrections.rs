@@ -2,15 +2,14 @@
 //! content, appended together, so that the log shows what was withdrawn,
 //! why, and what replaced it, and no bundle ever shows both or neither.
 
-use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::{
     ApiState,
-    error::ApiError,
-    events::{AppendResponse, record},
+    error::{CallError, Failure},
+    events::{AppendResponse, Stored, record},
     require_scope,
 };
 use crate::{
@@ -65,9 +64,9 @@ pub(crate) async fn correct(
     caller: &Caller,
     event_id: &str,
     body: Value,
-) -> Result<(StatusCode, Corrected), ApiError> {
+) -> Result<(Stored, Corrected), CallError> {
     require_scope(caller, Scope::Write)?;
-    let request: CorrectionRequest = parse_json("", body).map_err(ApiError::invalid)?;
+    let request: CorrectionRequest = parse_json("", body).map_err(CallError::invalid)?;
     if let Some(key) = &request.idempotency_key
         && key.len() + RETRACTION_KEY_SUFFIX.len() > MAX_ID_BYTES
     {
@@ -125,7 +124,7 @@ pub(crate) async fn correct(
             let retraction = appended.events.pop().expect("two events");
             Ok((status, Corrected { retraction, event }))
         }
-        Ok(_) => Err(ApiError::internal(&std::io::Error::other(
+        Ok(_) => Err(CallError::internal(&std::io::Error::other(
             "a correction did not come back as two events",
         ))),
         Err(err) => Err(as_sent(err)),
@@ -143,7 +142,7 @@ pub(crate) async fn retract(
     event_ids: &[String],
     reason: &str,
     actor: Value,
-) -> Result<(StatusCode, Appended), ApiError> {
+) -> Result<(Stored, Appended), CallError> {
     require_scope(caller, Scope::Write)?;
     let Some(first) = event_ids.first() else {
         return Err(invalid("event_ids", "name the events to retract"));
@@ -151,8 +150,8 @@ pub(crate) async fn retract(
     let original =
         Original::read(state, caller, first)
             .await
-            .map_err(|err| match err.status() {
-                StatusCode::NOT_FOUND => invalid(
+            .map_err(|err| match err.failure() {
+                Failure::NotFound => invalid(
                     "event_ids[0]",
                     &format!("names no event of this tenant that this token may retract: {first}"),
                 ),
@@ -170,7 +169,7 @@ pub(crate) async fn retract(
     });
     match record(state, caller, body).await {
         Ok((status, AppendResponse::One(appended))) => Ok((status, appended)),
-        Ok(_) => Err(ApiError::internal(&std::io::Error::other(
+        Ok(_) => Err(CallError::internal(&std::io::Error::other(
             "one retraction came back as a batch",
         ))),
         Err(err) => {
@@ -190,7 +189,7 @@ pub(crate) async fn retract(
 /// An error about the appended batch, named as the request named it: the
 /// corrected event's fields as they are, the retraction's reason as
 /// `reason`.
-fn as_sent(err: ApiError) -> ApiError {
+fn as_sent(err: CallError) -> CallError {
     let renamed = match err.field() {
         Some("events[0].content.reason") => Some("reason".to_owned()),
         Some(field) => field
@@ -205,8 +204,8 @@ fn as_sent(err: ApiError) -> ApiError {
     }
 }
 
-fn invalid(field: &str, message: &str) -> ApiError {
-    ApiError::invalid(FieldError::new(field, message))
+fn invalid(field: &str, message: &str) -> CallError {
+    CallError::invalid(FieldError::new(field, message))
 }
 
 /// The envelope of the event corrected.
@@ -225,7 +224,7 @@ struct Original {
 impl Original {
     /// The event, if the caller may retract it: one of its tenant it may
     /// read, and for an agent's token the agent's own or nobody's.
-    async fn read(state: &ApiState, caller: &Caller, event_id: &str) -> Result<Self, ApiError> {
+    async fn read(state: &ApiState, caller: &Caller, event_id: &str) -> Result<Self, CallError> {
         sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT session_id, channel, agent_id, subject_id, kind, sensitivity, tags, refs
                FROM events
@@ -238,6 +237,6 @@ impl Original {
         .bind(&caller.agent)
         .fetch_optional(&state.pool)
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("no event {event_id} this token may correct")))
+        .ok_or_else(|| CallError::not_found(format!("no event {event_id} this token may correct")))
     }
 }

@@ -6,7 +6,7 @@ use memd_projectors::seal::{Keyring, SealError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{ApiState, error::ApiError, page_limit, require_scope};
+use super::{ApiState, error::CallError, page_limit, require_scope};
 use crate::{
     domain::{
         FieldError,
@@ -120,12 +120,12 @@ pub(crate) async fn query_ledger(
     state: &ApiState,
     caller: &Caller,
     query: &DecisionQuery,
-) -> Result<Vec<Decision>, ApiError> {
+) -> Result<Vec<Decision>, CallError> {
     require_scope(caller, Scope::Read)?;
     if let Some(status) = &query.status
         && !["active", "superseded", "rejected", "retracted"].contains(&status.as_str())
     {
-        return Err(ApiError::invalid(FieldError::new(
+        return Err(CallError::invalid(FieldError::new(
             "status",
             "must be active, superseded, rejected or retracted",
         )));
@@ -133,7 +133,7 @@ pub(crate) async fn query_ledger(
     if let Some(scope) = &query.scope
         && !DECISION_SCOPES.contains(&scope.as_str())
     {
-        return Err(ApiError::invalid(FieldError::new(
+        return Err(CallError::invalid(FieldError::new(
             "scope",
             "must be project, user or global",
         )));

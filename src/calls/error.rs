@@ -1,13 +1,10 @@
-//! The one error shape of the HTTP API: `{"error": {"code", "message", "field"}}`.
+//! How a call fails, in one shape for every front end: what kind of
+//! failure it is ([`Failure`]), and the body `{"error": {"code", "message",
+//! "field"}}`. `api/` answers it as an HTTP status, MCP as a tool error.
 //! Internal detail is logged, never sent.
 
 use std::sync::Arc;
 
-use axum::{
-    Json,
-    http::{HeaderValue, StatusCode, header},
-    response::{IntoResponse, Response},
-};
 use serde::Serialize;
 
 use crate::{domain::FieldError, write::AppendError};
@@ -38,38 +35,39 @@ pub struct ErrorDetail {
     pub field: Option<String>,
 }
 
-// The answers every authenticated route shares, as reusable OpenAPI
-// responses. Documentation only: `ApiError` builds the real ones.
-
-/// `unauthorized`: no, malformed, unknown or revoked bearer token.
-#[derive(utoipa::ToResponse)]
-#[response(headers(("WWW-Authenticate" = String, description = "`Bearer`")))]
-#[allow(dead_code)]
-pub struct Unauthorized(ErrorBody);
-
-/// `body_too_large`: the body is over the daemon's `--max-body-bytes`
-/// (default 16 MiB); `field` is `body`.
-#[derive(utoipa::ToResponse)]
-#[allow(dead_code)]
-pub struct BodyTooLarge(ErrorBody);
-
-/// `rate_limited`: the tenant is over its request or body-byte rate on this
-/// daemon; nothing was done. Retry after `Retry-After` seconds.
-#[derive(utoipa::ToResponse)]
-#[response(headers(("Retry-After" = u64, description = "Seconds to wait before retrying")))]
-#[allow(dead_code)]
-pub struct RateLimited(ErrorBody);
-
-/// `unavailable`: the database cannot be reached; nothing was done. Retry
-/// after `Retry-After` seconds.
-#[derive(utoipa::ToResponse)]
-#[response(headers(("Retry-After" = u64, description = "Seconds to wait before retrying")))]
-#[allow(dead_code)]
-pub struct Unavailable(ErrorBody);
+/// What kind of failure a call ended in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The request is wrong: a field, the body, a page size.
+    Invalid,
+    /// No, a malformed, an unknown or a revoked token.
+    Unauthorized,
+    /// The token may not do this, or names another tenant or agent.
+    Forbidden,
+    /// Nothing of this tenant that the caller may see goes by that id.
+    NotFound,
+    /// The request contradicts what is stored (an idempotency key reused
+    /// for another request, an erased subject).
+    Conflict,
+    /// What was asked for existed, and was erased.
+    Gone,
+    /// The request's body is over the daemon's limit.
+    TooLarge,
+    /// The request's body took too long to arrive.
+    Timeout,
+    /// The route exists, not with this method (HTTP only).
+    MethodNotAllowed,
+    /// The tenant is over its rate; retry later.
+    RateLimited,
+    /// The database cannot be reached; retry later.
+    Unavailable,
+    /// A bug; the daemon's log says more.
+    Internal,
+}
 
 #[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
+pub struct CallError {
+    failure: Failure,
     code: &'static str,
     message: String,
     field: Option<String>,
@@ -80,10 +78,10 @@ pub struct ApiError {
     event_index: Option<usize>,
 }
 
-impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+impl CallError {
+    pub fn new(failure: Failure, code: &'static str, message: impl Into<String>) -> Self {
         Self {
-            status,
+            failure,
             code,
             message: message.into(),
             field: None,
@@ -112,17 +110,17 @@ impl ApiError {
     }
 
     pub fn invalid(err: FieldError) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_field", err.message).with_field(err.field)
+        Self::new(Failure::Invalid, "invalid_field", err.message).with_field(err.field)
     }
 
     pub fn unauthorized(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+        Self::new(Failure::Unauthorized, "unauthorized", message)
     }
 
     /// A body `tenant_id` that is not the bearer token's tenant.
     pub fn tenant_mismatch(field: impl Into<String>) -> Self {
         Self::new(
-            StatusCode::FORBIDDEN,
+            Failure::Forbidden,
             "tenant_mismatch",
             "tenant_id differs from the tenant of the bearer token",
         )
@@ -132,7 +130,7 @@ impl ApiError {
     /// A body names another agent than the one the token is bound to.
     pub fn agent_mismatch(field: impl Into<String>) -> Self {
         Self::new(
-            StatusCode::FORBIDDEN,
+            Failure::Forbidden,
             "agent_mismatch",
             "this token is bound to an agent and acts as that agent only; agent_id names another",
         )
@@ -143,7 +141,7 @@ impl ApiError {
     pub fn rate_limited(wait: std::time::Duration) -> Self {
         let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
         let mut err = Self::new(
-            StatusCode::TOO_MANY_REQUESTS,
+            Failure::RateLimited,
             "rate_limited",
             format!("this tenant is over its request or byte rate; retry in {seconds} s"),
         );
@@ -152,21 +150,26 @@ impl ApiError {
     }
 
     pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+        Self::new(Failure::NotFound, "not_found", message)
     }
 
     /// Logs the cause with its chain and answers a bare 500.
     pub fn internal(err: &(dyn std::error::Error + 'static)) -> Self {
         tracing::error!(error = %ErrorChain(err), "request failed");
         Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
+            Failure::Internal,
             "internal",
             "internal error; see the daemon's log",
         )
     }
 
-    pub fn status(&self) -> StatusCode {
-        self.status
+    pub fn failure(&self) -> Failure {
+        self.failure
+    }
+
+    /// Seconds the caller should wait before retrying, when it should.
+    pub fn retry_after(&self) -> Option<u64> {
+        self.retry_after
     }
 
     /// The body every error answers with: `{"error": {"code", "message", "field"}}`.
@@ -181,24 +184,7 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let mut response = (self.status, Json(self.body())).into_response();
-        if self.status == StatusCode::UNAUTHORIZED {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        if let Some(seconds) = self.retry_after {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
-        }
-        response
-    }
-}
-
-impl From<sqlx::Error> for ApiError {
+impl From<sqlx::Error> for CallError {
     fn from(err: sqlx::Error) -> Self {
         Self::from_database(&err)
     }
@@ -206,13 +192,13 @@ impl From<sqlx::Error> for ApiError {
 
 /// A stored value that does not open is a row that cannot be read as it
 /// must be: answered as the database error it becomes on every read path.
-impl From<memd_projectors::seal::SealError> for ApiError {
+impl From<memd_projectors::seal::SealError> for CallError {
     fn from(err: memd_projectors::seal::SealError) -> Self {
         Self::from(sqlx::Error::from(err))
     }
 }
 
-impl ApiError {
+impl CallError {
     /// Connection trouble is the client's cue to retry (503, `Retry-After`);
     /// anything else is a bug (500).
     fn from_database(err: &sqlx::Error) -> Self {
@@ -221,7 +207,7 @@ impl ApiError {
         }
         tracing::warn!(error = %ErrorChain(err), "database unavailable");
         let mut unavailable = Self::new(
-            StatusCode::SERVICE_UNAVAILABLE,
+            Failure::Unavailable,
             "unavailable",
             "the database is unavailable; retry",
         );
@@ -230,23 +216,23 @@ impl ApiError {
     }
 }
 
-impl From<Arc<AppendError>> for ApiError {
+impl From<Arc<AppendError>> for CallError {
     fn from(err: Arc<AppendError>) -> Self {
         match &*err {
             AppendError::UnknownTenant(tenant) => Self::new(
-                StatusCode::FORBIDDEN,
+                Failure::Forbidden,
                 "unknown_tenant",
                 format!("tenant {tenant} does not exist"),
             ),
             AppendError::SubjectErased(subject) => Self::new(
-                StatusCode::CONFLICT,
+                Failure::Conflict,
                 "subject_erased",
                 format!("data subject {subject} was erased; nothing more is recorded under it"),
             )
             .with_field("subject_id"),
             AppendError::IdempotencyConflict { index, key } => {
                 let mut err = Self::new(
-                    StatusCode::CONFLICT,
+                    Failure::Conflict,
                     "idempotency_conflict",
                     format!(
                         "idempotency key {key} was already used for a different request; \

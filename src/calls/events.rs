@@ -2,11 +2,10 @@
 //! with the caller's agent, then appended; and one event of a kind from a
 //! flat body (decisions, tasks).
 
-use axum::http::StatusCode;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{ApiState, error::ApiError, require_scope};
+use super::{ApiState, error::CallError, require_scope};
 use crate::{
     domain::{
         FieldError,
@@ -31,14 +30,23 @@ pub struct AppendedBatch {
     pub events: Vec<Appended>,
 }
 
+/// Whether an append stored anything: HTTP answers 201 or 200.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// At least one event is new.
+    New,
+    /// Every event was an idempotent replay of one stored before.
+    Replayed,
+}
+
 /// Appends one event or a `{"events": [...]}` batch for `caller`: the one
-/// write path of HTTP and MCP. Answers the status (201, or 200 when every
-/// event was an idempotent replay) and the response body.
+/// write path of HTTP and MCP. Answers whether anything new was stored,
+/// and the response body.
 pub(crate) async fn record(
     state: &ApiState,
     caller: &Caller,
     body: Value,
-) -> Result<(StatusCode, AppendResponse), ApiError> {
+) -> Result<(Stored, AppendResponse), CallError> {
     record_checked(state, caller, body, |_| Ok(())).await
 }
 
@@ -47,8 +55,8 @@ async fn record_checked(
     state: &ApiState,
     caller: &Caller,
     body: Value,
-    check: impl FnOnce(&[NewEvent]) -> Result<(), ApiError>,
-) -> Result<(StatusCode, AppendResponse), ApiError> {
+    check: impl FnOnce(&[NewEvent]) -> Result<(), CallError>,
+) -> Result<(Stored, AppendResponse), CallError> {
     require_scope(caller, Scope::Write)?;
     let parsed = parse_events(state, caller, body)
         .and_then(|(events, batch)| check(&events).map(|()| (events, batch)));
@@ -67,7 +75,7 @@ async fn record_checked(
             let tenant = caller.tenant.as_str();
             state
                 .metrics
-                .append(tenant, Outcome::of_status(err.status()), 0, None);
+                .append(tenant, Outcome::of_failure(err.failure()), 0, None);
             return Err(err);
         }
     };
@@ -75,9 +83,9 @@ async fn record_checked(
         .await
         .map_err(|err| if batch { err.in_batch() } else { err })?;
     let status = if appended.iter().all(|a| a.replayed) {
-        StatusCode::OK
+        Stored::Replayed
     } else {
-        StatusCode::CREATED
+        Stored::New
     };
     let body = if batch {
         AppendResponse::Batch(AppendedBatch { events: appended })
@@ -95,7 +103,7 @@ async fn within_view_limits(
     caller: &Caller,
     events: &[NewEvent],
     batch: bool,
-) -> Result<(), ApiError> {
+) -> Result<(), CallError> {
     let updates: Vec<(usize, &str, &str)> = events
         .iter()
         .enumerate()
@@ -122,7 +130,7 @@ async fn within_view_limits(
             } else {
                 "content.text".to_owned()
             };
-            return Err(ApiError::invalid(FieldError::new(
+            return Err(CallError::invalid(FieldError::new(
                 field,
                 format!(
                     "view {view:?} holds at most {limit} tokens (policy view_limits); \
@@ -146,7 +154,7 @@ async fn retractable(
     caller: &Caller,
     events: &[NewEvent],
     batch: bool,
-) -> Result<(), ApiError> {
+) -> Result<(), CallError> {
     let retractions: Vec<(usize, &NewEvent)> = events
         .iter()
         .enumerate()
@@ -186,7 +194,7 @@ async fn retractable(
                 }
                 Some(_) => continue,
             };
-            return Err(ApiError::invalid(FieldError::new(field, refused)));
+            return Err(CallError::invalid(FieldError::new(field, refused)));
         }
     }
     Ok(())
@@ -199,7 +207,7 @@ pub(crate) async fn append_counted(
     state: &ApiState,
     tenant: &TenantId,
     events: Vec<NewEvent>,
-) -> Result<Vec<Appended>, ApiError> {
+) -> Result<Vec<Appended>, CallError> {
     let started = std::time::Instant::now();
     let appended = state.appender.append(tenant, events).await;
     let took = Some(started.elapsed());
@@ -215,8 +223,8 @@ pub(crate) async fn append_counted(
             Ok(appended)
         }
         Err(err) => {
-            let err = ApiError::from(err);
-            let outcome = Outcome::of_status(err.status());
+            let err = CallError::from(err);
+            let outcome = Outcome::of_failure(err.failure());
             state.metrics.append(tenant.as_str(), outcome, 0, took);
             Err(err)
         }
@@ -229,10 +237,10 @@ fn parse_events(
     state: &ApiState,
     caller: &Caller,
     body: Value,
-) -> Result<(Vec<NewEvent>, bool), ApiError> {
-    let (requests, batch) = parse_body(body).map_err(ApiError::invalid)?;
+) -> Result<(Vec<NewEvent>, bool), CallError> {
+    let (requests, batch) = parse_body(body).map_err(CallError::invalid)?;
     if let Some(field) = claimed_tenant_mismatch(&requests, caller.tenant.as_str(), batch) {
-        return Err(ApiError::tenant_mismatch(field));
+        return Err(CallError::tenant_mismatch(field));
     }
     let events = requests
         .into_iter()
@@ -247,14 +255,14 @@ fn parse_events(
             })
         })
         .collect::<Result<Vec<_>, _>>()
-        .map_err(ApiError::invalid)?;
+        .map_err(CallError::invalid)?;
     if let Some((index, ts)) = too_far_ahead(&events, state.max_clock_skew) {
         let field = if batch {
             format!("events[{index}].ts")
         } else {
             "ts".to_owned()
         };
-        return Err(ApiError::invalid(crate::domain::FieldError::new(
+        return Err(CallError::invalid(crate::domain::FieldError::new(
             field,
             format!(
                 "is {ts}, more than {} s ahead of the daemon's clock: an event cannot have \
@@ -274,7 +282,7 @@ fn parse_events(
         } else {
             "subject_id".to_owned()
         };
-        return Err(ApiError::invalid(crate::domain::FieldError::new(
+        return Err(CallError::invalid(crate::domain::FieldError::new(
             field,
             "needs encryption at rest: start memd with a key file (--key-file, MEMD_KEY_FILE)",
         )));
@@ -356,9 +364,9 @@ pub(crate) async fn record_kind(
     caller: &Caller,
     flat: &FlatKind,
     body: Value,
-) -> Result<(StatusCode, Appended), ApiError> {
+) -> Result<(Stored, Appended), CallError> {
     let Value::Object(mut fields) = body else {
-        return Err(ApiError::invalid(crate::domain::FieldError::new(
+        return Err(CallError::invalid(crate::domain::FieldError::new(
             "body",
             "must be a JSON object",
         )));
@@ -367,7 +375,7 @@ pub(crate) async fn record_kind(
         .keys()
         .find(|name| !ENVELOPE.contains(&name.as_str()) && !flat.content.contains(&name.as_str()))
     {
-        return Err(ApiError::invalid(crate::domain::FieldError::new(
+        return Err(CallError::invalid(crate::domain::FieldError::new(
             unknown.clone(),
             format!(
                 "unknown field; a {} takes the envelope ({}) and {}",
@@ -391,7 +399,7 @@ pub(crate) async fn record_kind(
     // Checked once the fields are (a wrong scope is named first).
     let needs_refs = |events: &[NewEvent]| {
         if flat.needs_refs && events.iter().any(|e| e.refs.is_empty()) {
-            return Err(ApiError::invalid(crate::domain::FieldError::new(
+            return Err(CallError::invalid(crate::domain::FieldError::new(
                 "refs",
                 "a decision must cite its evidence: at least one earlier event or chunk id \
                  (the ledger rejects a decision without refs)",
@@ -401,7 +409,7 @@ pub(crate) async fn record_kind(
     };
     match record_checked(state, caller, Value::Object(event), needs_refs).await? {
         (status, AppendResponse::One(appended)) => Ok((status, appended)),
-        (_, AppendResponse::Batch(_)) => Err(ApiError::internal(&std::io::Error::other(
+        (_, AppendResponse::Batch(_)) => Err(CallError::internal(&std::io::Error::other(
             "one event came back as a batch",
         ))),
     }
@@ -413,14 +421,14 @@ fn stamp_agent(
     caller: &Caller,
     mut events: Vec<NewEvent>,
     batch: bool,
-) -> Result<Vec<NewEvent>, ApiError> {
+) -> Result<Vec<NewEvent>, CallError> {
     let Some(agent) = &caller.agent else {
         return Ok(events);
     };
     for (index, event) in events.iter_mut().enumerate() {
         match &event.agent_id {
             Some(named) if named != agent => {
-                return Err(ApiError::agent_mismatch(if batch {
+                return Err(CallError::agent_mismatch(if batch {
                     format!("events[{index}].agent_id")
                 } else {
                     "agent_id".to_owned()

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{ApiState, error::ApiError, page_limit, require_scope};
+use super::{ApiState, error::CallError, page_limit, require_scope};
 use crate::{
     domain::{
         FieldError,
@@ -36,18 +36,18 @@ pub(crate) async fn create(
     state: &ApiState,
     caller: &Caller,
     body: Value,
-) -> Result<HandoffCreated, ApiError> {
+) -> Result<HandoffCreated, CallError> {
     require_scope(caller, Scope::Write)?;
-    let request: HandoffRequest = parse_json("", body).map_err(ApiError::invalid)?;
+    let request: HandoffRequest = parse_json("", body).map_err(CallError::invalid)?;
     if let Some(claimed) = &request.tenant_id
         && claimed != caller.tenant.as_str()
     {
-        return Err(ApiError::tenant_mismatch("tenant_id"));
+        return Err(CallError::tenant_mismatch("tenant_id"));
     }
     if let Some(agent) = &caller.agent
         && *agent != request.from_agent
     {
-        return Err(ApiError::agent_mismatch("from_agent"));
+        return Err(CallError::agent_mismatch("from_agent"));
     }
     // The packet names decisions and tasks the caller may have recorded a
     // moment ago: read them once projections have caught up (bounded).
@@ -72,7 +72,7 @@ pub(crate) async fn create(
         request,
     )
     .await?
-    .map_err(ApiError::invalid)?;
+    .map_err(CallError::invalid)?;
     // Recorded like any append: validated, redacted, hash-chained. It is
     // the receiver's memory (`agent_id`): the log shows it to the sender,
     // the receiver and operators only.
@@ -87,8 +87,8 @@ pub(crate) async fn create(
         "content": packet.content(),
         "refs": packet.refs,
     }))
-    .map_err(|err| ApiError::internal(&err))?;
-    let event = NewEvent::parse(event, &state.redactor).map_err(ApiError::invalid)?;
+    .map_err(|err| CallError::internal(&err))?;
+    let event = NewEvent::parse(event, &state.redactor).map_err(CallError::invalid)?;
     let appended = super::events::append_counted(state, &caller.tenant, vec![event]).await?;
     let appended = &appended[0];
     Ok(HandoffCreated {
@@ -137,11 +137,11 @@ pub(crate) async fn inbox(
     state: &ApiState,
     caller: &Caller,
     query: &InboxQuery,
-) -> Result<Vec<InboxPacket>, ApiError> {
+) -> Result<Vec<InboxPacket>, CallError> {
     require_scope(caller, Scope::Read)?;
     let to_agent = match (&caller.agent, &query.to_agent) {
         (Some(own), Some(named)) if own != named => {
-            return Err(ApiError::agent_mismatch("to_agent"));
+            return Err(CallError::agent_mismatch("to_agent"));
         }
         (Some(own), _) => Some(own.clone()),
         (None, named) => named.clone(),
@@ -151,7 +151,7 @@ pub(crate) async fn inbox(
         Some("accepted") => Some(true),
         Some("all") => None,
         Some(_) => {
-            return Err(ApiError::invalid(FieldError::new(
+            return Err(CallError::invalid(FieldError::new(
                 "state",
                 "must be pending, accepted or all",
             )));

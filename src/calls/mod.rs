@@ -2,7 +2,7 @@
 //! state: record events (and correct one), build a bundle, read an artifact, query the
 //! decision ledger, list tasks and views, create a handoff. Each checks the
 //! caller's scope, validates its input and keeps tenants apart, and answers
-//! in the one error shape ([`error::ApiError`]); the two front ends only
+//! in the one error shape ([`error::CallError`]); the two front ends only
 //! translate their requests into these calls and the answers back.
 
 pub(crate) mod acb;
@@ -13,12 +13,13 @@ pub(crate) mod decisions;
 pub mod error;
 pub(crate) mod events;
 pub(crate) mod handoffs;
+pub(crate) mod log;
 pub mod rate_limit;
+pub(crate) mod summaries;
 pub(crate) mod tasks;
 
 use std::{sync::Arc, time::Instant};
 
-use axum::http::{HeaderMap, StatusCode, header};
 use sqlx::PgPool;
 
 use crate::{
@@ -31,7 +32,7 @@ use crate::{
     tenants::{Caller, TokenCache},
     write::Appender,
 };
-use error::ApiError;
+use error::{CallError, Failure};
 
 /// What every call may use. Cheap to clone.
 #[derive(Clone)]
@@ -57,10 +58,10 @@ impl ApiState {
     /// chunk it has not replayed yet may well be on the primary), so the
     /// standby never answers worse than the primary would. Pages of a list
     /// read on the standby may miss its last moments of appends.
-    pub(crate) async fn read_log<'a, T, F, Fut>(&'a self, read: F) -> Result<T, ApiError>
+    pub(crate) async fn read_log<'a, T, F, Fut>(&'a self, read: F) -> Result<T, CallError>
     where
         F: Fn(&'a PgPool) -> Fut,
-        Fut: std::future::Future<Output = Result<T, ApiError>>,
+        Fut: std::future::Future<Output = Result<T, CallError>>,
     {
         if let Some(replica) = &self.replica
             && replica.usable()
@@ -68,8 +69,10 @@ impl ApiState {
             let timeout = crate::read::replica::STANDBY_READ_TIMEOUT;
             match tokio::time::timeout(timeout, read(&replica.reader.pool)).await {
                 Ok(Ok(found)) => return Ok(found),
-                Ok(Err(err)) if err.status() == axum::http::StatusCode::NOT_FOUND => {}
-                Ok(Err(err)) if err.status().is_server_error() => {
+                Ok(Err(err)) if err.failure() == Failure::NotFound => {}
+                Ok(Err(err))
+                    if matches!(err.failure(), Failure::Unavailable | Failure::Internal) =>
+                {
                     replica.failed_because(&err.body().error.message);
                 }
                 Ok(Err(err)) => return Err(err),
@@ -82,43 +85,42 @@ impl ApiState {
     }
 }
 
-/// Resolves `Authorization: Bearer <token>` to its caller and admits the
-/// request under the tenant's request rate: the one door of HTTP and MCP.
+/// Resolves an `Authorization` header's value (`Bearer <token>`) to its
+/// caller and admits the request under the tenant's request rate: the one
+/// door of HTTP and MCP.
 pub(crate) async fn authenticate(
-    headers: &HeaderMap,
+    authorization: Option<&[u8]>,
     state: &ApiState,
-) -> Result<Caller, ApiError> {
-    let header = headers
-        .get(header::AUTHORIZATION)
-        .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <token>"))?;
-    let token = header
-        .to_str()
+) -> Result<Caller, CallError> {
+    let header = authorization
+        .ok_or_else(|| CallError::unauthorized("missing Authorization: Bearer <token>"))?;
+    let token = std::str::from_utf8(header)
         .ok()
         .and_then(|value| {
             let (scheme, token) = value.split_once(' ')?;
             scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
         })
         .and_then(ApiToken::parse)
-        .ok_or_else(|| ApiError::unauthorized("malformed bearer token"))?;
+        .ok_or_else(|| CallError::unauthorized("malformed bearer token"))?;
     let caller = state
         .tokens
         .resolve(&state.pool, &token)
         .await?
-        .ok_or_else(|| ApiError::unauthorized("unknown or revoked token"))?;
+        .ok_or_else(|| CallError::unauthorized("unknown or revoked token"))?;
     if let Err(wait) = state.limiter.admit(caller.tenant.as_str(), Instant::now()) {
         state.metrics.rate_limited(caller.tenant.as_str());
-        return Err(ApiError::rate_limited(wait));
+        return Err(CallError::rate_limited(wait));
     }
     Ok(caller)
 }
 
 /// Refuses a caller whose token's scope is below `needed`.
-pub fn require_scope(caller: &Caller, needed: Scope) -> Result<(), ApiError> {
+pub fn require_scope(caller: &Caller, needed: Scope) -> Result<(), CallError> {
     if caller.scope >= needed {
         Ok(())
     } else {
-        Err(ApiError::new(
-            StatusCode::FORBIDDEN,
+        Err(CallError::new(
+            Failure::Forbidden,
             "insufficient_scope",
             format!(
                 "this call needs a token with scope {} or above",
@@ -129,12 +131,12 @@ pub fn require_scope(caller: &Caller, needed: Scope) -> Result<(), ApiError> {
 }
 
 /// A page size: `limit` when given (1 to `max`), else `default`.
-pub fn page_limit(limit: Option<i64>, default: i64, max: i64) -> Result<i64, ApiError> {
+pub fn page_limit(limit: Option<i64>, default: i64, max: i64) -> Result<i64, CallError> {
     let limit = limit.unwrap_or(default);
     if (1..=max).contains(&limit) {
         Ok(limit)
     } else {
-        Err(ApiError::invalid(FieldError::new(
+        Err(CallError::invalid(FieldError::new(
             "limit",
             format!("must be between 1 and {max}"),
         )))

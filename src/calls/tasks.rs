@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{ApiState, error::ApiError, page_limit, require_scope};
+use super::{ApiState, error::CallError, page_limit, require_scope};
 use crate::{
     domain::{
         FieldError,
@@ -53,12 +53,12 @@ pub(crate) async fn list_tasks(
     state: &ApiState,
     caller: &Caller,
     query: &TaskQuery,
-) -> Result<Vec<Task>, ApiError> {
+) -> Result<Vec<Task>, CallError> {
     require_scope(caller, Scope::Read)?;
     if let Some(status) = &query.status
         && !STATUSES.contains(&status.as_str())
     {
-        return Err(ApiError::invalid(FieldError::new(
+        return Err(CallError::invalid(FieldError::new(
             "status",
             "must be open, doing or done",
         )));
@@ -109,7 +109,7 @@ pub struct View {
 
 /// The tenant's views: shared by HTTP and MCP. An agent's token sees the
 /// shared versions and its own, never another agent's.
-pub(crate) async fn list_views(state: &ApiState, caller: &Caller) -> Result<Vec<View>, ApiError> {
+pub(crate) async fn list_views(state: &ApiState, caller: &Caller) -> Result<Vec<View>, CallError> {
     require_scope(caller, Scope::Read)?;
     let mut views: Vec<View> = sqlx::query_as(
         "SELECT view, text, event_id, ts, actor_id, channel, sensitivity, nullif(owner, '') AS owner
@@ -138,7 +138,7 @@ pub(crate) async fn current_view(
     state: &ApiState,
     caller: &Caller,
     view: &str,
-) -> Result<Option<String>, ApiError> {
+) -> Result<Option<String>, CallError> {
     require_scope(caller, Scope::Read)?;
     let tenant = caller.tenant.as_str();
     let policy = state.reader.cache.policy(&state.pool, tenant).await?;

@@ -65,7 +65,15 @@ async fn authenticated(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let caller = match authenticate(request.headers(), &state).await {
+    let caller = match authenticate(
+        request
+            .headers()
+            .get(axum::http::header::AUTHORIZATION)
+            .map(|value| value.as_bytes()),
+        &state,
+    )
+    .await
+    {
         Ok(caller) => caller,
         Err(err) => return err.into_response(),
     };

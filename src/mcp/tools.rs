@@ -20,7 +20,7 @@ use super::args::{
 use super::args::{CorrectArgs, RetractArgs, mcp_actor};
 use crate::{
     calls::{
-        ApiState, acb, artifacts, corrections, decisions, error::ApiError, events, handoffs, tasks,
+        ApiState, acb, artifacts, corrections, decisions, error::CallError, events, handoffs, tasks,
     },
     domain::FieldError,
     tenants::Caller,
@@ -56,7 +56,7 @@ fn caller(parts: &axum::http::request::Parts) -> Result<&Caller, ErrorData> {
 
 /// A tool error a model can act on: the HTTP error body, as text and as
 /// structured content.
-fn failed(err: ApiError) -> CallToolResult {
+fn failed(err: CallError) -> CallToolResult {
     CallToolResult::structured_error(json!(err.body()))
 }
 
@@ -68,7 +68,7 @@ fn answered(value: &impl Serialize) -> Result<CallToolResult, ErrorData> {
 }
 
 fn invalid(err: FieldError) -> CallToolResult {
-    failed(ApiError::invalid(err))
+    failed(CallError::invalid(err))
 }
 
 #[tool_router]
@@ -120,7 +120,7 @@ impl MemoryTools {
             .await
         {
             Ok(policy) => policy,
-            Err(err) => return Ok(failed(ApiError::from(err))),
+            Err(err) => return Ok(failed(CallError::from(err))),
         };
         let body = args.into_body(policy.max_tokens);
         let acb = match acb::build(&self.state, caller, body).await {
