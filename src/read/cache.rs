@@ -174,7 +174,7 @@ impl StandingMemo {
 /// decisions and tasks projections read (a retraction among them, which
 /// also withdraws events the recent window shows), and an erasure (which
 /// makes some of their sealed text unreadable). Any other event changes it
-/// only by pinning a chunk ([`retrieve::PIN_TAGS`]).
+/// only by pinning a chunk ([`super::retention::PIN_TAGS`]).
 pub const STATE_KINDS: [Kind; 6] = {
     let [view, Kind::Retraction] = *ViewProjector::KINDS else {
         panic!("views read one kind and retractions")
@@ -538,7 +538,7 @@ async fn changed_between(
     .bind(from)
     .bind(to)
     .bind(&kinds)
-    .bind(&retrieve::PIN_TAGS[..])
+    .bind(&super::retention::PIN_TAGS[..])
     .fetch_one(pool)
     .await
 }

@@ -294,7 +294,7 @@ fn shown(
 /// others from their content (a tool result's is up to 64 KiB), opened and
 /// chunked here. An event whose data subject was erased, or that a
 /// retraction withdrew, and which projections have not reached, is left
-/// out (once they have, [`without_stale`] leaves it out, naming it).
+/// out (once they have, the bundle (`acb::standing`) leaves it out, naming it).
 async fn read_events(
     reader: &Reader,
     tenant: &str,
@@ -512,99 +512,6 @@ struct StoredChunk {
     source: Option<String>,
     line_start: Option<i32>,
     line_end: Option<i32>,
-}
-
-/// The window without decisions and summaries that no longer stand: a
-/// superseded or rejected decision, a summary that contradicts the ledger.
-/// Shown as plain turns, the model would take them for what holds now; each
-/// is left out with an omission naming why (the ledger shows what does).
-/// Decisions the ledger holds active are known from `state`; the others
-/// cost one statement, only when the window holds any.
-pub(super) async fn without_stale(
-    reader: &Reader,
-    tenant: &str,
-    state: &super::cache::TenantState,
-    items: Vec<Item>,
-    omissions: &mut Omissions,
-) -> Result<Vec<Item>, sqlx::Error> {
-    let kind = |item: &Item| {
-        item.fields
-            .get("kind")
-            .and_then(|k| k.as_str())
-            .map(str::to_owned)
-    };
-    let event_id = |item: &Item| {
-        item.fields
-            .get("event_id")
-            .and_then(|e| e.as_str())
-            .map(str::to_owned)
-    };
-    let section = Some(SectionName::RecentWindow);
-    let items: Vec<Item> = match state.retracted.is_empty() {
-        true => items,
-        false => items
-            .into_iter()
-            .filter(|item| match event_id(item) {
-                Some(id) if state.retracted.contains(&id) => {
-                    omissions.add(
-                        "retracted",
-                        section,
-                        item.id.clone(),
-                        details(&[("event_id", json!(id))]),
-                    );
-                    false
-                }
-                _ => true,
-            })
-            .collect(),
-    };
-    let asked: Vec<String> = items
-        .iter()
-        .filter(|item| matches!(kind(item).as_deref(), Some("decision" | "summary")))
-        .filter_map(event_id)
-        .filter(|id| !state.active_decision_ids.contains(id))
-        .collect();
-    if asked.is_empty() {
-        return Ok(items);
-    }
-    let asked: Vec<&str> = asked.iter().map(String::as_str).collect();
-    let standings = state
-        .standings
-        .events(&reader.pool, &reader.keyring, tenant, &asked)
-        .await?;
-    let mut kept = Vec::with_capacity(items.len());
-    for item in items {
-        let standing = event_id(&item).and_then(|id| standings.get(&id).map(|s| (id, s)));
-        let Some((id, standing)) = standing else {
-            kept.push(item);
-            continue;
-        };
-        match (standing.decision_status.as_deref(), &standing.conflicts) {
-            (Some("superseded"), _) => omissions.add(
-                "superseded",
-                section,
-                item.id.clone(),
-                details(&[
-                    ("decision_id", json!(id)),
-                    ("superseded_by", json!(standing.superseded_by)),
-                ]),
-            ),
-            (Some("rejected"), _) => omissions.add(
-                "rejected",
-                section,
-                item.id.clone(),
-                details(&[("decision_id", json!(id))]),
-            ),
-            (_, Some(conflicts)) => omissions.add(
-                "conflict",
-                section,
-                item.id.clone(),
-                details(&[("summary_id", json!(id)), ("conflicts", conflicts.clone())]),
-            ),
-            _ => kept.push(item),
-        }
-    }
-    Ok(kept)
 }
 
 #[cfg(test)]

@@ -23,8 +23,16 @@ use sqlx::{PgPool, Row};
 
 use crate::domain::FieldError;
 
+/// Tags that pin memory: a bundle holds the newest pinned chunks the
+/// channel may see whatever the question, while they fit.
+pub const PIN_TAGS: [&str; 2] = ["pinned", "pin"];
+
+/// [`PIN_TAGS`] as the partial index `chunks_pinned` states them: written
+/// into the statement, not bound, so that the planner can prove the index
+/// applies (a test checks the two agree).
+pub(super) const PINNED: &str = "c.tags && '{pinned,pin}'::text[]";
+
 // Pinned memory is kept whatever retention says.
-use super::retrieve::PINNED;
 
 /// The most days an age limit may say (a century).
 const MAX_DAYS: u32 = 36_500;
@@ -230,6 +238,12 @@ pub struct ChunkFields<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pinned_predicate_names_every_pin_tag() {
+        let listed = format!("'{{{}}}'", PIN_TAGS.join(","));
+        assert!(PINNED.contains(&listed), "{PINNED} vs {listed}");
+    }
 
     fn chunk<'a>(seq: i64, days_ago: i64, kind: &'a str, tags: &'a [String]) -> ChunkFields<'a> {
         ChunkFields {

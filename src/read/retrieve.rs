@@ -35,7 +35,7 @@ use super::{
     filters::{self, RetrievalFilters},
     policy::{Combine, Fusion, Scoring},
     privacy::Visibility,
-    retention::{self, Forgetting},
+    retention::{self, Forgetting, PINNED},
 };
 
 /// Lexemes of one question beyond this many are ignored (in the order
@@ -1023,15 +1023,6 @@ fn ranked_first(rows: Vec<PgRow>) -> Result<Vec<Candidate>, sqlx::Error> {
     Ok(candidates)
 }
 
-/// Tags that pin memory: a bundle holds the newest pinned chunks the
-/// channel may see whatever the question, while they fit.
-pub const PIN_TAGS: [&str; 2] = ["pinned", "pin"];
-
-/// [`PIN_TAGS`] as the partial index `chunks_pinned` states them: written
-/// into the statement, not bound, so that the planner can prove the index
-/// applies (a test checks the two agree).
-pub(super) const PINNED: &str = "c.tags && '{pinned,pin}'::text[]";
-
 /// Whether the tenant has any pinned chunk ([`PIN_TAGS`]), whoever may see
 /// it: a probe of the partial index `chunks_pinned`, which holds pinned
 /// chunks only.
@@ -1688,12 +1679,6 @@ mod tests {
                 words: vec![],
             })),
         )
-    }
-
-    #[test]
-    fn the_pinned_predicate_names_every_pin_tag() {
-        let listed = format!("'{{{}}}'", PIN_TAGS.join(","));
-        assert!(PINNED.contains(&listed), "{PINNED} vs {listed}");
     }
 
     #[test]

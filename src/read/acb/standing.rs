@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use serde_json::json;
+
 use super::{Context, plan::Plan};
 use crate::read::{
     Reader,
@@ -11,7 +13,7 @@ use crate::read::{
     cache::{DecisionRow, TenantState, Visible},
     choose::Evidence,
     handoff,
-    omissions::Omissions,
+    omissions::{Omissions, details},
     policy::SectionName,
     privacy::Visibility,
     recent::{self, RecentReport},
@@ -129,7 +131,7 @@ pub(super) async fn standing(
         }
         None => Default::default(),
     };
-    let recent = recent::without_stale(reader, tenant, &state, recent, omissions).await?;
+    let recent = without_stale(reader, tenant, &state, recent, omissions).await?;
     Ok(Standing {
         state,
         cached,
@@ -323,4 +325,97 @@ async fn decision_rows(
     }
     rows.sort_by_key(|row| ids.iter().position(|id| *id == row.decision_id));
     Ok(rows)
+}
+
+/// The window without decisions and summaries that no longer stand: a
+/// superseded or rejected decision, a summary that contradicts the ledger.
+/// Shown as plain turns, the model would take them for what holds now; each
+/// is left out with an omission naming why (the ledger shows what does).
+/// Decisions the ledger holds active are known from `state`; the others
+/// cost one statement, only when the window holds any.
+async fn without_stale(
+    reader: &Reader,
+    tenant: &str,
+    state: &TenantState,
+    items: Vec<Item>,
+    omissions: &mut Omissions,
+) -> Result<Vec<Item>, sqlx::Error> {
+    let kind = |item: &Item| {
+        item.fields
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .map(str::to_owned)
+    };
+    let event_id = |item: &Item| {
+        item.fields
+            .get("event_id")
+            .and_then(|e| e.as_str())
+            .map(str::to_owned)
+    };
+    let section = Some(SectionName::RecentWindow);
+    let items: Vec<Item> = match state.retracted.is_empty() {
+        true => items,
+        false => items
+            .into_iter()
+            .filter(|item| match event_id(item) {
+                Some(id) if state.retracted.contains(&id) => {
+                    omissions.add(
+                        "retracted",
+                        section,
+                        item.id.clone(),
+                        details(&[("event_id", json!(id))]),
+                    );
+                    false
+                }
+                _ => true,
+            })
+            .collect(),
+    };
+    let asked: Vec<String> = items
+        .iter()
+        .filter(|item| matches!(kind(item).as_deref(), Some("decision" | "summary")))
+        .filter_map(event_id)
+        .filter(|id| !state.active_decision_ids.contains(id))
+        .collect();
+    if asked.is_empty() {
+        return Ok(items);
+    }
+    let asked: Vec<&str> = asked.iter().map(String::as_str).collect();
+    let standings = state
+        .standings
+        .events(&reader.pool, &reader.keyring, tenant, &asked)
+        .await?;
+    let mut kept = Vec::with_capacity(items.len());
+    for item in items {
+        let standing = event_id(&item).and_then(|id| standings.get(&id).map(|s| (id, s)));
+        let Some((id, standing)) = standing else {
+            kept.push(item);
+            continue;
+        };
+        match (standing.decision_status.as_deref(), &standing.conflicts) {
+            (Some("superseded"), _) => omissions.add(
+                "superseded",
+                section,
+                item.id.clone(),
+                details(&[
+                    ("decision_id", json!(id)),
+                    ("superseded_by", json!(standing.superseded_by)),
+                ]),
+            ),
+            (Some("rejected"), _) => omissions.add(
+                "rejected",
+                section,
+                item.id.clone(),
+                details(&[("decision_id", json!(id))]),
+            ),
+            (_, Some(conflicts)) => omissions.add(
+                "conflict",
+                section,
+                item.id.clone(),
+                details(&[("summary_id", json!(id)), ("conflicts", conflicts.clone())]),
+            ),
+            _ => kept.push(item),
+        }
+    }
+    Ok(kept)
 }
