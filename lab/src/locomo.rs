@@ -559,6 +559,14 @@ async fn measure(
             json!({}),
             MAX_TOKENS,
         ),
+        // The default without its rerank stage: what the neighbours' lift
+        // adds.
+        (
+            format!("memd hybrid ({embedder}, no rerank: neighbour_weight 0)"),
+            &agent,
+            json!({"scoring": {"neighbour_weight": 0.0}}),
+            MAX_TOKENS,
+        ),
         (
             "memd lexical only (semantic_weight 0)".to_owned(),
             &agent,
@@ -573,7 +581,7 @@ async fn measure(
         ),
         (
             format!(
-                "memd semantic only ({embedder}, lexical_weight 0, by relevance alone: beta 0, gamma 0, no floors, no dedupe)"
+                "memd semantic only ({embedder}, lexical_weight 0, by relevance alone: beta 0, gamma 0, no floors, no dedupe, no rerank)"
             ),
             &agent,
             meaning_alone(),
@@ -633,6 +641,12 @@ async fn measure(
                 format!("memd quality tier: hybrid ({name}, default policy)"),
                 tokens,
                 json!({}),
+                MAX_TOKENS,
+            ),
+            (
+                format!("memd quality tier: hybrid ({name}, no rerank: neighbour_weight 0)"),
+                tokens,
+                json!({"scoring": {"neighbour_weight": 0.0}}),
                 MAX_TOKENS,
             ),
             (
@@ -764,7 +778,8 @@ async fn vector_index_loaded(
 /// floors or dedupe (what exact cosine search does).
 fn meaning_alone() -> Value {
     json!({"scoring": {"lexical_weight": 0.0, "semantic_weight": 1.0, "beta": 0.0,
-                       "gamma": 0.0, "min_relevance": 0.0, "min_similarity": -1.0},
+                       "gamma": 0.0, "min_relevance": 0.0, "min_similarity": -1.0,
+                       "neighbour_weight": 0.0},
            "duplicate_similarity": 1.0})
 }
 

@@ -25,6 +25,7 @@ mod choose;
 pub mod filters;
 pub mod handoff;
 pub mod hybrid;
+pub mod neighbours;
 mod omissions;
 pub mod policy;
 pub mod privacy;

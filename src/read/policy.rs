@@ -181,6 +181,13 @@ pub struct Scoring {
     /// nothing the tenant holds gets no evidence.
     #[schema(minimum = -1.0, maximum = 1.0)]
     pub min_similarity: Option<f64>,
+    /// How much a better ranked neighbour (the turn before or after in the
+    /// same session, when the question found it too) lifts a candidate in
+    /// the rerank stage, as a share of the neighbour's rank weight, never
+    /// past it: a reply is found through the turn it answers. 0 turns the
+    /// stage off.
+    #[schema(minimum = 0.0, maximum = 1.0)]
+    pub neighbour_weight: f64,
 }
 
 /// How relevance, recency and importance become one score.
@@ -224,6 +231,7 @@ impl Default for Scoring {
             semantic_weight: 0.5,
             semantic_candidates: 200,
             min_similarity: None,
+            neighbour_weight: 0.25,
         }
     }
 }
@@ -346,7 +354,9 @@ impl Policy {
             semantic_weight,
             semantic_candidates,
             min_similarity,
+            neighbour_weight,
         } = self.scoring;
+        within("scoring.neighbour_weight", neighbour_weight, 0.0, 1.0)?;
         if let Some(floor) = min_similarity {
             within("scoring.min_similarity", floor, -1.0, 1.0)?;
         }
@@ -564,6 +574,10 @@ mod tests {
         );
         assert_eq!(field(json!({"retrieved_max": 300})), "retrieved_max");
         assert_eq!(field(json!({"scoring": {"alpha": 2.0}})), "scoring.alpha");
+        assert_eq!(
+            field(json!({"scoring": {"neighbour_weight": -0.5}})),
+            "scoring.neighbour_weight"
+        );
         assert_eq!(
             field(json!({"scoring": {"alpha": 0.0, "beta": 0.0, "gamma": 0.0}})),
             "scoring"

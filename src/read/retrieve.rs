@@ -1556,7 +1556,7 @@ pub async fn shown(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     #[test]
@@ -1652,7 +1652,7 @@ mod tests {
         );
     }
 
-    pub(super) fn candidate(
+    pub(in crate::read) fn candidate(
         id: &str,
         matched: &[i32],
         lexemes: i32,

@@ -1580,3 +1580,67 @@ async fn a_speaker_is_found_however_the_conversation_was_recorded(
     assert!(melanie.contains(&"Melanie: I bought new running shoes.".to_owned()));
     app.stop().await;
 }
+
+/// The rerank stage: a reply that shares only its speaker's name with the
+/// question ranks right after the turn it answers, above newer turns of the
+/// same speaker that share as much with the question; without the stage
+/// (`neighbour_weight` 0) those newer turns outrank it.
+#[sqlx::test]
+async fn a_reply_ranks_beside_the_turn_it_answers(_: PgPoolOptions, connect: PgConnectOptions) {
+    let mut app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let said = |session: &str, speaker: &str, text: &str| {
+        json!({"session_id": session, "channel": "private", "kind": "message",
+               "actor": {"type": "human", "id": speaker}, "content": {"text": text}})
+    };
+    app.append(
+        &token,
+        &json!({"events": [
+            said("s1", "melanie", "What did you paint for the gallery last weekend?"),
+            said("s1", "caroline", "A sunset over the lake, with my kids, while the sky went orange and purple."),
+            said("s1", "melanie", "My dog chewed the garden hose again."),
+            said("s2", "caroline", "I went running today."),
+            said("s3", "caroline", "Cold weather again."),
+            said("s4", "caroline", "My car needs tyres."),
+        ]}),
+    )
+    .await;
+    wait_projected(&app.pool, "acme").await;
+    // Words alone, with no floor: every turn of Caroline's shares her name
+    // with the question, and the newer ones win the ties.
+    let words_alone = json!({"semantic_weight": 0.0, "min_relevance": 0.0});
+    let ask = json!({"session_id": "questions", "query_text": "What did Caroline paint for the gallery?",
+                     "max_tokens": 2000});
+    let evidence = |acb: &Value| -> Vec<String> {
+        texts(acb, "retrieved_evidence")
+            .iter()
+            .map(|t| t.trim_end().to_owned())
+            .collect()
+    };
+
+    app.put_policy(&token, &json!({"scoring": words_alone}))
+        .await;
+    let acb = app.acb(&token, ask.clone()).await;
+    let found = evidence(&acb);
+    assert_eq!(found[0], "What did you paint for the gallery last weekend?");
+    assert_eq!(
+        found[1], "A sunset over the lake, with my kids, while the sky went orange and purple.",
+        "{found:?}"
+    );
+    assert_eq!(acb["provenance"]["neighbours"]["lifted"], 1);
+    assert!(acb["provenance"]["stages_ms"]["rerank"].is_number());
+
+    let mut without = words_alone.clone();
+    without["neighbour_weight"] = json!(0.0);
+    app.put_policy(&token, &json!({"scoring": without})).await;
+    let acb = app.acb(&token, ask).await;
+    let found = evidence(&acb);
+    assert_eq!(found[0], "What did you paint for the gallery last weekend?");
+    assert_eq!(
+        found.last().unwrap(),
+        "A sunset over the lake, with my kids, while the sky went orange and purple.",
+        "{found:?}"
+    );
+    assert_eq!(acb["provenance"]["neighbours"]["lifted"], 0);
+    app.stop().await;
+}

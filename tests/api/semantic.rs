@@ -1014,7 +1014,7 @@ async fn a_question_about_nothing_held_gets_no_evidence_and_is_told_why(
 }
 
 /// Semantic parity: ranked by meaning alone (no lexical weight, recency,
-/// importance, floors or dedupe), a bundle's evidence is the tenant's
+/// importance, floors, dedupe or rerank), a bundle's evidence is the tenant's
 /// chunks in the order of their cosine with the question, as a brute-force
 /// search over the vectors the embeddings projection stored ranks them,
 /// even when the vector search returns fewer candidates than the tenant
@@ -1065,7 +1065,8 @@ async fn ranked_by_meaning_alone_evidence_is_the_exact_cosine_order(
         &token,
         &json!({
             "scoring": {"lexical_weight": 0.0, "semantic_weight": 1.0, "beta": 0.0, "gamma": 0.0,
-                        "min_relevance": 0.0, "min_similarity": -1.0, "semantic_candidates": 60},
+                        "min_relevance": 0.0, "min_similarity": -1.0, "semantic_candidates": 60,
+                        "neighbour_weight": 0.0},
             "duplicate_similarity": 1.0,
             "retrieved_max": 25,
         }),

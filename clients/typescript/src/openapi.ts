@@ -1589,6 +1589,13 @@ export interface components {
         MessageContent: {
             text: string;
         };
+        /** @description What `provenance.neighbours` says of the stage. */
+        NeighbourReport: {
+            /** @description Candidates reranked (the best ranked, at most 100). */
+            considered: number;
+            /** @description Of those, how many had a neighbour in the pool that lifted them. */
+            lifted: number;
+        };
         /**
          * @description Something left out, and why: `budget`, `privacy`, `retention`,
          *     `retracted`, `duplicate`, `superseded`, `rejected`, `conflict`, or
@@ -1710,6 +1717,7 @@ export interface components {
              *       "lexical_weight": 0.5,
              *       "min_relevance": 0.2,
              *       "min_similarity": null,
+             *       "neighbour_weight": 0.25,
              *       "recency_half_life_hours": 168,
              *       "semantic_candidates": 200,
              *       "semantic_weight": 0.5
@@ -1842,6 +1850,11 @@ export interface components {
             intent?: string | null;
             /** Format: int64 */
             lag_events: number;
+            /**
+             * @description The rerank stage: how many of the best ranked candidates it
+             *     considered, and how many their neighbours lifted.
+             */
+            neighbours: components["schemas"]["NeighbourReport"];
             /** @description `fast` (no retrieval) or `retrieval`. */
             path: string;
             /**
@@ -2044,6 +2057,16 @@ export interface components {
              * @default null
              */
             min_similarity?: number | null;
+            /**
+             * Format: double
+             * @description How much a better ranked neighbour (the turn before or after in the
+             *     same session, when the question found it too) lifts a candidate in
+             *     the rerank stage, as a share of the neighbour's rank weight, never
+             *     past it: a reply is found through the turn it answers. 0 turns the
+             *     stage off.
+             * @default 0.25
+             */
+            neighbour_weight?: number;
             /**
              * Format: double
              * @description Recency halves every this many hours of age, counted back from the
@@ -2362,7 +2385,8 @@ export interface components {
          * @description Milliseconds per stage of building a bundle. `prepare`: the log's head,
          *     the tenant's views, tasks and decisions, the recent window;
          *     `candidates`: the lexical and vector candidate pool (the question's
-         *     vector included); `rank`: scoring; `choose`: filters, standing, dedupe,
+         *     vector included); `rank`: scoring; `rerank`: the neighbours' lift
+         *     (their positions read from the log); `choose`: filters, standing, dedupe,
          *     the decisions and evidence kept; `pack`: the token budget; `render`: the
          *     prompt text (0 when not asked for).
          */
@@ -2379,6 +2403,8 @@ export interface components {
             rank: number;
             /** Format: double */
             render: number;
+            /** Format: double */
+            rerank: number;
         };
         /**
          * @description An event as stored: the envelope, the content as kept (redacted, tool

@@ -1,6 +1,7 @@
 //! Retrieved evidence: what comes first (a packet's evidence or pinned
 //! memory), then the stages of retrieval: gather the candidate pool, rank
-//! it, and choose (in [`crate::read::choose`]) what the bundle keeps.
+//! it, rerank it by the neighbours of what ranked best, and choose (in
+//! [`crate::read::choose`]) what the bundle keeps.
 
 use serde_json::{Map, json};
 
@@ -14,6 +15,7 @@ use crate::{
     read::{
         choose::Evidence,
         hybrid::{self, Question, SemanticReport},
+        neighbours::{self, NeighbourReport},
         omissions::{OMISSION_IDS_SHOWN, Omissions, details},
         policy::{Policy, SectionName},
         retrieve::{self, Candidate, LeftOut},
@@ -102,8 +104,10 @@ pub(super) async fn retrieve(
         let embedder = plan.head.embedding.embedder.as_deref()?;
         ctx.reader.semantic.unrelated_similarity(embedder)
     });
-    let (ranked, retrieval) = rank(pool, &plan.head, ctx.policy, similarity_floor);
+    let (ranked, mut retrieval) = rank(pool, &plan.head, ctx.policy, similarity_floor);
     clock.times.rank = clock.lap();
+    let ranked = rerank(ctx, ranked, &mut retrieval).await?;
+    clock.times.rerank = clock.lap();
     if ranked.is_empty() {
         omissions.nothing_relevant(details(&[
             ("unrelated", json!(retrieval.unrelated.dropped)),
@@ -161,6 +165,23 @@ async fn gather(
     Ok(pool)
 }
 
+/// The rerank stage: the best ranked candidates lifted by their neighbours
+/// in the pool ([`neighbours`]), when the policy weighs them.
+async fn rerank(
+    ctx: &Context<'_>,
+    ranked: Vec<Candidate>,
+    retrieval: &mut Retrieval,
+) -> Result<Vec<Candidate>, sqlx::Error> {
+    let weight = ctx.policy.scoring.neighbour_weight;
+    if weight <= 0.0 {
+        return Ok(ranked);
+    }
+    let adjacency = neighbours::adjacency(&ctx.reader.pool, ctx.tenant, &ranked).await?;
+    let (reranked, report) = neighbours::rerank(ranked, &adjacency, weight);
+    retrieval.neighbours = report;
+    Ok(reranked)
+}
+
 /// What the question would have retrieved but the channel may not see
 /// (`privacy`), the tenant's retention forgot (`retention`) or a
 /// retraction withdrew (`retracted`, asked only of a tenant with any):
@@ -209,6 +230,7 @@ pub(super) struct Retrieval {
     pub(super) common_terms: Vec<String>,
     /// Candidates that shared nothing with the question.
     pub(super) unrelated: retrieve::Unrelated,
+    pub(super) neighbours: NeighbourReport,
 }
 
 /// The rank stage: the candidates that share something with the question
@@ -225,6 +247,7 @@ fn rank(
     let pool_size = pool.candidates.len();
     let (related, unrelated) = retrieve::related(pool.candidates, floor);
     let retrieval = Retrieval {
+        neighbours: NeighbourReport::default(),
         semantic: pool.semantic,
         pool_size,
         unrelated,

@@ -200,6 +200,9 @@ pub struct Provenance {
     pub semantic: SemanticReport,
     pub candidate_pool_size: usize,
     pub candidate_pool_max: u32,
+    /// The rerank stage: how many of the best ranked candidates it
+    /// considered, and how many their neighbours lifted.
+    pub neighbours: crate::read::neighbours::NeighbourReport,
     /// Evidence chunks that survived filtering and dedupe, before packing.
     pub retrieved: usize,
     pub filters: Filters,
@@ -240,7 +243,8 @@ pub struct Provenance {
 /// Milliseconds per stage of building a bundle. `prepare`: the log's head,
 /// the tenant's views, tasks and decisions, the recent window;
 /// `candidates`: the lexical and vector candidate pool (the question's
-/// vector included); `rank`: scoring; `choose`: filters, standing, dedupe,
+/// vector included); `rank`: scoring; `rerank`: the neighbours' lift
+/// (their positions read from the log); `choose`: filters, standing, dedupe,
 /// the decisions and evidence kept; `pack`: the token budget; `render`: the
 /// prompt text (0 when not asked for).
 #[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
@@ -248,6 +252,7 @@ pub struct StageTimes {
     pub prepare: f64,
     pub candidates: f64,
     pub rank: f64,
+    pub rerank: f64,
     pub choose: f64,
     pub pack: f64,
     pub render: f64,
@@ -441,6 +446,7 @@ fn provenance(
         diagnostics: std::mem::take(&mut retrieval.semantic.work),
         semantic: retrieval.semantic,
         candidate_pool_size: retrieval.pool_size,
+        neighbours: retrieval.neighbours,
         candidate_pool_max: policy.candidate_pool_max,
         retrieved: chosen.retrieved,
         filters: ctx.visibility.filters(),
