@@ -121,13 +121,22 @@ struct AnswerStages {
     prepare: f64,
     candidates: f64,
     rank: f64,
+    rerank: f64,
     choose: f64,
     pack: f64,
     render: f64,
 }
 
 /// The stages of `provenance.stages_ms`, in order.
-const STAGES: [&str; 6] = ["prepare", "candidates", "rank", "choose", "pack", "render"];
+const STAGES: [&str; 7] = [
+    "prepare",
+    "candidates",
+    "rank",
+    "rerank",
+    "choose",
+    "pack",
+    "render",
+];
 
 /// What the bundles of one scenario said of themselves, summed.
 #[derive(Default, Clone)]
@@ -158,6 +167,7 @@ impl Seen {
             stages.prepare,
             stages.candidates,
             stages.rank,
+            stages.rerank,
             stages.choose,
             stages.pack,
             stages.render,

@@ -58,6 +58,11 @@ impl Kind {
         }
     }
 
+    /// Kinds that take turns in a session (a conversation's messages, an
+    /// agent's tool calls and their results): a turn's neighbours are the
+    /// turns just before and after it in its session.
+    pub const TURNS: &'static [Kind] = &[Kind::Message, Kind::ToolCall, Kind::ToolResult];
+
     pub fn parse(raw: &str) -> Option<Self> {
         Self::ALL.iter().copied().find(|kind| kind.as_str() == raw)
     }

@@ -58,6 +58,9 @@ pub struct Candidate {
     pub kind: Option<Kind>,
     pub token_est: i32,
     pub importance: f32,
+    /// The seq of the turn before this one in its session, for a turn
+    /// ([`Kind::TURNS`]); what makes two candidates neighbours.
+    pub previous_turn: Option<i64>,
     /// The query lexemes the chunk contains: bit `i` for lexeme `i` (there
     /// are at most [`MAX_LEXEMES`]).
     pub matched: u32,
@@ -123,10 +126,11 @@ mod column {
     pub const CONTENT_HASH: usize = 8;
     pub const WORDS: usize = 9;
     pub const PART: usize = 10;
-    pub const LEXEME_COUNT: usize = 11;
+    pub const PREVIOUS_TURN: usize = 11;
+    pub const LEXEME_COUNT: usize = 12;
     /// The lexical statement's mask of the query lexemes a chunk holds
     /// ([`super::matched_mask`]), after its lexeme count.
-    pub const MATCHED: usize = 12;
+    pub const MATCHED: usize = 13;
 }
 
 impl Details {
@@ -295,6 +299,7 @@ struct Fields {
     kind: Option<Kind>,
     token_est: i32,
     importance: f32,
+    previous_turn: Option<i64>,
     lexeme_count: i32,
 }
 
@@ -307,6 +312,7 @@ impl Fields {
             kind: Kind::parse(row.try_get_unchecked(column::KIND)?),
             token_est: row.try_get_unchecked(column::TOKEN_EST)?,
             importance: row.try_get_unchecked(column::IMPORTANCE)?,
+            previous_turn: row.try_get_unchecked(column::PREVIOUS_TURN)?,
             lexeme_count: row.try_get_unchecked(column::LEXEME_COUNT)?,
         })
     }
@@ -319,6 +325,7 @@ impl Fields {
             kind: self.kind,
             token_est: self.token_est,
             importance: self.importance,
+            previous_turn: self.previous_turn,
             lexeme_count: self.lexeme_count,
             matched,
             lexical: 0.0,
@@ -352,7 +359,7 @@ fn matched_mask(lexemes: usize, first_param: usize) -> String {
 
 /// The columns of a candidate, for the statements that read them.
 const CANDIDATE_COLUMNS: &str = "c.chunk_id, c.event_id, c.seq, c.ts, c.kind, c.source, \
-     c.token_est, c.importance, c.content_hash, c.word_hashes, c.part";
+     c.token_est, c.importance, c.content_hash, c.word_hashes, c.part, c.previous_turn";
 
 /// The ranked pool.
 #[derive(Debug, Default)]
@@ -968,14 +975,16 @@ pub async fn at_positions(
     .await?;
     rows.iter()
         .map(|row| {
-            let mut lexemes = hashed_lexemes(row.try_get_raw(12)?)?;
+            // After the candidate's columns and its lexeme count.
+            let after = column::LEXEME_COUNT + 1;
+            let mut lexemes = hashed_lexemes(row.try_get_raw(after)?)?;
             lexemes.sort_unstable();
             Ok(FoundRow {
                 candidate: Candidate::owned(row, 0)?,
                 lexemes,
-                channel: row.try_get_unchecked(13)?,
-                sensitivity: row.try_get_unchecked(14)?,
-                agent_id: row.try_get_unchecked(15)?,
+                channel: row.try_get_unchecked(after + 1)?,
+                sensitivity: row.try_get_unchecked(after + 2)?,
+                agent_id: row.try_get_unchecked(after + 3)?,
             })
         })
         .collect()
@@ -1667,6 +1676,7 @@ pub(super) mod tests {
             kind: Some(Kind::Message),
             token_est: 10,
             importance,
+            previous_turn: None,
             lexeme_count: lexemes,
         }
         .candidate(

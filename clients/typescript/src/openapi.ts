@@ -1593,7 +1593,7 @@ export interface components {
         NeighbourReport: {
             /** @description Candidates reranked (the best ranked, at most 100). */
             considered: number;
-            /** @description Of those, how many had a neighbour in the pool that lifted them. */
+            /** @description Of those, how many a better ranked neighbour lifted. */
             lifted: number;
         };
         /**
@@ -2385,8 +2385,8 @@ export interface components {
          * @description Milliseconds per stage of building a bundle. `prepare`: the log's head,
          *     the tenant's views, tasks and decisions, the recent window;
          *     `candidates`: the lexical and vector candidate pool (the question's
-         *     vector included); `rank`: scoring; `rerank`: the neighbours' lift
-         *     (their positions read from the log); `choose`: filters, standing, dedupe,
+         *     vector included); `rank`: scoring; `rerank`: the neighbours' lift;
+         *     `choose`: filters, standing, dedupe,
          *     the decisions and evidence kept; `pack`: the token budget; `render`: the
          *     prompt text (0 when not asked for).
          */

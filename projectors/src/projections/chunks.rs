@@ -84,7 +84,9 @@ impl ChunkProjector {
     /// asked a tool is retrievable.
     /// 5: a message's source is its speaker ([`speaker`]), searched with
     /// its words.
-    const BASE_VERSION: i32 = 5;
+    /// 6: a turn's `previous_turn`, the seq of the turn before it in its
+    /// session, read from the log.
+    const BASE_VERSION: i32 = 6;
 
     pub fn new(tokens: TokenCounter) -> Self {
         Self {
@@ -705,14 +707,22 @@ impl Rows {
             "INSERT INTO chunks (tenant_id, chunk_id, event_id, seq, part, ts, session_id, channel,
                                  sensitivity, actor_type, actor_id, kind, tags, source, line_start,
                                  line_end, text, token_est, importance, content_hash, word_hashes,
-                                 agent_id, sealed_tsv)
+                                 agent_id, sealed_tsv, previous_turn)
              SELECT $1, u.chunk_id, u.event_id, u.seq, u.part, u.ts, u.session_id, u.channel,
                     u.sensitivity, u.actor_type, u.actor_id, u.kind,
                     CASE WHEN u.tags IS NULL THEN '{}'::text[]
                          ELSE ARRAY(SELECT jsonb_array_elements_text(u.tags::jsonb)) END,
                     u.source, u.line_start,
                     u.line_end, u.text, u.token_est, u.importance, u.content_hash, u.word_hashes,
-                    u.agent_id, u.sealed_tsv::tsvector
+                    u.agent_id, u.sealed_tsv::tsvector,
+                    -- The turn before it in its session, from the log (so a
+                    -- rebuild finds the same), whoever may see that turn.
+                    CASE WHEN u.kind = ANY ($24) THEN
+                        (SELECT p.seq FROM public.events p
+                          WHERE p.tenant_id = $1 AND p.session_id = u.session_id
+                            AND p.seq < u.seq AND p.kind = ANY ($24)
+                          ORDER BY p.seq DESC LIMIT 1)
+                    END
                FROM unnest($2::text[], $3::text[], $4::bigint[], $5::int[], $6::timestamptz[],
                            $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
                            $12::text[], $13::text[], $14::text[], $15::int[], $16::int[],
@@ -745,6 +755,12 @@ impl Rows {
         .bind(self.word_hashes)
         .bind(self.agent_id)
         .bind(sealed_tsvs)
+        .bind(
+            Kind::TURNS
+                .iter()
+                .map(|kind| kind.as_str())
+                .collect::<Vec<_>>(),
+        )
         .execute(tx)
         .await?;
         Ok(())

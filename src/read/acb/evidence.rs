@@ -106,7 +106,7 @@ pub(super) async fn retrieve(
     });
     let (ranked, mut retrieval) = rank(pool, &plan.head, ctx.policy, similarity_floor);
     clock.times.rank = clock.lap();
-    let ranked = rerank(ctx, ranked, &mut retrieval).await?;
+    let ranked = rerank(ctx, ranked, &mut retrieval);
     clock.times.rerank = clock.lap();
     if ranked.is_empty() {
         omissions.nothing_relevant(details(&[
@@ -167,19 +167,14 @@ async fn gather(
 
 /// The rerank stage: the best ranked candidates lifted by their neighbours
 /// in the pool ([`neighbours`]), when the policy weighs them.
-async fn rerank(
-    ctx: &Context<'_>,
-    ranked: Vec<Candidate>,
-    retrieval: &mut Retrieval,
-) -> Result<Vec<Candidate>, sqlx::Error> {
+fn rerank(ctx: &Context<'_>, ranked: Vec<Candidate>, retrieval: &mut Retrieval) -> Vec<Candidate> {
     let weight = ctx.policy.scoring.neighbour_weight;
     if weight <= 0.0 {
-        return Ok(ranked);
+        return ranked;
     }
-    let adjacency = neighbours::adjacency(&ctx.reader.pool, ctx.tenant, &ranked).await?;
-    let (reranked, report) = neighbours::rerank(ranked, &adjacency, weight);
+    let (reranked, report) = neighbours::rerank(ranked, weight);
     retrieval.neighbours = report;
-    Ok(reranked)
+    reranked
 }
 
 /// What the question would have retrieved but the channel may not see

@@ -243,8 +243,8 @@ pub struct Provenance {
 /// Milliseconds per stage of building a bundle. `prepare`: the log's head,
 /// the tenant's views, tasks and decisions, the recent window;
 /// `candidates`: the lexical and vector candidate pool (the question's
-/// vector included); `rank`: scoring; `rerank`: the neighbours' lift
-/// (their positions read from the log); `choose`: filters, standing, dedupe,
+/// vector included); `rank`: scoring; `rerank`: the neighbours' lift;
+/// `choose`: filters, standing, dedupe,
 /// the decisions and evidence kept; `pack`: the token budget; `render`: the
 /// prompt text (0 when not asked for).
 #[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
