@@ -138,6 +138,7 @@ class Provenance(TypedDict):
     semantic: Dict[str, Any]
     candidate_pool_size: int
     candidate_pool_max: int
+    neighbours: Dict[str, int]
     retrieved: int
     filters: Dict[str, Any]
     retrieval_filters: NotRequired[RetrievalFilters]
