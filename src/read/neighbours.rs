@@ -49,16 +49,16 @@ pub struct NeighbourReport {
 /// `1/(60 + rank)`, but never passes it. So the best ranked candidate stays
 /// first, and a reply the question found moves up to follow the turn it
 /// answers. Ties keep the rank stage's order; the rest follow unchanged.
-/// `weight` 0 changes nothing.
+/// `weight` 0 turns the stage off: nothing is considered or moved.
 pub fn rerank(mut ranked: Vec<Candidate>, weight: f64) -> (Vec<Candidate>, NeighbourReport) {
+    if weight <= 0.0 {
+        return (ranked, NeighbourReport::default());
+    }
     let depth = ranked.len().min(DEPTH);
     let mut report = NeighbourReport {
         considered: depth,
         lifted: 0,
     };
-    if weight <= 0.0 {
-        return (ranked, report);
-    }
     let weight_of = |rank: usize| 1.0 / (RANK_K + rank as f64);
     // The best rank of each turn (of any of its parts), by its seq, and of
     // the turn after each turn: the one whose previous turn it is.
@@ -158,8 +158,9 @@ mod tests {
     #[test]
     fn without_neighbours_or_weight_the_order_is_the_rank_stages() {
         let ranked: Vec<Candidate> = [3, 8, 6, 1, 4].into_iter().map(turn).collect();
-        let (same, _) = rerank(ranked.clone(), 0.0);
+        let (same, report) = rerank(ranked.clone(), 0.0);
         assert_eq!(seqs(&same), vec![3, 8, 6, 1, 4]);
+        assert_eq!(report.considered, 0);
         // Turns of other sessions, or other kinds: no previous turn.
         let alone: Vec<Candidate> = ranked
             .into_iter()

@@ -1642,5 +1642,6 @@ async fn a_reply_ranks_beside_the_turn_it_answers(_: PgPoolOptions, connect: PgC
         "{found:?}"
     );
     assert_eq!(acb["provenance"]["neighbours"]["lifted"], 0);
+    assert_eq!(acb["provenance"]["neighbours"]["considered"], 0);
     app.stop().await;
 }

@@ -166,13 +166,9 @@ async fn gather(
 }
 
 /// The rerank stage: the best ranked candidates lifted by their neighbours
-/// in the pool ([`neighbours`]), when the policy weighs them.
+/// in the pool ([`neighbours`]), as much as the policy weighs them.
 fn rerank(ctx: &Context<'_>, ranked: Vec<Candidate>, retrieval: &mut Retrieval) -> Vec<Candidate> {
-    let weight = ctx.policy.scoring.neighbour_weight;
-    if weight <= 0.0 {
-        return ranked;
-    }
-    let (reranked, report) = neighbours::rerank(ranked, weight);
+    let (reranked, report) = neighbours::rerank(ranked, ctx.policy.scoring.neighbour_weight);
     retrieval.neighbours = report;
     reranked
 }
