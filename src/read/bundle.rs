@@ -1,9 +1,12 @@
 //! Packing ranked items into sections under a token budget, and rendering
 //! the result. Every count here is exact: an item's tokens are its handle's
-//! plus its stored meta-and-body count, a section adds its heading, and the
-//! blocks are built so that counts add up (see `memd_projectors::render`).
+//! plus its stored meta-and-body count, a section adds its heading and the
+//! heading of each day its dated items happened on, and the blocks are
+//! built so that counts add up (see `memd_projectors::render`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, NaiveDate, Utc};
 
 use memd_projectors::{projections::TokenCounter, render};
 use serde::Serialize;
@@ -28,6 +31,11 @@ pub struct Item {
     /// Tokens of `meta` + `text`, without the handle.
     #[serde(skip)]
     pub tokens: usize,
+    /// When it happened, for an item shown under the heading of its day
+    /// (what was said or run); its `meta` then gives the time of day only.
+    /// `None`: `meta` carries its own date.
+    #[serde(skip)]
+    pub at: Option<DateTime<Utc>>,
     /// What it cites: chunk ids, event ids, `view:<name>`.
     pub refs: Vec<String>,
     /// Kind-specific fields (`chunk_id`, `decision_id`, `status`, `score`, ...).
@@ -56,6 +64,7 @@ impl Item {
             meta,
             text,
             tokens,
+            at: None,
             refs,
             fields: Map::new(),
         })
@@ -93,6 +102,9 @@ pub struct Costs {
     handles: BTreeMap<char, Vec<usize>>,
     /// `most[prefix][n]`: the most tokens any of `[X1]` .. `[Xn]` takes.
     most: BTreeMap<char, Vec<usize>>,
+    /// Counts day headings (one per day a bundle shows, too many dates to
+    /// count ahead).
+    counter: TokenCounter,
 }
 
 /// Handles are numbered up to this (no section can hold more items).
@@ -132,7 +144,12 @@ impl Costs {
             headings,
             handles,
             most,
+            counter: *counter,
         }
+    }
+
+    fn day(&self, date: NaiveDate) -> usize {
+        self.counter.count(&render::day(date))
     }
 
     fn heading(&self, name: SectionName) -> usize {
@@ -204,11 +221,14 @@ pub fn pack(
 
     // Chosen item indexes per section, and the worst-case handle cost paid.
     let mut chosen: BTreeMap<SectionName, Vec<usize>> = BTreeMap::new();
+    // The days whose heading a section already pays for.
+    let mut days: BTreeMap<SectionName, BTreeSet<NaiveDate>> = BTreeMap::new();
     let mut used: BTreeMap<SectionName, usize> = BTreeMap::new();
     let mut spent = 0;
     for pass in 0..2 {
         for section in &candidates {
             let picked = chosen.entry(section.name).or_default();
+            let section_days = days.entry(section.name).or_default();
             let mut section_used = used.get(&section.name).copied().unwrap_or(0);
             let limit = if pass == 0 {
                 budgets[&section.name]
@@ -223,15 +243,21 @@ pub fn pack(
                 }
                 // Handles are numbered once the section is final; budget
                 // for the largest number it can reach.
+                let new_day = item
+                    .at
+                    .map(|at| at.date_naive())
+                    .filter(|day| !section_days.contains(day));
                 let cost = item.tokens
                     + costs.most_handle(prefix, section.items.len())
                     + if picked.is_empty() {
                         costs.heading(section.name)
                     } else {
                         0
-                    };
+                    }
+                    + new_day.map_or(0, |day| costs.day(day));
                 if section_used + cost <= limit && spent + cost <= usable {
                     picked.push(index);
+                    section_days.extend(new_day);
                     section_used += cost;
                     spent += cost;
                 }
@@ -283,7 +309,13 @@ pub fn pack(
 /// exact token count.
 fn numbered(costs: &Costs, name: SectionName, items: Vec<Item>) -> Section {
     let prefix = name.handle_prefix();
-    let mut token_est = costs.heading(name);
+    let days: BTreeSet<NaiveDate> = items
+        .iter()
+        .filter_map(|item| item.at)
+        .map(|at| at.date_naive())
+        .collect();
+    let mut token_est =
+        costs.heading(name) + days.into_iter().map(|day| costs.day(day)).sum::<usize>();
     let items = items
         .into_iter()
         .enumerate()
@@ -318,13 +350,26 @@ pub fn unbudgeted(costs: &Costs, candidates: Vec<Candidates>) -> (Vec<Section>, 
 }
 
 /// The bundle as one prompt string: each section's heading, then each
-/// item's handle, meta line and body. Its token count is the bundle's
-/// `token_used_est`, exactly.
+/// item's handle, meta line and body. Dated items follow, in the order they
+/// happened, under the heading of their day: a timeline, whatever order the
+/// section ranks them in (their handles keep that order). Its token count
+/// is the bundle's `token_used_est`, exactly.
 pub fn render(sections: &[Section]) -> String {
     let mut prompt = String::new();
     for section in sections {
         prompt.push_str(&render::heading(section.name));
-        for packed in &section.items {
+        let mut shown: Vec<&PackedItem> = section.items.iter().collect();
+        // Stable: undated items first, in rank order; items of one moment
+        // (the parts of an event) keep theirs.
+        shown.sort_by_key(|packed| packed.item.at);
+        let mut day = None;
+        for packed in shown {
+            if let Some(at) = packed.item.at
+                && day != Some(at.date_naive())
+            {
+                day = Some(at.date_naive());
+                prompt.push_str(&render::day(at.date_naive()));
+            }
             prompt.push('[');
             prompt.push_str(&packed.handle);
             prompt.push(']');
@@ -360,11 +405,21 @@ mod tests {
         .prop_map(|parts| parts.concat())
     }
 
-    fn sections() -> impl Strategy<Value = Vec<(SectionName, Vec<(String, String)>)>> {
+    /// Sections of items: who, what, and when for an item shown under its
+    /// day (a few days apart at most, so days are shared).
+    #[allow(clippy::type_complexity)]
+    fn sections() -> impl Strategy<Value = Vec<(SectionName, Vec<(String, String, Option<i64>)>)>> {
         proptest::collection::vec(
             (
                 proptest::sample::select(SectionName::ALL.to_vec()),
-                proptest::collection::vec((text(), text()), 0..12),
+                proptest::collection::vec(
+                    (
+                        text(),
+                        text(),
+                        proptest::option::of(1_700_000_000i64..1_700_400_000),
+                    ),
+                    0..12,
+                ),
             ),
             0..7,
         )
@@ -410,15 +465,27 @@ mod tests {
                     items: items
                         .into_iter()
                         .enumerate()
-                        .filter_map(|(i, (who, text))| {
-                            Item::counted(
-                                "evidence",
-                                format!("{}-{i}", name.as_str()),
-                                render::meta([who.as_str()], at),
-                                &text,
-                                vec![],
-                                &counter,
-                            )
+                        .filter_map(|(i, (who, text, when))| {
+                            let id = format!("{}-{i}", name.as_str());
+                            match when.and_then(|secs| DateTime::from_timestamp(secs, 0)) {
+                                Some(when) => Item::counted(
+                                    "evidence",
+                                    id,
+                                    render::meta_of_day([who.as_str()], when),
+                                    &text,
+                                    vec![],
+                                    &counter,
+                                )
+                                .map(|item| Item { at: Some(when), ..item }),
+                                None => Item::counted(
+                                    "evidence",
+                                    id,
+                                    render::meta([who.as_str()], at),
+                                    &text,
+                                    vec![],
+                                    &counter,
+                                ),
+                            }
                         })
                         .inspect(|_| total += 1)
                         .collect(),
@@ -434,6 +501,108 @@ mod tests {
             let sum: usize = sections.iter().map(|s| s.token_est).sum();
             prop_assert_eq!(sum, tokens);
         }
+    }
+
+    fn said(counter: &TokenCounter, id: &str, at: &str, text: &str) -> Item {
+        let at: DateTime<Utc> = at.parse().unwrap();
+        let meta = render::meta_of_day(["alice"], at);
+        let item = Item::counted("evidence", id.to_owned(), meta, text, vec![], counter).unwrap();
+        Item {
+            at: Some(at),
+            ..item
+        }
+    }
+
+    #[test]
+    fn dated_items_are_shown_under_their_day_in_the_order_they_happened() {
+        let counter = TokenCounter::new(Encoding::Cl100kBase);
+        let costs = Costs::new(&counter);
+        let ranked = vec![
+            said(
+                &counter,
+                "best",
+                "2026-11-24T10:00:00Z",
+                "The deploy is on Friday.",
+            ),
+            said(
+                &counter,
+                "second",
+                "2026-11-23T09:00:00Z",
+                "Which day do we deploy?",
+            ),
+            said(
+                &counter,
+                "third",
+                "2026-11-24T08:00:00Z",
+                "Smoke tests first.",
+            ),
+        ];
+        let (sections, tokens, left) = pack(
+            &Policy::default(),
+            2_000,
+            &costs,
+            vec![Candidates {
+                name: SectionName::RetrievedEvidence,
+                items: ranked,
+                chronological: false,
+            }],
+        );
+        assert!(left.is_empty());
+        let handles: Vec<(&str, &str)> = sections[0]
+            .items
+            .iter()
+            .map(|p| (p.handle.as_str(), p.item.id.as_str()))
+            .collect();
+        assert_eq!(
+            handles,
+            [("E1", "best"), ("E2", "second"), ("E3", "third")],
+            "items and handles keep the rank"
+        );
+        let prompt = render(&sections);
+        assert_eq!(
+            prompt,
+            "## retrieved_evidence\n\
+             ### 2026-11-23\n[E2] alice · 09:00\nWhich day do we deploy?\n\
+             ### 2026-11-24\n[E3] alice · 08:00\nSmoke tests first.\n\
+             [E1] alice · 10:00\nThe deploy is on Friday.\n"
+        );
+        assert_eq!(counter.count(&prompt), tokens);
+    }
+
+    #[test]
+    fn a_day_heading_is_paid_once_for_all_the_items_of_its_day() {
+        let counter = TokenCounter::new(Encoding::Cl100kBase);
+        let costs = Costs::new(&counter);
+        let text = "The nightly export failed because the database was slow again.";
+        let fits = |days_apart: bool| {
+            let items = (0..200)
+                .map(|i| {
+                    let day = if days_apart { 1 + i % 28 } else { 1 };
+                    said(
+                        &counter,
+                        &format!("e{i}"),
+                        &format!("2026-02-{day:02}T10:00:00Z"),
+                        text,
+                    )
+                })
+                .collect();
+            let (sections, _, _) = pack(
+                &Policy::default(),
+                2_000,
+                &costs,
+                vec![Candidates {
+                    name: SectionName::RetrievedEvidence,
+                    items,
+                    chronological: false,
+                }],
+            );
+            sections[0].items.len()
+        };
+        let (one_day, many_days) = (fits(false), fits(true));
+        assert!(
+            one_day > many_days,
+            "{one_day} items of one day, {many_days} of many"
+        );
     }
 
     #[test]

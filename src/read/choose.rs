@@ -349,6 +349,7 @@ impl Evidence {
                 meta,
                 text: render::body(&shown.text),
                 tokens: candidate.token_est.max(0) as usize,
+                at: Some(candidate.ts),
                 refs: vec![
                     candidate.chunk_id().to_owned(),
                     candidate.event_id().to_owned(),

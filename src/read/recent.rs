@@ -421,6 +421,7 @@ fn window_event(
                 meta,
                 text: render::body(&part.text),
                 tokens: part.token_est.max(0) as usize,
+                at: Some(event.ts),
                 refs,
                 fields: details(&[
                     ("chunk_id", json!(chunk_id)),
@@ -541,6 +542,7 @@ mod tests {
                 meta: String::new(),
                 text: "x".repeat(text_bytes),
                 tokens: 1,
+                at: None,
                 refs: Vec::new(),
                 fields: Map::new(),
             }],

@@ -138,10 +138,21 @@ async fn a_question_retrieves_cited_evidence_within_the_budget(
     );
     assert!(acb["token_used_est"].as_u64().unwrap() <= 3000);
     assert_eq!(acb["budget_tokens"], 3000);
+    // Evidence is shown under the day it was recorded, the time of day in
+    // each meta line.
+    let first_day = acb["sections"][0]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["ts"].as_str().unwrap()[..10].to_owned())
+        .min()
+        .unwrap();
     assert!(
-        prompt.starts_with(
-            "## retrieved_evidence\n[E1] fs · tool_result fs.read_file README.md lines 1-2 · "
-        ),
+        prompt.starts_with(&format!("## retrieved_evidence\n### {first_day}\n[E")),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("\n[E1] fs · tool_result fs.read_file README.md lines 1-2 · "),
         "{prompt}"
     );
     let sections_sum: u64 = acb["sections"]

@@ -67,11 +67,12 @@ async fn messages_become_searchable_chunks_with_exact_token_counts(
     .await
     .expect("the message is found by full-text search");
     assert_eq!(stored, text);
-    // Counted once, as a bundle renders it: meta line and body.
+    // Counted once, as a bundle renders it: meta line (under the day's
+    // heading, so the time of day only) and body.
     let rendered = render::chunk_meta("user-1", "message", None, None, ts) + &render::body(text);
     assert_eq!(
         rendered,
-        format!(" user-1 · {}\n{text}\n", ts.format("%Y-%m-%d %H:%M"))
+        format!(" user-1 · {}\n{text}\n", ts.format("%H:%M"))
     );
     assert_eq!(
         token_est as usize,

@@ -86,7 +86,9 @@ impl ChunkProjector {
     /// its words.
     /// 6: a turn's `previous_turn`, the seq of the turn before it in its
     /// session, read from the log.
-    const BASE_VERSION: i32 = 6;
+    /// 7: `token_est` counts the meta line with the time of day only (a
+    /// bundle shows chunks under the heading of their day).
+    const BASE_VERSION: i32 = 7;
 
     pub fn new(tokens: TokenCounter) -> Self {
         Self {
