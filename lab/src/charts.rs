@@ -16,7 +16,11 @@ use plotters::{
 
 const SIZE: (u32, u32) = (860, 520);
 
-/// Distinct colours, in order of use.
+/// A legend row's height, below the plot.
+const LEGEND_ROW: u32 = 18;
+
+/// Distinct colours, in order of use; past ten series the colours repeat
+/// with another marker ([`Marker`]), so no two lines look alike.
 const COLOURS: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
@@ -74,8 +78,7 @@ pub fn grouped(
 pub struct Axis {
     pub label: String,
     pub log: bool,
-    /// A share, from 0 to 1: drawn over exactly that range, with the
-    /// legend in the lower right rather than in room above the lines.
+    /// A share, from 0 to 1: drawn over exactly that range.
     pub share: bool,
 }
 
@@ -132,7 +135,7 @@ impl Axis {
     }
 
     /// The plotted range covering `values`, with some room, and `headroom`
-    /// (a share of the span) more at the top, where the legend goes.
+    /// (a share of the span) more at the top.
     fn range(&self, values: impl Iterator<Item = f64>, headroom: f64) -> std::ops::Range<f64> {
         let plotted: Vec<f64> = values.map(|v| self.to_plot(v)).collect();
         let (mut low, mut high) = plotted
@@ -235,10 +238,81 @@ pub fn lines(
         );
     }
     make_parent(path)?;
-    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    // The legend goes below the plot, a row per series: inside it, it
+    // would hide lines wherever it was put.
+    let legend_height = 12 + LEGEND_ROW * series.len() as u32;
+    let root = SVGBackend::new(path, (SIZE.0, SIZE.1 + legend_height)).into_drawing_area();
     root.fill(&WHITE).map_err(draw_err)?;
-    draw_lines(&root, title, x, y, series)?;
+    let (plot, legend) = root.split_vertically(SIZE.1);
+    draw_lines(&plot, title, x, y, series)?;
+    draw_legend(&legend, series)?;
     root.present().map_err(draw_err)?;
+    Ok(())
+}
+
+/// How a series' points are marked: with its colour, told apart from the
+/// series ten before and after it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Marker {
+    Circle,
+    Triangle,
+    Cross,
+}
+
+/// The colour and marker of the `index`th series.
+fn look(index: usize) -> (RGBColor, Marker) {
+    let marker = match (index / COLOURS.len()) % 3 {
+        0 => Marker::Circle,
+        1 => Marker::Triangle,
+        _ => Marker::Cross,
+    };
+    (COLOURS[index % COLOURS.len()], marker)
+}
+
+fn marker_at<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    at: (i32, i32),
+    colour: RGBColor,
+    marker: Marker,
+) -> anyhow::Result<()> {
+    let filled = ShapeStyle::from(&colour).filled();
+    let line = ShapeStyle::from(&colour).stroke_width(2);
+    match marker {
+        Marker::Circle => area.draw(&Circle::new(at, 3, filled)),
+        Marker::Triangle => area.draw(&TriangleMarker::new(at, 5, filled)),
+        Marker::Cross => area.draw(&Cross::new(at, 4, line)),
+    }
+    .map_err(draw_err)
+}
+
+/// A row per series: a sample of its line (dashed for a reference), its
+/// marker and its name.
+fn draw_legend(area: &DrawingArea<SVGBackend<'_>, Shift>, series: &[Series]) -> anyhow::Result<()> {
+    let left = 88;
+    for (index, line) in series.iter().enumerate() {
+        let (colour, marker) = look(index);
+        let style = ShapeStyle::from(&colour).stroke_width(2);
+        let y = 6 + (index as i32) * LEGEND_ROW as i32 + LEGEND_ROW as i32 / 2;
+        let segments: &[(i32, i32)] = if line.reference {
+            &[(0, 8), (13, 21), (26, 34)]
+        } else {
+            &[(0, 34)]
+        };
+        for (from, to) in segments {
+            area.draw(&PathElement::new(
+                vec![(left + from, y), (left + to, y)],
+                style,
+            ))
+            .map_err(draw_err)?;
+        }
+        marker_at(area, (left + 17, y), colour, marker)?;
+        area.draw(&Text::new(
+            line.name.clone(),
+            (left + 44, y - 7),
+            font(13.0),
+        ))
+        .map_err(draw_err)?;
+    }
     Ok(())
 }
 
@@ -251,12 +325,10 @@ fn draw_lines(
 ) -> anyhow::Result<()> {
     let points = || series.iter().flat_map(|s| s.points.iter());
     let x_range = x.range(points().map(|p| p.0), 0.0);
-    // Room above the lines for the legend, a row per series (a share has
-    // its legend in the lower right instead).
     let y_range = if y.share {
         0.0..1.02
     } else {
-        y.range(points().map(|p| p.1), 0.1 + 0.07 * series.len() as f64)
+        y.range(points().map(|p| p.1), 0.1)
     };
     let (x_labels, y_labels) = (x.labels(&x_range), y.labels(&y_range));
     let mut chart = ChartBuilder::on(root)
@@ -280,45 +352,34 @@ fn draw_lines(
         .draw()
         .map_err(draw_err)?;
     for (index, line) in series.iter().enumerate() {
-        let colour = COLOURS[index % COLOURS.len()];
+        let (colour, marker) = look(index);
         let style = ShapeStyle::from(&colour).stroke_width(2);
         let plotted: Vec<(f64, f64)> = line
             .points
             .iter()
             .map(|(a, b)| (x.to_plot(*a), y.to_plot(*b)))
             .collect();
-        let drawn = if line.reference {
+        if line.reference {
             chart
                 .draw_series(DashedLineSeries::new(plotted.clone(), 8, 5, style))
-                .map_err(draw_err)?
+                .map_err(draw_err)?;
         } else {
             chart
                 .draw_series(LineSeries::new(plotted.clone(), style))
-                .map_err(draw_err)?
-        };
-        drawn
-            .label(line.name.as_str())
-            .legend(move |(lx, ly)| PathElement::new(vec![(lx, ly), (lx + 18, ly)], style));
-        chart
-            .draw_series(
-                plotted
-                    .iter()
-                    .map(|p| Circle::new(*p, 3, ShapeStyle::from(&colour).filled())),
-            )
-            .map_err(draw_err)?;
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(200, 200, 200))
-        .label_font(font(13.0))
-        .position(if y.share {
-            SeriesLabelPosition::LowerRight
-        } else {
-            SeriesLabelPosition::UpperLeft
-        })
-        .draw()
+                .map_err(draw_err)?;
+        }
+        let (filled, thin) = (
+            ShapeStyle::from(&colour).filled(),
+            ShapeStyle::from(&colour).stroke_width(2),
+        );
+        let at = plotted.iter().copied();
+        match marker {
+            Marker::Circle => chart.draw_series(at.map(|p| Circle::new(p, 3, filled))),
+            Marker::Triangle => chart.draw_series(at.map(|p| TriangleMarker::new(p, 5, filled))),
+            Marker::Cross => chart.draw_series(at.map(|p| Cross::new(p, 4, thin))),
+        }
         .map_err(draw_err)?;
+    }
     Ok(())
 }
 
@@ -437,6 +498,16 @@ mod tests {
         assert_eq!(number(1_500.0), "1.5k");
         assert_eq!(number(22_751.0), "23k");
         assert_eq!(number(1_000_000.0), "1M");
+    }
+
+    #[test]
+    fn thirty_series_look_different() {
+        let looks: Vec<(RGBColor, Marker)> = (0..30).map(look).collect();
+        for (i, a) in looks.iter().enumerate() {
+            for b in &looks[i + 1..] {
+                assert!(a != b, "{a:?}");
+            }
+        }
     }
 
     #[test]
