@@ -214,8 +214,9 @@ enum BenchCommand {
     /// in 2,000-token bundles), beside a plain BM25 baseline.
     Locomo {
         /// A directory of LoCoMo conversation files (`*.json`); none ships
-        /// in this repository.
-        #[arg(long)]
+        /// in this repository: put them in `lab/data/locomo/` (ignored by
+        /// git) or name another folder.
+        #[arg(long, default_value = "lab/data/locomo")]
         dir: PathBuf,
         /// locomo_kit.py, to cross-check the recall it computes (skipped
         /// when not given).
@@ -241,8 +242,9 @@ enum BenchCommand {
     /// pattern, with examples: its false positives.
     Redaction {
         /// A directory of LoCoMo conversation files (`*.json`): ordinary
-        /// chat (no default: none ships in this repository).
-        #[arg(long)]
+        /// chat (none ships in this repository: put them in
+        /// `lab/data/locomo/`, ignored by git, or name another folder).
+        #[arg(long, default_value = "lab/data/locomo")]
         dir: PathBuf,
         /// A source tree (this repository by default).
         #[arg(long, default_value = ".")]
