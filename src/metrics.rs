@@ -153,6 +153,8 @@ fn latency_histogram() -> Histogram {
 impl Metrics {
     /// The metrics of a daemon whose pool holds at most `pool_max`
     /// connections; with `tenant_labels`, per-tenant series.
+    // Long on purpose: one line per metric and one registration with its
+    // help text each, read best as one list.
     pub fn new(tenant_labels: bool, pool_max: u32) -> Self {
         let mut registry = Registry::with_prefix("memd");
         let metrics = Self {

@@ -266,10 +266,21 @@ pub fn pack(
         }
     }
 
+    candidates.sort_by_key(|c| c.name);
+    assemble(costs, candidates, chosen)
+}
+
+/// The sections in rendering order, each with the items `chosen` for it
+/// (indexes into its candidates) numbered in its order, the exact token
+/// total, and what was left.
+fn assemble(
+    costs: &Costs,
+    candidates: Vec<Candidates>,
+    mut chosen: BTreeMap<SectionName, Vec<usize>>,
+) -> (Vec<Section>, usize, Vec<Left>) {
     let mut sections = Vec::new();
     let mut left = Vec::new();
     let mut tokens = 0;
-    candidates.sort_by_key(|c| c.name);
     for section in candidates {
         let mut picked = chosen.remove(&section.name).unwrap_or_default();
         picked.sort_unstable();

@@ -171,6 +171,63 @@ impl Evidence {
         self.kept.len() >= self.limit || self.tokens >= self.token_limit
     }
 
+    /// Whether a decision is left out of the evidence by where it stands:
+    /// one in force is shown by the ledger (its rank kept for it there),
+    /// a superseded one is history (kept only when asked for) and a
+    /// rejected one is gone; each said so in `omissions`. Where decisions
+    /// are kept (a search), those in force stay evidence.
+    fn leaves_decision(
+        &mut self,
+        candidate: &Candidate,
+        standing: &retrieve::Standing,
+        rank: usize,
+        omissions: &mut Omissions,
+    ) -> bool {
+        let section = Some(SectionName::RetrievedEvidence);
+        match standing.decision_status.as_deref() {
+            Some("active") if self.decisions_kept => false,
+            Some("superseded") if self.with_history && self.decisions_kept => false,
+            Some("active") => {
+                self.decision_rank
+                    .entry(candidate.event_id().to_owned())
+                    .or_insert(rank);
+                true
+            }
+            Some("superseded") if self.with_history => {
+                if !self.decision_rank.contains_key(candidate.event_id()) {
+                    self.history.push(candidate.event_id().to_owned());
+                }
+                self.decision_rank
+                    .entry(candidate.event_id().to_owned())
+                    .or_insert(rank);
+                true
+            }
+            Some("superseded") => {
+                omissions.add(
+                    "superseded",
+                    section,
+                    candidate.chunk_id().to_owned(),
+                    details(&[
+                        ("decision_id", json!(candidate.event_id())),
+                        ("superseded_by", json!(standing.superseded_by)),
+                    ]),
+                );
+                true
+            }
+            Some(_) => {
+                omissions.add(
+                    "rejected",
+                    section,
+                    candidate.chunk_id().to_owned(),
+                    details(&[("decision_id", json!(candidate.event_id()))]),
+                );
+                true
+            }
+            // Not in the ledger yet (projections lag): plain evidence.
+            None => false,
+        }
+    }
+
     /// Decides what becomes of one candidate.
     fn take(
         &mut self,
@@ -185,49 +242,10 @@ impl Evidence {
         if self.chosen.contains(&(candidate.seq, candidate.part)) {
             return;
         }
-        if candidate.kind == Some(Kind::Decision) {
-            match standing.decision_status.as_deref() {
-                Some("active") if self.decisions_kept => {}
-                Some("superseded") if self.with_history && self.decisions_kept => {}
-                Some("active") => {
-                    self.decision_rank
-                        .entry(candidate.event_id().to_owned())
-                        .or_insert(rank);
-                    return;
-                }
-                Some("superseded") if self.with_history => {
-                    if !self.decision_rank.contains_key(candidate.event_id()) {
-                        self.history.push(candidate.event_id().to_owned());
-                    }
-                    self.decision_rank
-                        .entry(candidate.event_id().to_owned())
-                        .or_insert(rank);
-                    return;
-                }
-                Some("superseded") => {
-                    omissions.add(
-                        "superseded",
-                        section,
-                        candidate.chunk_id().to_owned(),
-                        details(&[
-                            ("decision_id", json!(candidate.event_id())),
-                            ("superseded_by", json!(standing.superseded_by)),
-                        ]),
-                    );
-                    return;
-                }
-                Some(_) => {
-                    omissions.add(
-                        "rejected",
-                        section,
-                        candidate.chunk_id().to_owned(),
-                        details(&[("decision_id", json!(candidate.event_id()))]),
-                    );
-                    return;
-                }
-                // Not in the ledger yet (projections lag): plain evidence.
-                None => {}
-            }
+        if candidate.kind == Some(Kind::Decision)
+            && self.leaves_decision(&candidate, &standing, rank, omissions)
+        {
+            return;
         }
         if let Some(conflicts) = standing.conflicts {
             omissions.add(

@@ -121,19 +121,65 @@ pub async fn build(
     agent: Option<&str>,
     request: HandoffRequest,
 ) -> Result<Result<Packet, FieldError>, sqlx::Error> {
+    if let Err(refused) = check(&request) {
+        return Ok(Err(refused));
+    }
+    let given = request.task.clone().filter(|t| !t.trim().is_empty());
+    let task = match (given, &request.task_id) {
+        (Some(text), _) => Some(TaskText {
+            text,
+            subject_id: None,
+        }),
+        (None, Some(task_id)) => {
+            match task_text(pool, keyring, tenant, agent, &request, task_id).await? {
+                Ok(found) => found,
+                Err(refused) => return Ok(Err(refused)),
+            }
+        }
+        (None, None) => None,
+    };
+    let Some(task) = task else {
+        return Ok(Err(FieldError::new(
+            "task",
+            "is required (or a task_id whose task exists)",
+        )));
+    };
+    let decision_ids = match decisions(pool, tenant, agent, &request).await? {
+        Ok(ids) => ids,
+        Err(refused) => return Ok(Err(refused)),
+    };
+    Ok(Ok(Packet {
+        session_id: request
+            .session_id
+            .unwrap_or_else(|| crate::domain::new_id("handoff")),
+        from_agent: request.from_agent,
+        to_agent: request.to_agent,
+        task: task.text,
+        task_id: request.task_id,
+        constraints: request.constraints,
+        decision_ids,
+        required_files: request.required_files,
+        open_questions: request.open_questions,
+        refs: request.refs,
+        subject_id: task.subject_id,
+    }))
+}
+
+/// The agents and the lists' lengths.
+fn check(request: &HandoffRequest) -> Result<(), FieldError> {
     for (field, value) in [
         ("from_agent", &request.from_agent),
         ("to_agent", &request.to_agent),
     ] {
         if value.trim().is_empty() || value.len() > limits::MAX_ID_BYTES {
-            return Ok(Err(FieldError::new(field, "must be 1-256 bytes")));
+            return Err(FieldError::new(field, "must be 1-256 bytes"));
         }
     }
     if request.to_agent == request.from_agent {
-        return Ok(Err(FieldError::new(
+        return Err(FieldError::new(
             "to_agent",
             "is the sending agent: a handoff goes to another agent",
-        )));
+        ));
     }
     for (field, items) in [
         ("constraints", &request.constraints),
@@ -142,160 +188,154 @@ pub async fn build(
         ("refs", &request.refs),
     ] {
         if items.len() > MAX_LIST {
-            return Ok(Err(FieldError::new(
+            return Err(FieldError::new(
                 field,
                 format!("has {} items; at most {MAX_LIST} allowed", items.len()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A packet's task, and the data subject whose memory it copies (a
+/// subject's task's text): the packet is then sealed under that subject's
+/// key, so that erasing the subject erases the copy too.
+struct TaskText {
+    text: String,
+    subject_id: Option<String>,
+}
+
+/// The title and details of task `task_id`, as the packet may carry them:
+/// `None` if the sender cannot read the task (another agent's private
+/// task is as if it did not exist), refused if the packet's channel or
+/// sensitivity may not carry its text or it holds several subjects' memory.
+async fn task_text(
+    pool: &PgPool,
+    keyring: &Keyring,
+    tenant: &str,
+    agent: Option<&str>,
+    request: &HandoffRequest,
+    task_id: &str,
+) -> Result<Result<Option<TaskText>, FieldError>, sqlx::Error> {
+    let state: Option<(String, String, String, String)> =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT title, details, channel, sensitivity FROM projections.tasks t
+              WHERE tenant_id = $1 AND task_id = $2 AND {owner}",
+            owner = super::privacy::event_owner_condition("t", "first_seq", 3)
+        )))
+        .bind(tenant)
+        .bind(task_id)
+        .bind(agent)
+        .fetch_optional(pool)
+        .await?;
+    let Some((title, details, channel, sensitivity)) = state else {
+        return Ok(Ok(None));
+    };
+    // The packet must not carry the task's text to anyone who could not
+    // read the task itself.
+    let visible = super::privacy::Visibility::new(request.channel);
+    // `Sensitivity::ALL` is least sensitive first.
+    let rank = |s: &str| Sensitivity::ALL.iter().position(|k| k.as_str() == s);
+    if !visible.allows(&channel, &sensitivity)
+        || rank(&sensitivity) > rank(request.sensitivity.as_str())
+    {
+        return Ok(Err(FieldError::new(
+            "task_id",
+            format!(
+                "task {task_id} is {channel} and {sensitivity}: a {} handoff of \
+                 sensitivity {} may not carry its text; give `task` yourself, or \
+                 send the handoff with a channel and sensitivity that may",
+                request.channel.as_str(),
+                request.sensitivity.as_str()
+            ),
+        )));
+    }
+    let subjects: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT e.subject_id FROM projections.task_events te
+           JOIN public.events e ON e.tenant_id = te.tenant_id AND e.seq = te.seq
+          WHERE te.tenant_id = $1 AND te.task_id = $2 AND e.subject_id IS NOT NULL",
+    )
+    .bind(tenant)
+    .bind(task_id)
+    .fetch_all(pool)
+    .await?;
+    let subject_id = match subjects.as_slice() {
+        [] => None,
+        [subject] => Some(subject.clone()),
+        _ => {
+            return Ok(Err(FieldError::new(
+                "task_id",
+                format!(
+                    "task {task_id} holds the memory of {} data subjects, and a \
+                     packet can be erased with one only: give `task` yourself",
+                    subjects.len()
+                ),
             )));
         }
-    }
-    let mut task = request.task.clone().filter(|t| !t.trim().is_empty());
-    // The data subject whose memory the packet copies (a subject's task's
-    // text): the packet is then sealed under that subject's key, so that
-    // erasing the subject erases the copy too.
-    let mut subject_id = None;
-    if task.is_none()
-        && let Some(task_id) = &request.task_id
-    {
-        // Another agent's private task is not the sender's to read: as if
-        // it did not exist.
-        let state: Option<(String, String, String, String)> =
-            sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT title, details, channel, sensitivity FROM projections.tasks t
-                  WHERE tenant_id = $1 AND task_id = $2 AND {owner}",
-                owner = super::privacy::event_owner_condition("t", "first_seq", 3)
-            )))
-            .bind(tenant)
-            .bind(task_id)
-            .bind(agent)
-            .fetch_optional(pool)
-            .await?;
-        let state = match state {
-            Some((title, details, channel, sensitivity)) => {
-                // The packet must not carry the task's text to anyone who
-                // could not read the task itself.
-                let visible = super::privacy::Visibility::new(request.channel);
-                // `Sensitivity::ALL` is least sensitive first.
-                let rank = |s: &str| Sensitivity::ALL.iter().position(|k| k.as_str() == s);
-                if !visible.allows(&channel, &sensitivity)
-                    || rank(&sensitivity) > rank(request.sensitivity.as_str())
-                {
-                    return Ok(Err(FieldError::new(
-                        "task_id",
-                        format!(
-                            "task {task_id} is {channel} and {sensitivity}: a {} handoff of \
-                             sensitivity {} may not carry its text; give `task` yourself, or \
-                             send the handoff with a channel and sensitivity that may",
-                            request.channel.as_str(),
-                            request.sensitivity.as_str()
-                        ),
-                    )));
-                }
-                let subjects: Vec<String> = sqlx::query_scalar(
-                    "SELECT DISTINCT e.subject_id FROM projections.task_events te
-                       JOIN public.events e ON e.tenant_id = te.tenant_id AND e.seq = te.seq
-                      WHERE te.tenant_id = $1 AND te.task_id = $2 AND e.subject_id IS NOT NULL",
-                )
-                .bind(tenant)
-                .bind(task_id)
-                .fetch_all(pool)
-                .await?;
-                match subjects.as_slice() {
-                    [] => {}
-                    [subject] => subject_id = Some(subject.clone()),
-                    _ => {
-                        return Ok(Err(FieldError::new(
-                            "task_id",
-                            format!(
-                                "task {task_id} holds the memory of {} data subjects, and a \
-                                 packet can be erased with one only: give `task` yourself",
-                                subjects.len()
-                            ),
-                        )));
-                    }
-                }
-                Some((
-                    keyring.open(tenant, &title)?.into_owned(),
-                    keyring.open(tenant, &details)?.into_owned(),
-                ))
-            }
-            None => None,
-        };
-        task = state.map(|(title, details)| {
-            if details.trim().is_empty() {
-                title
-            } else {
-                format!("{title}\n{details}")
-            }
-        });
-    }
-    let Some(task) = task else {
+    };
+    let (title, details) = (
+        keyring.open(tenant, &title)?,
+        keyring.open(tenant, &details)?,
+    );
+    let text = if details.trim().is_empty() {
+        title.into_owned()
+    } else {
+        format!("{title}\n{details}")
+    };
+    Ok(Ok(Some(TaskText { text, subject_id })))
+}
+
+/// The decisions the packet names: the request's, each checked to exist
+/// (another agent's private decision is answered as a missing one: the
+/// refusal must not tell what exists), or else the newest active ones the
+/// packet's channel may carry.
+async fn decisions(
+    pool: &PgPool,
+    tenant: &str,
+    agent: Option<&str>,
+    request: &HandoffRequest,
+) -> Result<Result<Vec<String>, FieldError>, sqlx::Error> {
+    let Some(ids) = &request.decision_ids else {
+        let visible = super::privacy::Visibility::new(request.channel);
+        return Ok(Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT decision_id FROM projections.decisions d
+              WHERE tenant_id = $1 AND status = 'active'
+                AND channel = ANY ($2) AND sensitivity = ANY ($3)
+                AND {owner}
+              ORDER BY seq DESC LIMIT $4",
+            owner = super::privacy::event_owner_condition("d", "seq", 5)
+        )))
+        .bind(tenant)
+        .bind(visible.channel_names())
+        .bind(visible.sensitivity_names())
+        .bind(DEFAULT_DECISIONS)
+        .bind(agent)
+        .fetch_all(pool)
+        .await?));
+    };
+    if ids.len() > MAX_LIST {
         return Ok(Err(FieldError::new(
-            "task",
-            "is required (or a task_id whose task exists)",
+            "decision_ids",
+            format!("has {} items; at most {MAX_LIST} allowed", ids.len()),
         )));
-    };
-    let visible = super::privacy::Visibility::new(request.channel);
-    let decision_ids = match request.decision_ids {
-        Some(ids) => {
-            if ids.len() > MAX_LIST {
-                return Ok(Err(FieldError::new(
-                    "decision_ids",
-                    format!("has {} items; at most {MAX_LIST} allowed", ids.len()),
-                )));
-            }
-            // Another agent's private decision is answered as a missing
-            // one: the refusal must not tell what exists.
-            let known: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "SELECT decision_id FROM projections.decisions d
-                  WHERE tenant_id = $1 AND decision_id = ANY ($2) AND {owner}",
-                owner = super::privacy::event_owner_condition("d", "seq", 3)
-            )))
-            .bind(tenant)
-            .bind(&ids)
-            .bind(agent)
-            .fetch_all(pool)
-            .await?;
-            if let Some((index, id)) = ids.iter().enumerate().find(|(_, id)| !known.contains(id)) {
-                return Ok(Err(FieldError::new(
-                    format!("decision_ids[{index}]"),
-                    format!("{id} is not a decision of this tenant"),
-                )));
-            }
-            ids
-        }
-        None => {
-            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "SELECT decision_id FROM projections.decisions d
-                  WHERE tenant_id = $1 AND status = 'active'
-                    AND channel = ANY ($2) AND sensitivity = ANY ($3)
-                    AND {owner}
-                  ORDER BY seq DESC LIMIT $4",
-                owner = super::privacy::event_owner_condition("d", "seq", 5)
-            )))
-            .bind(tenant)
-            .bind(visible.channel_names())
-            .bind(visible.sensitivity_names())
-            .bind(DEFAULT_DECISIONS)
-            .bind(agent)
-            .fetch_all(pool)
-            .await?
-        }
-    };
-    Ok(Ok(Packet {
-        session_id: request
-            .session_id
-            .unwrap_or_else(|| crate::domain::new_id("handoff")),
-        from_agent: request.from_agent,
-        to_agent: request.to_agent,
-        task,
-        task_id: request.task_id,
-        constraints: request.constraints,
-        decision_ids,
-        required_files: request.required_files,
-        open_questions: request.open_questions,
-        refs: request.refs,
-        subject_id,
-    }))
+    }
+    let known: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT decision_id FROM projections.decisions d
+          WHERE tenant_id = $1 AND decision_id = ANY ($2) AND {owner}",
+        owner = super::privacy::event_owner_condition("d", "seq", 3)
+    )))
+    .bind(tenant)
+    .bind(ids)
+    .bind(agent)
+    .fetch_all(pool)
+    .await?;
+    if let Some((index, id)) = ids.iter().enumerate().find(|(_, id)| !known.contains(id)) {
+        return Ok(Err(FieldError::new(
+            format!("decision_ids[{index}]"),
+            format!("{id} is not a decision of this tenant"),
+        )));
+    }
+    Ok(Ok(ids.clone()))
 }
 
 /// A recorded packet, as the receiver's bundle and inbox show it.

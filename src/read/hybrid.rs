@@ -483,59 +483,24 @@ pub async fn candidates(
     report.fusion = Some(policy.scoring.fusion);
     report.vectors = vectors;
     report.work.vectors_compared = compared;
-    let vectors = index.read().await;
     report.semantic_candidates = neighbours.len();
-    // The lexical side's pool is newest first, as `similarities` is
-    // quickest with.
-    let positions: Vec<Position> = candidates.iter().map(|c| (c.seq, c.part)).collect();
-    for (candidate, similarity) in candidates
-        .iter_mut()
-        .zip(vectors.similarities(&positions, &query_vector))
-    {
-        candidate.semantic = similarity.map(f64::from);
-    }
-    let found: HashMap<(i64, i32), f32> = neighbours
-        .iter()
-        .map(|n| (n.position, n.similarity))
-        .collect();
-    // `positions` is the pool's order, newest first.
-    let known = |position: &Position| positions.binary_search_by(|p| position.cmp(p)).is_ok();
-    drop(vectors);
-    report.work.read_beside_lexical = rows.is_some();
-    let mut added = match rows {
-        // The same rows as below, in the same order: those of the
-        // neighbours the lexical side did not find.
-        Some((rows, from)) => {
-            (report.work.rows_remembered, report.work.rows_read) = (from.memory, from.database);
-            rows.into_iter()
-                .filter(|c| !known(&(c.seq, c.part)))
-                .collect()
-        }
-        None => {
-            let missing: Vec<(i64, i32)> = neighbours
-                .iter()
-                .map(|n| n.position)
-                .filter(|position| !known(position))
-                .collect();
-            let (rows, from) = found_candidates(
-                &reader.pool,
-                tenant,
-                &index,
-                &missing,
-                &QueryLexemes::new(lexemes, &reader.keyring),
-                visibility,
-                scope,
-            )
-            .await?;
-            (report.work.rows_remembered, report.work.rows_read) = (from.memory, from.database);
-            rows
-        }
+    let searched = Searched {
+        index,
+        query_vector,
+        neighbours,
+        rows,
     };
-    for candidate in &mut added {
-        candidate.semantic = found
-            .get(&(candidate.seq, candidate.part))
-            .map(|s| f64::from(*s));
-    }
+    let added = searched
+        .join(
+            reader,
+            tenant,
+            lexemes,
+            visibility,
+            scope,
+            &mut candidates,
+            &mut report,
+        )
+        .await?;
     report.semantic_only = added.len();
     candidates.extend(added);
     retrieve::in_pool_order(&mut candidates);
@@ -544,4 +509,89 @@ pub async fn candidates(
         common,
         semantic: report,
     })
+}
+
+/// What the vector side found for a question.
+struct Searched {
+    index: SharedVectors,
+    query_vector: Arc<Vec<f32>>,
+    neighbours: Vec<Neighbour>,
+    rows: Option<(Vec<Candidate>, RowsFrom)>,
+}
+
+impl Searched {
+    /// Scores the lexical side's `candidates` by their similarity to the
+    /// question, and returns the neighbours it did not find, scored too:
+    /// the candidates only the vector side brought.
+    #[allow(clippy::too_many_arguments)]
+    async fn join(
+        self,
+        reader: &Reader,
+        tenant: &str,
+        lexemes: &[String],
+        visibility: Visibility<'_>,
+        scope: &Scope,
+        candidates: &mut [Candidate],
+        report: &mut SemanticReport,
+    ) -> Result<Vec<Candidate>, sqlx::Error> {
+        let Self {
+            index,
+            query_vector,
+            neighbours,
+            rows,
+        } = self;
+        let vectors = index.read().await;
+        // The lexical side's pool is newest first, as `similarities` is
+        // quickest with.
+        let positions: Vec<Position> = candidates.iter().map(|c| (c.seq, c.part)).collect();
+        for (candidate, similarity) in candidates
+            .iter_mut()
+            .zip(vectors.similarities(&positions, &query_vector))
+        {
+            candidate.semantic = similarity.map(f64::from);
+        }
+        let found: HashMap<(i64, i32), f32> = neighbours
+            .iter()
+            .map(|n| (n.position, n.similarity))
+            .collect();
+        // `positions` is the pool's order, newest first.
+        let known = |position: &Position| positions.binary_search_by(|p| position.cmp(p)).is_ok();
+        drop(vectors);
+        report.work.read_beside_lexical = rows.is_some();
+        let mut added = match rows {
+            // The same rows as below, in the same order: those of the
+            // neighbours the lexical side did not find.
+            Some((rows, from)) => {
+                (report.work.rows_remembered, report.work.rows_read) = (from.memory, from.database);
+                rows.into_iter()
+                    .filter(|c| !known(&(c.seq, c.part)))
+                    .collect()
+            }
+            None => {
+                let missing: Vec<(i64, i32)> = neighbours
+                    .iter()
+                    .map(|n| n.position)
+                    .filter(|position| !known(position))
+                    .collect();
+                let (rows, from) = found_candidates(
+                    &reader.pool,
+                    tenant,
+                    &index,
+                    &missing,
+                    &QueryLexemes::new(lexemes, &reader.keyring),
+                    visibility,
+                    scope,
+                )
+                .await?;
+                (report.work.rows_remembered, report.work.rows_read) = (from.memory, from.database);
+                rows
+            }
+        };
+        for candidate in &mut added {
+            candidate.semantic = found
+                .get(&(candidate.seq, candidate.part))
+                .map(|s| f64::from(*s));
+        }
+        Ok(added)
+    }
 }

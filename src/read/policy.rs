@@ -310,6 +310,9 @@ impl Policy {
         Ok(policy)
     }
 
+    // Long on purpose: one bound per field, in the document's order, each
+    // naming its field; split, the list would be harder to check against
+    // the policy's fields.
     fn check(&self) -> Result<(), FieldError> {
         let within = |field: &str, value: f64, low: f64, high: f64| {
             if value.is_finite() && (low..=high).contains(&value) {

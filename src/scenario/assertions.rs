@@ -234,6 +234,8 @@ pub fn check(assertion: &Assertion, facts: &Facts) -> Outcome {
     }
 }
 
+// Long on purpose: one arm per kind of assertion a scenario file may
+// state, each a few lines; the match is the list of what can be asserted.
 fn run(assertion: &Assertion, facts: &Facts) -> Result<Outcome, Outcome> {
     Ok(match assertion {
         Assertion::EventExists {

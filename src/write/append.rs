@@ -38,7 +38,7 @@ use sha2::{Digest, Sha256};
 use sqlx::{PgPool, Row};
 
 use crate::domain::{
-    event::NewEvent,
+    event::{NewArtifact, NewEvent},
     hash_chain::{ChainedEvent, GENESIS},
     jsonb_text,
     tenant::TenantId,
@@ -247,6 +247,87 @@ struct ArtifactColumns {
     bytes: Vec<Vec<u8>>,
     meta: Vec<String>,
     kind: Vec<&'static str>,
+}
+
+impl ArtifactColumns {
+    fn push(&mut self, artifact: NewArtifact, event_id: &str) {
+        self.artifact_id.push(artifact.artifact_id);
+        self.event_id.push(event_id.to_owned());
+        self.media_type.push(artifact.media_type);
+        self.sha256.push(artifact.sha256.to_vec());
+        self.bytes.push(artifact.bytes);
+        self.meta.push(artifact.meta.to_string());
+        self.kind.push(artifact.kind);
+    }
+}
+
+/// What the log gives an event beside what the client sent: its place in
+/// the tenant's chain, its id and its times.
+struct Numbered<'a> {
+    seq: i64,
+    event_id: &'a str,
+    created_at: DateTime<Utc>,
+    ts: DateTime<Utc>,
+    artifact_id: Option<&'a str>,
+}
+
+impl Numbered<'_> {
+    /// The event's link in the hash chain, after `prev_hash`.
+    fn chain_hash(
+        &self,
+        tenant: &TenantId,
+        event: &NewEvent,
+        content_text: &str,
+        prev_hash: &[u8; 32],
+    ) -> [u8; 32] {
+        ChainedEvent {
+            tenant_id: tenant.as_str(),
+            seq: self.seq,
+            event_id: self.event_id,
+            created_at_us: self.created_at.timestamp_micros(),
+            ts_us: self.ts.timestamp_micros(),
+            session_id: &event.session_id,
+            channel: event.channel.as_str(),
+            actor_type: event.actor_type.as_str(),
+            actor_id: &event.actor_id,
+            agent_id: event.agent_id.as_deref(),
+            subject_id: event.subject_id.as_deref(),
+            kind: event.kind.as_str(),
+            sensitivity: event.sensitivity.as_str(),
+            tags: &event.tags,
+            refs: &event.refs,
+            idempotency_key: event.idempotency_key.as_deref(),
+            artifact_id: self.artifact_id,
+            content_text,
+        }
+        .hash(prev_hash)
+    }
+
+    /// The event as projectors will read it; takes its content.
+    fn stored(&self, event: &mut NewEvent, hash: [u8; 32]) -> StoredEvent {
+        StoredEvent {
+            seq: self.seq,
+            event_id: self.event_id.to_owned(),
+            created_at: self.created_at,
+            ts: self.ts,
+            session_id: event.session_id.clone(),
+            channel: event.channel.as_str().to_owned(),
+            actor_type: event.actor_type.as_str().to_owned(),
+            actor_id: event.actor_id.clone(),
+            agent_id: event.agent_id.clone(),
+            subject_id: event.subject_id.clone(),
+            kind: event.kind.as_str().to_owned(),
+            sensitivity: event.sensitivity.as_str().to_owned(),
+            tags: event.tags.clone(),
+            content: std::mem::take(&mut event.content),
+            refs: event.refs.clone(),
+            artifact_id: self.artifact_id.map(str::to_owned),
+            hash: hash.to_vec(),
+            sealer: None,
+            keyring: Keyring::none(),
+            erased: false,
+        }
+    }
 }
 
 /// What seals the event's content: its data subject's key (from
@@ -583,27 +664,14 @@ impl Batch {
             let tags = serde_json::to_string(&event.tags).expect("strings serialize");
             let refs = serde_json::to_string(&event.refs).expect("strings serialize");
             let artifact_id = event.artifact.as_ref().map(|a| a.artifact_id.clone());
-            let hash = ChainedEvent {
-                tenant_id: tenant.as_str(),
+            let numbered = Numbered {
                 seq,
                 event_id: &event_id,
-                created_at_us: now.timestamp_micros(),
-                ts_us: ts.timestamp_micros(),
-                session_id: &event.session_id,
-                channel: event.channel.as_str(),
-                actor_type: event.actor_type.as_str(),
-                actor_id: &event.actor_id,
-                agent_id: event.agent_id.as_deref(),
-                subject_id: event.subject_id.as_deref(),
-                kind: event.kind.as_str(),
-                sensitivity: event.sensitivity.as_str(),
-                tags: &event.tags,
-                refs: &event.refs,
-                idempotency_key: event.idempotency_key.as_deref(),
+                created_at: now,
+                ts,
                 artifact_id: artifact_id.as_deref(),
-                content_text: &content_text,
-            }
-            .hash(&prev_hash);
+            };
+            let hash = numbered.chain_hash(tenant, &event, &content_text, &prev_hash);
 
             let appended = Appended {
                 event_id: event_id.clone(),
@@ -618,40 +686,9 @@ impl Batch {
                 by_key.insert(key.clone(), (appended.clone(), digest.clone()));
             }
             results.push(appended);
-            stored.push((
-                results.len() - 1,
-                StoredEvent {
-                    seq,
-                    event_id: event_id.clone(),
-                    created_at: now,
-                    ts,
-                    session_id: event.session_id.clone(),
-                    channel: event.channel.as_str().to_owned(),
-                    actor_type: event.actor_type.as_str().to_owned(),
-                    actor_id: event.actor_id.clone(),
-                    agent_id: event.agent_id.clone(),
-                    subject_id: event.subject_id.clone(),
-                    kind: event.kind.as_str().to_owned(),
-                    sensitivity: event.sensitivity.as_str().to_owned(),
-                    tags: event.tags.clone(),
-                    content: std::mem::take(&mut event.content),
-                    refs: event.refs.clone(),
-                    artifact_id: artifact_id.clone(),
-                    hash: hash.to_vec(),
-                    sealer: None,
-                    keyring: Keyring::none(),
-                    erased: false,
-                },
-            ));
-
-            if let Some(artifact) = event.artifact {
-                artifacts.artifact_id.push(artifact.artifact_id);
-                artifacts.event_id.push(event_id.clone());
-                artifacts.media_type.push(artifact.media_type);
-                artifacts.sha256.push(artifact.sha256.to_vec());
-                artifacts.bytes.push(artifact.bytes);
-                artifacts.meta.push(artifact.meta.to_string());
-                artifacts.kind.push(artifact.kind);
+            stored.push((results.len() - 1, numbered.stored(&mut event, hash)));
+            if let Some(artifact) = event.artifact.take() {
+                artifacts.push(artifact, &event_id);
             }
             rows.seq.push(seq);
             rows.event_id.push(event_id);

@@ -218,6 +218,9 @@ impl Tensors {
 
 impl Encoder {
     /// Reads `config.json` and `model.safetensors` from `dir`.
+    // Long on purpose: it checks the configuration, then reads every tensor
+    // of both architectures by the names their checkpoints use, layer by
+    // layer.
     pub fn load(dir: &Path) -> Result<Self, String> {
         let config: Config = serde_json::from_str(
             &std::fs::read_to_string(dir.join("config.json"))
