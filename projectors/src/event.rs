@@ -1,6 +1,7 @@
 //! Events as projectors read them from the log.
 
 use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sqlx::PgConnection;
 
@@ -9,63 +10,97 @@ use crate::{
     seal::{Keyring, Opened, SealError, Sealer},
 };
 
-/// What an event is: the `kind` column, as projectors branch on it. The
-/// API's `Kind` (memd's `domain::event`, with the wire's derives) names the
-/// same kinds in the same order; a test there checks that they agree.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Kind {
-    Message,
-    ToolCall,
-    ToolResult,
-    Decision,
-    TaskUpdate,
-    Summary,
-    ViewUpdate,
-    Handoff,
-    Artifact,
-    Erasure,
-    Retraction,
+// The event model's enums, one type each for the wire (validated at the
+// edge, described in the OpenAPI document and the MCP tools' schemas) and
+// the projectors (which branch on them).
+//
+// `$text` is a `tt`, not a `literal`: a `literal` fragment reaches derive
+// macros wrapped in an invisible group, and utoipa's reading of
+// `#[serde(rename = ...)]` then misses it (the OpenAPI enum would say
+// `Private`, not `private`). The OpenAPI test checks the values.
+macro_rules! wire_enum {
+    ($(#[$attr:meta])* $name:ident { $($(#[$vattr:meta])* $variant:ident => $text:tt),+ $(,)? }) => {
+        $(#[$attr])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema, utoipa::ToSchema)]
+        pub enum $name {
+            $($(#[$vattr])* #[serde(rename = $text)] $variant),+
+        }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+
+            pub fn parse(raw: &str) -> Option<Self> {
+                match raw {
+                    $($text => Some($name::$variant),)+
+                    _ => None,
+                }
+            }
+        }
+    };
 }
 
-impl Kind {
-    pub const ALL: &'static [Kind] = &[
-        Kind::Message,
-        Kind::ToolCall,
-        Kind::ToolResult,
-        Kind::Decision,
-        Kind::TaskUpdate,
-        Kind::Summary,
-        Kind::ViewUpdate,
-        Kind::Handoff,
-        Kind::Artifact,
-        Kind::Erasure,
-        Kind::Retraction,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Message => "message",
-            Kind::ToolCall => "tool_call",
-            Kind::ToolResult => "tool_result",
-            Kind::Decision => "decision",
-            Kind::TaskUpdate => "task_update",
-            Kind::Summary => "summary",
-            Kind::ViewUpdate => "view_update",
-            Kind::Handoff => "handoff",
-            Kind::Artifact => "artifact",
-            Kind::Erasure => "erasure",
-            Kind::Retraction => "retraction",
-        }
+wire_enum!(
+    /// Where a conversation happens; decides what memory may be loaded into it (PRD §9).
+    Channel { Private => "private", Public => "public", Team => "team", Agent => "agent" }
+);
+wire_enum!(
+    /// Who produced an event. `system` is memd's own operators (imports, admin).
+    ActorType { Human => "human", Agent => "agent", Tool => "tool", System => "system" }
+);
+wire_enum!(
+    /// What an event is (the `kind` column); decides the shape of
+    /// `content`, and what each projector makes of it.
+    Kind {
+        Message => "message",
+        ToolCall => "tool_call",
+        ToolResult => "tool_result",
+        Decision => "decision",
+        TaskUpdate => "task_update",
+        Summary => "summary",
+        ViewUpdate => "view_update",
+        Handoff => "handoff",
+        Artifact => "artifact",
+        /// Recorded by memd when a data subject is erased (`memd erase`);
+        /// never sent by a client.
+        Erasure => "erasure",
+        /// Withdraws the earlier events its `refs` name, with a reason.
+        Retraction => "retraction",
     }
+);
+wire_enum!(
+    /// The kinds a client may append, as the OpenAPI document and the MCP
+    /// tool's schema state them: every [`Kind`] but `erasure`, which only
+    /// memd records (an append of one is refused, naming `kind`).
+    AppendableKind {
+        Message => "message",
+        ToolCall => "tool_call",
+        ToolResult => "tool_result",
+        Decision => "decision",
+        TaskUpdate => "task_update",
+        Summary => "summary",
+        ViewUpdate => "view_update",
+        Handoff => "handoff",
+        Artifact => "artifact",
+        Retraction => "retraction",
+    }
+);
+wire_enum!(
+    /// How sensitive the content is. `secret` content is never stored.
+    #[derive(Default)]
+    Sensitivity { #[default] None => "none", Low => "low", High => "high", Secret => "secret" }
+);
 
+impl Kind {
     /// Kinds that take turns in a session (a conversation's messages, an
     /// agent's tool calls and their results): a turn's neighbours are the
     /// turns just before and after it in its session.
     pub const TURNS: &'static [Kind] = &[Kind::Message, Kind::ToolCall, Kind::ToolResult];
-
-    pub fn parse(raw: &str) -> Option<Self> {
-        Self::ALL.iter().copied().find(|kind| kind.as_str() == raw)
-    }
 }
 
 /// One row of `events`, minus the hash chain.
