@@ -501,14 +501,17 @@ impl Metrics {
             let age = self.projection_lag_seconds.get_or_create(&labels);
             age.set(age.get().max(seconds));
         }
-        let failures: Vec<(String, String, f64)> = sqlx::query_as(
-            "SELECT projector, tenant_id, extract(epoch FROM max(failed_at))::float8
-               FROM projections.failures GROUP BY projector, tenant_id",
+        let failures = sqlx::query!(
+            r#"SELECT projector, tenant_id, extract(epoch FROM max(failed_at))::float8 AS "at!"
+                 FROM projections.failures GROUP BY projector, tenant_id"#
         )
         .fetch_all(pool)
         .await?;
         self.projection_last_error.clear();
-        for (projector, tenant, at) in failures {
+        for (projector, tenant, at) in failures
+            .into_iter()
+            .map(|row| (row.projector, row.tenant_id, row.at))
+        {
             let gauge = self
                 .projection_last_error
                 .get_or_create(&self.labels(&tenant, &[("projection", &projector)]));
@@ -528,11 +531,13 @@ impl Metrics {
                 .get_or_create(&vec![("kind", kind), ("state", status)])
                 .set(count);
         }
-        let (tenants, events): (i64, i64) = sqlx::query_as(
-            "SELECT count(*), coalesce(sum(seq), 0)::int8 FROM public.tenant_heads WHERE seq > 0",
+        let heads = sqlx::query!(
+            r#"SELECT count(*) AS "tenants!", coalesce(sum(seq), 0)::int8 AS "events!"
+                 FROM public.tenant_heads WHERE seq > 0"#
         )
         .fetch_one(pool)
         .await?;
+        let (tenants, events) = (heads.tenants, heads.events);
         self.tenants.set(tenants);
         self.log_events.set(events);
         Ok(())

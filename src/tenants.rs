@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 
 use crate::{
     domain::tenant::{ApiToken, Scope, TenantId},
@@ -30,25 +30,32 @@ pub async fn create_tenant(
     scope: Scope,
 ) -> Result<ApiToken, TenantError> {
     let mut tx = memd_projectors::transaction::begin(pool).await?;
-    let created = sqlx::query("INSERT INTO tenants (tenant_id) VALUES ($1) ON CONFLICT DO NOTHING")
-        .bind(tenant.as_str())
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+    let created = sqlx::query!(
+        "INSERT INTO tenants (tenant_id) VALUES ($1) ON CONFLICT DO NOTHING",
+        tenant.as_str()
+    )
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
     if created == 0 {
         return Err(TenantError::Exists(tenant.to_string()));
     }
-    sqlx::query("INSERT INTO tenant_heads (tenant_id) VALUES ($1)")
-        .bind(tenant.as_str())
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query!(
+        "INSERT INTO tenant_heads (tenant_id) VALUES ($1)",
+        tenant.as_str()
+    )
+    .execute(&mut *tx)
+    .await?;
     let token = ApiToken::generate();
-    sqlx::query("INSERT INTO api_tokens (token_hash, tenant_id, scope) VALUES ($1, $2, $3)")
-        .bind(token.hash().as_slice())
-        .bind(tenant.as_str())
-        .bind(scope.as_str())
-        .execute(&mut *tx)
-        .await?;
+    let hash = token.hash();
+    sqlx::query!(
+        "INSERT INTO api_tokens (token_hash, tenant_id, scope) VALUES ($1, $2, $3)",
+        hash.as_slice(),
+        tenant.as_str(),
+        scope.as_str()
+    )
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
     Ok(token)
 }
@@ -57,12 +64,12 @@ pub async fn create_tenant(
 /// (an import fills it; `memd tenant token` issues its first token). True
 /// when it was created.
 pub async fn ensure_tenant(pool: &PgPool, tenant: &TenantId) -> Result<bool, sqlx::Error> {
-    Ok(sqlx::query(
+    Ok(sqlx::query!(
         "WITH t AS (INSERT INTO tenants (tenant_id) VALUES ($1)
                     ON CONFLICT DO NOTHING RETURNING tenant_id)
          INSERT INTO tenant_heads (tenant_id) SELECT tenant_id FROM t",
+        tenant.as_str()
     )
-    .bind(tenant.as_str())
     .execute(pool)
     .await?
     .rows_affected()
@@ -80,14 +87,15 @@ pub async fn issue_token(
     agent: Option<&str>,
 ) -> Result<Option<ApiToken>, sqlx::Error> {
     let token = ApiToken::generate();
-    let inserted = sqlx::query(
+    let hash = token.hash();
+    let inserted = sqlx::query!(
         "INSERT INTO api_tokens (token_hash, tenant_id, scope, agent_id)
          SELECT $1, tenant_id, $3, $4 FROM tenants WHERE tenant_id = $2",
+        hash.as_slice(),
+        tenant.as_str(),
+        scope.as_str(),
+        agent
     )
-    .bind(token.hash().as_slice())
-    .bind(tenant.as_str())
-    .bind(scope.as_str())
-    .bind(agent)
     .execute(pool)
     .await?
     .rows_affected();
@@ -98,21 +106,22 @@ pub async fn issue_token(
 /// matches. Daemons stop accepting it once their [`TokenCache`] entry
 /// expires.
 pub async fn revoke_token(pool: &PgPool, token: &ApiToken) -> Result<Option<String>, sqlx::Error> {
-    sqlx::query_scalar(
+    let hash = token.hash();
+    sqlx::query_scalar!(
         "UPDATE api_tokens SET revoked_at = now()
           WHERE token_hash = $1 AND revoked_at IS NULL RETURNING tenant_id",
+        hash.as_slice()
     )
-    .bind(token.hash().as_slice())
     .fetch_optional(pool)
     .await
 }
 
 /// Revokes every active token of a tenant; returns how many.
 pub async fn revoke_all_tokens(pool: &PgPool, tenant: &TenantId) -> Result<u64, sqlx::Error> {
-    Ok(sqlx::query(
+    Ok(sqlx::query!(
         "UPDATE api_tokens SET revoked_at = now() WHERE tenant_id = $1 AND revoked_at IS NULL",
+        tenant.as_str()
     )
-    .bind(tenant.as_str())
     .execute(pool)
     .await?
     .rows_affected())
@@ -167,29 +176,24 @@ impl TokenCache {
         {
             return Ok(caller);
         }
-        let row = sqlx::query(
+        let row = sqlx::query!(
             "SELECT tenant_id, scope, agent_id FROM api_tokens
               WHERE token_hash = $1 AND revoked_at IS NULL",
+            hash.as_slice()
         )
-        .bind(hash.as_slice())
         .fetch_optional(pool)
         .await?;
-        let caller = match row {
-            Some(row) => {
-                let tenant: String = row.try_get("tenant_id")?;
-                let scope: String = row.try_get("scope")?;
-                let agent: Option<String> = row.try_get("agent_id")?;
-                match (TenantId::parse(&tenant), Scope::parse(&scope)) {
+        let caller =
+            row.and_then(
+                |row| match (TenantId::parse(&row.tenant_id), Scope::parse(&row.scope)) {
                     (Ok(tenant), Some(scope)) => Some(Caller {
                         tenant,
                         scope,
-                        agent,
+                        agent: row.agent_id,
                     }),
                     _ => None,
-                }
-            }
-            None => None,
-        };
+                },
+            );
         self.entries
             .lock()
             .expect("token cache lock")

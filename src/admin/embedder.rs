@@ -53,7 +53,7 @@ pub fn known(name: &str) -> Result<&'static str, FieldError> {
 
 /// Every tenant's id, in order: what `memd embedder` walks.
 pub async fn tenants(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar("SELECT tenant_id FROM tenants ORDER BY tenant_id")
+    sqlx::query_scalar!("SELECT tenant_id FROM tenants ORDER BY tenant_id")
         .fetch_all(pool)
         .await
 }
@@ -64,26 +64,27 @@ pub async fn status(
     tenant: &str,
     default: Option<&str>,
 ) -> Result<EmbedderStatus, sqlx::Error> {
-    let row: (Option<String>, Option<String>, i64) = sqlx::query_as(
-        "SELECT coalesce(ch.active, $2), ch.building, coalesce(h.seq, 0)
-           FROM (SELECT $1::text AS tenant_id) t
-           LEFT JOIN public.embedder_choice ch ON ch.tenant_id = t.tenant_id
-           LEFT JOIN public.tenant_heads h ON h.tenant_id = t.tenant_id",
+    let row = sqlx::query!(
+        r#"SELECT coalesce(ch.active, $2) AS active, ch.building AS "building?",
+                  coalesce(h.seq, 0) AS "head_seq!"
+             FROM (SELECT $1::text AS tenant_id) t
+             LEFT JOIN public.embedder_choice ch ON ch.tenant_id = t.tenant_id
+             LEFT JOIN public.tenant_heads h ON h.tenant_id = t.tenant_id"#,
+        tenant,
+        default
     )
-    .bind(tenant)
-    .bind(default)
     .fetch_one(pool)
     .await?;
-    let (active, building, head_seq) = row;
+    let (active, building, head_seq) = (row.active, row.building, row.head_seq);
     let cursor = |name: Option<String>| async move {
         let Some(projector) = name.as_deref().and_then(embeddings::projector_name) else {
             return Ok::<_, sqlx::Error>(None);
         };
-        sqlx::query_scalar::<_, i64>(
+        sqlx::query_scalar!(
             "SELECT seq FROM projections.cursors WHERE tenant_id = $1 AND projector = $2",
+            tenant,
+            projector
         )
-        .bind(tenant)
-        .bind(projector)
         .fetch_optional(pool)
         .await
     };
@@ -129,10 +130,10 @@ pub async fn build_and_switch(
         anyhow::anyhow!("embedder {building} cannot be loaded here (model files missing?)")
     })?;
     loop {
-        let head: i64 = sqlx::query_scalar(
-            "SELECT coalesce(max(seq), 0) FROM public.tenant_heads WHERE tenant_id = $1",
+        let head: i64 = sqlx::query_scalar!(
+            r#"SELECT coalesce(max(seq), 0) AS "head!" FROM public.tenant_heads WHERE tenant_id = $1"#,
+            tenant
         )
-        .bind(tenant)
         .fetch_one(pool)
         .await?;
         match engine.step(pool, tenant).await? {

@@ -133,16 +133,17 @@ pub async fn take(
     tenant: Option<&TenantId>,
 ) -> Result<Taken, CheckpointError> {
     let public_key = keyring.public_key().ok_or(CheckpointError::NoKey)?;
-    let heads: Vec<(String, i64, Vec<u8>)> = sqlx::query_as(
+    let heads = sqlx::query!(
         "SELECT tenant_id, seq, hash FROM tenant_heads
           WHERE seq > 0 AND ($1::text IS NULL OR tenant_id = $1)
           ORDER BY tenant_id",
+        tenant.map(TenantId::as_str)
     )
-    .bind(tenant.map(TenantId::as_str))
     .fetch_all(pool)
     .await?;
     let mut taken = Taken::default();
-    for (tenant, seq, hash) in heads {
+    for head in heads {
+        let (tenant, seq, hash) = (head.tenant_id, head.seq, head.hash);
         // PostgreSQL keeps microseconds: sign exactly what is stored.
         let signed_at = Utc::now().trunc_subsecs(6);
         let head_hash = hex::encode(&hash);
@@ -225,12 +226,13 @@ async fn extends(
             newest.seq
         ));
     }
-    let stored: Option<Vec<u8>> =
-        sqlx::query_scalar("SELECT hash FROM events WHERE tenant_id = $1 AND seq = $2")
-            .bind(tenant)
-            .bind(newest.seq)
-            .fetch_optional(pool)
-            .await?;
+    let stored: Option<Vec<u8>> = sqlx::query_scalar!(
+        "SELECT hash FROM events WHERE tenant_id = $1 AND seq = $2",
+        tenant,
+        newest.seq
+    )
+    .fetch_optional(pool)
+    .await?;
     let signed_hash: [u8; 32] = match hex::decode(&newest.head_hash)
         .ok()
         .and_then(|h| h.try_into().ok())
@@ -411,12 +413,13 @@ pub async fn check(
             let finding = if !checkpoint.signed_by(trusted) {
                 Finding::BadSignature
             } else {
-                let stored: Option<Vec<u8>> =
-                    sqlx::query_scalar("SELECT hash FROM events WHERE tenant_id = $1 AND seq = $2")
-                        .bind(&tenant)
-                        .bind(checkpoint.seq)
-                        .fetch_optional(pool)
-                        .await?;
+                let stored: Option<Vec<u8>> = sqlx::query_scalar!(
+                    "SELECT hash FROM events WHERE tenant_id = $1 AND seq = $2",
+                    &tenant,
+                    checkpoint.seq
+                )
+                .fetch_optional(pool)
+                .await?;
                 match stored {
                     Some(hash) if hex::encode(&hash) == checkpoint.head_hash => {
                         tree_root_differs(&checkpoint, root).unwrap_or(Finding::Holds)

@@ -121,10 +121,10 @@ pub async fn leaf(
 
 /// Events in `tenant`'s log.
 pub async fn log_size(pool: &PgPool, tenant: &str) -> Result<u64, sqlx::Error> {
-    let seq: Option<i64> = sqlx::query_scalar("SELECT seq FROM tenant_heads WHERE tenant_id = $1")
-        .bind(tenant)
-        .fetch_optional(pool)
-        .await?;
+    let seq: Option<i64> =
+        sqlx::query_scalar!("SELECT seq FROM tenant_heads WHERE tenant_id = $1", tenant)
+            .fetch_optional(pool)
+            .await?;
     Ok(seq.unwrap_or(0).max(0) as u64)
 }
 
@@ -230,18 +230,18 @@ pub async fn roots_from_log(
         wanted.next();
     }
     'pages: while frontier.size() < last {
-        let page: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+        let page = sqlx::query!(
             "SELECT seq, hash FROM events WHERE tenant_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            tenant,
+            frontier.size() as i64,
+            PAGE
         )
-        .bind(tenant)
-        .bind(frontier.size() as i64)
-        .bind(PAGE)
         .fetch_all(pool)
         .await?;
         if page.is_empty() {
             break;
         }
-        for (seq, hash) in page {
+        for (seq, hash) in page.into_iter().map(|row| (row.seq, row.hash)) {
             if seq as u64 != frontier.size() + 1 {
                 // A hole: leaves after it would sit at the wrong index.
                 break 'pages;
@@ -279,21 +279,24 @@ async fn resolve(
         .filter(|(level, _)| *level >= STORED_LEVEL)
         .map(|(level, index)| (*level as i16, *index as i64))
         .unzip();
-    let stored: Vec<(i16, i64, Vec<u8>)> = sqlx::query_as(
+    let stored = sqlx::query!(
         "SELECT t.level, t.idx, t.hash FROM projections.event_tree t
            JOIN unnest($2::smallint[], $3::bigint[]) AS n (level, idx)
              ON t.level = n.level AND t.idx = n.idx
           WHERE t.tenant_id = $1",
+        tenant,
+        &levels,
+        &indexes
     )
-    .bind(tenant)
-    .bind(&levels)
-    .bind(&indexes)
     .fetch_all(pool)
     .await?;
     let mut found: HashMap<Subtree, Hash> = stored
         .into_iter()
-        .filter_map(|(level, index, hash)| {
-            Some(((level as u32, index as u64), hash.try_into().ok()?))
+        .filter_map(|row| {
+            Some((
+                (row.level as u32, row.idx as u64),
+                row.hash.try_into().ok()?,
+            ))
         })
         .collect();
     for subtree in needed {
@@ -319,12 +322,12 @@ fn computed<'a>(
             return Ok(*hash);
         }
         if level > STORED_LEVEL {
-            let stored: Option<Vec<u8>> = sqlx::query_scalar(
+            let stored: Option<Vec<u8>> = sqlx::query_scalar!(
                 "SELECT hash FROM projections.event_tree WHERE tenant_id = $1 AND level = $2 AND idx = $3",
+                tenant,
+                level as i16,
+                index as i64
             )
-            .bind(tenant)
-            .bind(level as i16)
-            .bind(index as i64)
             .fetch_optional(pool)
             .await?;
             let hash = match stored.and_then(|h| Hash::try_from(h).ok()) {

@@ -153,14 +153,14 @@ pub(crate) async fn current_view(
         let slice = (deadline - now).min(std::time::Duration::from_millis(25));
         state.reader.cache.wait_projected(tenant, head, slice).await;
     }
-    let text: Option<String> = sqlx::query_scalar(
+    let text: Option<String> = sqlx::query_scalar!(
         "SELECT text FROM projections.views
           WHERE tenant_id = $1 AND view = $2 AND (owner = '' OR owner = $3)
           ORDER BY owner = '' LIMIT 1",
+        tenant,
+        view,
+        caller.agent.as_deref().unwrap_or("")
     )
-    .bind(tenant)
-    .bind(view)
-    .bind(caller.agent.as_deref().unwrap_or(""))
     .fetch_optional(&state.pool)
     .await?;
     let Some(mut text) = text else {

@@ -477,14 +477,16 @@ impl Policy {
 
 /// The tenant's stored policy, or the defaults.
 pub async fn load(pool: &PgPool, tenant: &str) -> Result<Policy, sqlx::Error> {
-    let stored: Option<(Value, i64)> =
-        sqlx::query_as("SELECT policy, version FROM policies WHERE tenant_id = $1")
-            .bind(tenant)
-            .fetch_optional(pool)
-            .await?;
+    let stored = sqlx::query!(
+        "SELECT policy, version FROM policies WHERE tenant_id = $1",
+        tenant
+    )
+    .fetch_optional(pool)
+    .await?;
     Ok(stored
-        .and_then(|(document, version)| {
-            Policy::parse(document)
+        .and_then(|stored| {
+            let version = stored.version;
+            Policy::parse(stored.policy)
                 .inspect_err(
                     |err| tracing::error!(tenant, %err, "stored policy is invalid; using defaults"),
                 )
@@ -502,19 +504,17 @@ pub const POLICY_CHANNEL: &str = "memd_policy";
 pub async fn store(pool: &PgPool, tenant: &str, policy: &Policy) -> Result<i64, sqlx::Error> {
     let document = serde_json::to_value(policy).expect("a policy serializes");
     let mut tx = memd_projectors::transaction::begin(pool).await?;
-    let version: i64 = sqlx::query_scalar(
+    let version: i64 = sqlx::query_scalar!(
         "INSERT INTO policies (tenant_id, policy) VALUES ($1, $2)
          ON CONFLICT (tenant_id) DO UPDATE
             SET policy = EXCLUDED.policy, version = policies.version + 1, updated_at = now()
          RETURNING version",
+        tenant,
+        document
     )
-    .bind(tenant)
-    .bind(document)
     .fetch_one(&mut *tx)
     .await?;
-    sqlx::query("SELECT pg_notify($1, $2)")
-        .bind(POLICY_CHANNEL)
-        .bind(tenant)
+    sqlx::query!("SELECT pg_notify($1, $2)", POLICY_CHANNEL, tenant)
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;

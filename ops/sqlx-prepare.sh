@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Regenerates .sqlx/, the metadata of the fixed SQL statements that
+# `sqlx::query!` and `query_as!` check at compile time. Builds read it
+# offline (.cargo/config.toml forces SQLX_OFFLINE), so they need no
+# database; run this after changing such a statement or the schema, and
+# commit .sqlx/ with the change.
+#
+# It applies migrations/ to a scratch database with psql (the daemon that
+# would run them is what is being compiled), then compiles the workspace
+# against it, each macro writing its statement's metadata.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ops/ensure-postgres.sh
+base="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
+scratch="memd_sqlx_prepare"
+url="${base%/*}/$scratch"
+export PGOPTIONS="-c client_min_messages=warning"
+psql -q "$base" -c "DROP DATABASE IF EXISTS $scratch" -c "CREATE DATABASE $scratch"
+for migration in migrations/*.sql; do
+  psql -q -v ON_ERROR_STOP=1 "$url" -f "$migration" >/dev/null
+done
+rm -rf .sqlx
+mkdir .sqlx
+# Touching each crate's root makes cargo expand every macro again.
+touch src/lib.rs projectors/src/lib.rs lab/src/main.rs
+SQLX_OFFLINE_DIR="$PWD/.sqlx" DATABASE_URL="$url" \
+  cargo check --workspace --all-targets --quiet \
+  --config 'env.SQLX_OFFLINE.value="false"' --config 'env.SQLX_OFFLINE.force=true'
+psql -q "$base" -c "DROP DATABASE $scratch"
+echo "sqlx-prepare: $(ls .sqlx | wc -l) statements in .sqlx/"
