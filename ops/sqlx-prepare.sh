@@ -19,6 +19,12 @@ psql -q "$base" -c "DROP DATABASE IF EXISTS $scratch" -c "CREATE DATABASE $scrat
 for migration in migrations/*.sql; do
   psql -q -v ON_ERROR_STOP=1 "$url" -f "$migration" >/dev/null
 done
+# Dependencies first, offline: apalis-postgres checks its own statements
+# against its own .sqlx data, and would fail against this database, which
+# has none of its tables; compiled now, it is not compiled again below, and
+# only the workspace's crates expand their macros online. (Their offline
+# check may fail here, when .sqlx is stale: that is what this script fixes.)
+cargo check --workspace --all-targets --quiet --keep-going 2>/dev/null || true
 rm -rf .sqlx
 mkdir .sqlx
 # Touching each crate's root makes cargo expand every macro again.

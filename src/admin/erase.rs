@@ -73,23 +73,26 @@ pub async fn erase(
     subject: &str,
     by: &str,
 ) -> Result<Erasure, EraseError> {
-    let erased: Option<(DateTime<Utc>, i64)> = sqlx::query_as(
-        "UPDATE subject_keys SET wrapped = NULL, erased_at = now(), erased_by = $3
-          WHERE tenant_id = $1 AND subject_id = $2 AND wrapped IS NOT NULL
-         RETURNING erased_at,
-                   (SELECT count(*) FROM events WHERE tenant_id = $1 AND subject_id = $2)",
+    let erased: Option<(DateTime<Utc>, i64)> = sqlx::query!(
+        r#"UPDATE subject_keys SET wrapped = NULL, erased_at = now(), erased_by = $3
+            WHERE tenant_id = $1 AND subject_id = $2 AND wrapped IS NOT NULL
+           RETURNING erased_at AS "erased_at!",
+                     (SELECT count(*) FROM events WHERE tenant_id = $1 AND subject_id = $2)
+                       AS "events!""#,
+        tenant.as_str(),
+        subject,
+        by
     )
-    .bind(tenant.as_str())
-    .bind(subject)
-    .bind(by)
     .fetch_optional(pool)
-    .await?;
+    .await?
+    .map(|row| (row.erased_at, row.events));
     let Some((erased_at, events)) = erased else {
-        let known: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM subject_keys WHERE tenant_id = $1 AND subject_id = $2)",
+        let known: bool = sqlx::query_scalar!(
+            r#"SELECT EXISTS (SELECT 1 FROM subject_keys WHERE tenant_id = $1 AND subject_id = $2)
+                 AS "known!""#,
+            tenant.as_str(),
+            subject
         )
-        .bind(tenant.as_str())
-        .bind(subject)
         .fetch_one(pool)
         .await?;
         return Err(if known {

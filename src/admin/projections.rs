@@ -40,10 +40,10 @@ pub struct ProjectionsStatus {
 
 /// Where `tenant`'s projections stand, its embeddings projections included.
 pub async fn status(pool: &PgPool, tenant: &str) -> Result<ProjectionsStatus, sqlx::Error> {
-    let head_seq: i64 = sqlx::query_scalar(
-        "SELECT coalesce((SELECT seq FROM tenant_heads WHERE tenant_id = $1), 0)",
+    let head_seq: i64 = sqlx::query_scalar!(
+        r#"SELECT coalesce((SELECT seq FROM tenant_heads WHERE tenant_id = $1), 0) AS "head_seq!""#,
+        tenant
     )
-    .bind(tenant)
     .fetch_one(pool)
     .await?;
     let projections: Vec<ProjectionStatus> = sqlx::query_as(

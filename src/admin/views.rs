@@ -39,16 +39,19 @@ pub async fn export(
     tenant: &TenantId,
     dir: &Path,
 ) -> anyhow::Result<Vec<Exported>> {
-    let views: Vec<(String, String, String)> = sqlx::query_as(
+    let views = sqlx::query!(
         "SELECT view, text, event_id FROM projections.views
           WHERE tenant_id = $1 AND owner = '' ORDER BY view",
+        tenant.as_str()
     )
-    .bind(tenant.as_str())
     .fetch_all(pool)
     .await?;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut exported = Vec::with_capacity(views.len());
-    for (view, mut text, event_id) in views {
+    for (view, mut text, event_id) in views
+        .into_iter()
+        .map(|row| (row.view, row.text, row.event_id))
+    {
         keyring
             .open_in_place(tenant.as_str(), &mut text)
             .with_context(|| format!("view {view}"))?;
@@ -147,16 +150,19 @@ async fn latest_update(
     tenant: &TenantId,
     view: &str,
 ) -> anyhow::Result<Option<(String, String, String)>> {
-    let updates: Vec<(serde_json::Value, String, String, Option<String>)> = sqlx::query_as(
+    let updates: Vec<(serde_json::Value, String, String, Option<String>)> = sqlx::query!(
         "SELECT content, channel, sensitivity, subject_id FROM events
           WHERE tenant_id = $1 AND kind = 'view_update'
             AND (content->>'view' = $2 OR content ? 'sealed')
           ORDER BY seq DESC",
+        tenant.as_str(),
+        view
     )
-    .bind(tenant.as_str())
-    .bind(view)
     .fetch_all(pool)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|row| (row.content, row.channel, row.sensitivity, row.subject_id))
+    .collect();
     let keyring = memd_projectors::event::subject_keyring(
         pool,
         keyring,

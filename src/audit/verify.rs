@@ -54,7 +54,7 @@ pub async fn verify_chains(
     let tenants: Vec<String> = match tenant {
         Some(t) => vec![t.to_string()],
         None => {
-            sqlx::query_scalar("SELECT tenant_id FROM tenants ORDER BY tenant_id")
+            sqlx::query_scalar!("SELECT tenant_id FROM tenants ORDER BY tenant_id")
                 .fetch_all(pool)
                 .await?
         }
@@ -118,15 +118,14 @@ pub async fn verify_from(
     }
     report.head_hash = hex::encode(last_hash);
     if report.broken.is_none() {
-        let head = sqlx::query("SELECT seq, hash FROM tenant_heads WHERE tenant_id = $1")
-            .bind(tenant)
-            .fetch_optional(pool)
-            .await?;
+        let head = sqlx::query!(
+            "SELECT seq, hash FROM tenant_heads WHERE tenant_id = $1",
+            tenant
+        )
+        .fetch_optional(pool)
+        .await?;
         let (head_seq, head_hash) = match head {
-            Some(row) => (
-                row.try_get::<i64, _>("seq")?,
-                row.try_get::<Vec<u8>, _>("hash")?,
-            ),
+            Some(row) => (row.seq, row.hash),
             None => (-1, Vec::new()),
         };
         if head_seq != last_seq || head_hash != last_hash {

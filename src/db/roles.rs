@@ -99,7 +99,7 @@ END $$";
 /// Whether this connection may change the schema (the database's owner, or
 /// a superuser): who applies migrations and grants.
 pub async fn owns_schema(pool: &PgPool) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("SELECT has_schema_privilege('public', 'CREATE')")
+    sqlx::query_scalar!(r#"SELECT has_schema_privilege('public', 'CREATE') AS "may!""#)
         .fetch_one(pool)
         .await
 }
