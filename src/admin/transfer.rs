@@ -161,11 +161,13 @@ pub async fn export(
 ) -> anyhow::Result<Exported> {
     // The head first: the file holds the log up to it, whatever is appended
     // while the export runs.
-    let head: Option<(i64, Vec<u8>)> =
-        sqlx::query_as("SELECT seq, hash FROM public.tenant_heads WHERE tenant_id = $1")
-            .bind(tenant.as_str())
-            .fetch_optional(pool)
-            .await?;
+    let head: Option<(i64, Vec<u8>)> = sqlx::query!(
+        "SELECT seq, hash FROM public.tenant_heads WHERE tenant_id = $1",
+        tenant.as_str()
+    )
+    .fetch_optional(pool)
+    .await?
+    .map(|row| (row.seq, row.hash));
     let (head_seq, head_hash) = head.ok_or_else(|| anyhow!("no tenant {tenant}"))?;
     let file = File::create(out).with_context(|| format!("creating {}", out.display()))?;
     let mut writer: Box<dyn Write> = if out.extension().is_some_and(|e| e == "gz") {
@@ -568,11 +570,13 @@ pub async fn import(
     let (header, _) = reader.await??;
     let tenant = TenantId::parse(&header.tenant).map_err(|err| anyhow!("{err}"))?;
     let created = crate::tenants::ensure_tenant(pool, &tenant).await?;
-    let (already, held_hash): (i64, Vec<u8>) =
-        sqlx::query_as("SELECT seq, hash FROM public.tenant_heads WHERE tenant_id = $1")
-            .bind(tenant.as_str())
-            .fetch_one(pool)
-            .await?;
+    let held = sqlx::query!(
+        "SELECT seq, hash FROM public.tenant_heads WHERE tenant_id = $1",
+        tenant.as_str()
+    )
+    .fetch_one(pool)
+    .await?;
+    let (already, held_hash) = (held.seq, held.hash);
     ensure!(
         already <= header.events,
         "the tenant {tenant} holds {already} events here, more than the file's {}",
@@ -632,11 +636,11 @@ pub async fn import(
 /// content is not exactly as PostgreSQL renders it once stored as `jsonb`.
 async fn check_rendering(pool: &PgPool, batch: &[(i64, String, String)]) -> anyhow::Result<()> {
     let texts: Vec<&str> = batch.iter().map(|(_, _, text)| text.as_str()).collect();
-    let first: Option<i64> = sqlx::query_scalar(
+    let first: Option<i64> = sqlx::query_scalar!(
         "SELECT min(u.o) FROM unnest($1::text[]) WITH ORDINALITY AS u (t, o)
           WHERE u.t::jsonb::text <> u.t",
+        &texts as &[&str]
     )
-    .bind(&texts)
     .fetch_one(pool)
     .await?;
     if let Some(index) = first {
@@ -687,25 +691,24 @@ async fn store(pool: &PgPool, tenant: &TenantId, batch: &[Checked]) -> anyhow::R
         })
         .collect();
     let mut tx = memd_projectors::transaction::begin(pool).await?;
-    let moved = sqlx::query(
+    // The ages' anchor (as appends keep it): a row dated after it was
+    // recorded does not count.
+    let newest_ts = batch
+        .iter()
+        .filter(|e| e.ts <= e.created_at)
+        .map(|e| e.ts)
+        .max();
+    let moved = sqlx::query!(
         "UPDATE public.tenant_heads SET seq = $2, hash = $3, created_at = $4,
                 newest_ts = greatest(newest_ts, $7)
           WHERE tenant_id = $1 AND seq = $5 AND hash = $6",
-    )
-    .bind(tenant.as_str())
-    .bind(last.line.seq)
-    .bind(last.hash.as_slice())
-    .bind(last.created_at)
-    .bind(first.line.seq - 1)
-    .bind(first.prev_hash.as_slice())
-    // The ages' anchor (as appends keep it): a row dated after it was
-    // recorded does not count.
-    .bind(
-        batch
-            .iter()
-            .filter(|e| e.ts <= e.created_at)
-            .map(|e| e.ts)
-            .max(),
+        tenant.as_str(),
+        last.line.seq,
+        last.hash.as_slice(),
+        last.created_at,
+        first.line.seq - 1,
+        first.prev_hash.as_slice(),
+        newest_ts
     )
     .execute(&mut *tx)
     .await?
@@ -714,7 +717,7 @@ async fn store(pool: &PgPool, tenant: &TenantId, batch: &[Checked]) -> anyhow::R
         moved == 1,
         "the tenant {tenant}'s log moved while importing (something else appends to it)"
     );
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO public.events (tenant_id, seq, event_id, created_at, ts, session_id,
                 channel, actor_type, actor_id, agent_id, subject_id, kind, sensitivity, tags,
                 refs, idempotency_key, artifact_id, prev_hash, hash, content)
@@ -729,13 +732,13 @@ async fn store(pool: &PgPool, tenant: &TenantId, batch: &[Checked]) -> anyhow::R
                 sensitivity text,
                 tags text[], refs text[], idempotency_key text, artifact_id text,
                 prev_hash text, hash text, content text)",
+        tenant.as_str(),
+        serde_json::Value::Array(rows)
     )
-    .bind(tenant.as_str())
-    .bind(serde_json::Value::Array(rows))
     .execute(&mut *tx)
     .await?;
     if !artifacts.is_empty() {
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO public.artifacts (artifact_id, tenant_id, event_id, created_at, kind,
                     media_type, sha256, bytes, meta)
              SELECT r.artifact_id, $1, r.event_id, r.created_at, r.kind, r.media_type,
@@ -743,17 +746,19 @@ async fn store(pool: &PgPool, tenant: &TenantId, batch: &[Checked]) -> anyhow::R
                FROM jsonb_to_recordset($2) AS r (artifact_id text, event_id text,
                     created_at timestamptz, kind text, media_type text, sha256 text,
                     bytes text, meta text)",
+            tenant.as_str(),
+            serde_json::Value::Array(artifacts)
         )
-        .bind(tenant.as_str())
-        .bind(serde_json::Value::Array(artifacts))
         .execute(&mut *tx)
         .await?;
     }
-    sqlx::query("SELECT pg_notify($1, $2)")
-        .bind(NOTIFY_CHANNEL)
-        .bind(format!("{tenant}:{}", last.line.seq))
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query!(
+        "SELECT pg_notify($1, $2)",
+        NOTIFY_CHANNEL,
+        format!("{tenant}:{}", last.line.seq)
+    )
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
     Ok(batch.len() as i64)
 }

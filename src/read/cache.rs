@@ -529,16 +529,16 @@ async fn changed_between(
     to: i64,
 ) -> Result<bool, sqlx::Error> {
     let kinds: Vec<&str> = STATE_KINDS.iter().map(|kind| kind.as_str()).collect();
-    sqlx::query_scalar(
-        "SELECT EXISTS (SELECT FROM public.events e
-                         WHERE e.tenant_id = $1 AND e.seq > $2 AND e.seq <= $3
-                           AND (e.kind = ANY ($4) OR e.tags && $5))",
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT FROM public.events e
+                           WHERE e.tenant_id = $1 AND e.seq > $2 AND e.seq <= $3
+                             AND (e.kind = ANY ($4) OR e.tags && $5)) AS "changed!""#,
+        tenant,
+        from,
+        to,
+        &kinds as &[&str],
+        &super::retention::PIN_TAGS[..] as &[&str]
     )
-    .bind(tenant)
-    .bind(from)
-    .bind(to)
-    .bind(&kinds)
-    .bind(&super::retention::PIN_TAGS[..])
     .fetch_one(pool)
     .await
 }

@@ -1556,9 +1556,8 @@ export interface components {
             status: components["schemas"]["JobState"];
         };
         /**
-         * @description What an event is; decides the shape of `content`. Projectors branch
-         *     on `memd_projectors::event::Kind`, the same kinds without the wire's
-         *     derives (a test checks that the two agree).
+         * @description What an event is (the `kind` column); decides the shape of
+         *     `content`, and what each projector makes of it.
          * @enum {string}
          */
         Kind: "message" | "tool_call" | "tool_result" | "decision" | "task_update" | "summary" | "view_update" | "handoff" | "artifact" | "erasure" | "retraction";
