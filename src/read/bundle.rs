@@ -514,6 +514,21 @@ mod tests {
         }
     }
 
+    /// Packs `items` as the only section, the evidence, with the default
+    /// policy into 2,000 tokens.
+    fn pack_evidence(costs: &Costs, items: Vec<Item>) -> (Vec<Section>, usize, Vec<Left>) {
+        pack(
+            &Policy::default(),
+            2_000,
+            costs,
+            vec![Candidates {
+                name: SectionName::RetrievedEvidence,
+                items,
+                chronological: false,
+            }],
+        )
+    }
+
     fn said(counter: &TokenCounter, id: &str, at: &str, text: &str) -> Item {
         let at: DateTime<Utc> = at.parse().unwrap();
         let meta = render::meta_of_day(["alice"], at);
@@ -548,16 +563,7 @@ mod tests {
                 "Smoke tests first.",
             ),
         ];
-        let (sections, tokens, left) = pack(
-            &Policy::default(),
-            2_000,
-            &costs,
-            vec![Candidates {
-                name: SectionName::RetrievedEvidence,
-                items: ranked,
-                chronological: false,
-            }],
-        );
+        let (sections, tokens, left) = pack_evidence(&costs, ranked);
         assert!(left.is_empty());
         let handles: Vec<(&str, &str)> = sections[0]
             .items
@@ -597,16 +603,7 @@ mod tests {
                     )
                 })
                 .collect();
-            let (sections, _, _) = pack(
-                &Policy::default(),
-                2_000,
-                &costs,
-                vec![Candidates {
-                    name: SectionName::RetrievedEvidence,
-                    items,
-                    chronological: false,
-                }],
-            );
+            let (sections, _, _) = pack_evidence(&costs, items);
             sections[0].items.len()
         };
         let (one_day, many_days) = (fits(false), fits(true));
@@ -633,17 +630,7 @@ mod tests {
                 )
             })
             .collect();
-        let policy = Policy::default();
-        let (sections, tokens, left) = pack(
-            &policy,
-            2_000,
-            &costs,
-            vec![Candidates {
-                name: SectionName::RetrievedEvidence,
-                items,
-                chronological: false,
-            }],
-        );
+        let (sections, tokens, left) = pack_evidence(&costs, items);
         // Alone, evidence gets more than its scaled cap (28000/65000 of
         // 2000 = 861) but never the reserve (8800/65000 = 270).
         assert!(tokens > 861, "{tokens}");
