@@ -118,7 +118,11 @@ pub fn unavailable(err: &sqlx::Error) -> bool {
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
             // Class 08: connection exception. 57P01-57P03: admin shutdown,
             // crash shutdown, cannot connect now. 53300: too many connections.
-            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03" | "53300")
+            // 25006: a write reached a read-only server, which behind a
+            // failover proxy is a demoted leader not yet taken out of the
+            // leader port (ops/ha): the next connection reaches the new one.
+            code.starts_with("08")
+                || matches!(&*code, "57P01" | "57P02" | "57P03" | "53300" | "25006")
         }),
         _ => false,
     }
@@ -197,7 +201,59 @@ impl ScratchDatabase {
     }
 }
 
-/// Whether the database answers at all (`/readyz`).
-pub async fn reachable(pool: &PgPool) -> Result<(), sqlx::Error> {
-    sqlx::query("SELECT 1").execute(pool).await.map(drop)
+/// Whether the database answers, and takes writes (`/readyz`): behind a
+/// failover proxy the server answering can be a standby or a demoted
+/// leader for a moment, reachable but read-only.
+pub async fn writable(pool: &PgPool) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off'
+              AS "writable!""#
+    )
+    .fetch_one(pool)
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Behind a failover proxy, a connection can reach the demoted leader
+    /// (read-only now) for a moment: the client must be told to retry, as
+    /// for any other connection trouble, not that memd failed.
+    #[sqlx::test]
+    async fn a_write_refused_by_a_read_only_server_is_unavailable(pool: PgPool) {
+        let mut connection = pool.acquire().await.unwrap();
+        sqlx::query("SET default_transaction_read_only = on")
+            .execute(&mut *connection)
+            .await
+            .unwrap();
+        let refused = sqlx::query("CREATE TABLE written (x int)")
+            .execute(&mut *connection)
+            .await
+            .unwrap_err();
+        assert!(unavailable(&refused), "{refused}");
+        let bug = sqlx::query("SELECT * FROM no_such_table")
+            .execute(&mut *connection)
+            .await
+            .unwrap_err();
+        assert!(!unavailable(&bug), "{bug}");
+    }
+
+    #[sqlx::test]
+    async fn a_read_only_server_is_reachable_but_not_writable(pool: PgPool) {
+        assert!(writable(&pool).await.unwrap());
+        let read_only = PgPoolOptions::new()
+            .after_connect(|connection, _| {
+                Box::pin(async move {
+                    sqlx::query("SET default_transaction_read_only = on")
+                        .execute(connection)
+                        .await
+                        .map(drop)
+                })
+            })
+            .connect_with((*pool.connect_options()).clone())
+            .await
+            .unwrap();
+        assert!(!writable(&read_only).await.unwrap());
+    }
 }

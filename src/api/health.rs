@@ -81,7 +81,9 @@ fn refused(state: &ApiState) -> Option<std::collections::BTreeMap<String, String
 
 /// Readiness
 ///
-/// The daemon can reach its database, so requests can succeed. Also says
+/// The daemon can reach its database and write to it, so requests can
+/// succeed (a read-only server, such as a standby or a leader being
+/// demoted in a failover, is not ready). Also says
 /// whether semantic retrieval is on (`semantic`) and whether high and
 /// secret memory is sealed at rest (`encryption_at_rest`). No token needed.
 #[utoipa::path(
@@ -90,34 +92,38 @@ fn refused(state: &ApiState) -> Option<std::collections::BTreeMap<String, String
     tag = "health",
     responses(
         (status = 200, description = "Ready", body = Health, example = json!({"status": "ready", "semantic": {"enabled": true, "default_embedder": "minilm", "loaded": ["hashed", "minilm"]}, "encryption_at_rest": {"enabled": true, "key_id": "3164d4e383716c82"}})),
-        (status = 503, description = "The database cannot be reached", body = Health,
+        (status = 503, description = "The database cannot be reached, or is read-only (`reason`)", body = Health,
             example = json!({"status": "unavailable", "reason": "database unreachable"})),
     ),
 )]
 pub async fn readyz(State(state): State<ApiState>) -> (StatusCode, Json<Health>) {
-    match crate::db::reachable(&state.pool).await {
-        Ok(_) => (
-            StatusCode::OK,
-            Json(Health {
-                status: "ready",
-                reason: None,
-                semantic: Some(state.reader.semantic.status()),
-                encryption_at_rest: Some(EncryptionStatus::of(&state)),
-                refused_checkpoints: refused(&state),
-            }),
-        ),
+    let reason = match crate::db::writable(&state.pool).await {
+        Ok(true) => None,
+        // A standby, or a leader being demoted in a failover: appends
+        // would fail until the new leader is reached.
+        Ok(false) => Some("database read-only"),
         Err(err) => {
             tracing::warn!(error = %err, "readiness check failed");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(Health {
-                    status: "unavailable",
-                    reason: Some("database unreachable"),
-                    semantic: Some(state.reader.semantic.status()),
-                    encryption_at_rest: Some(EncryptionStatus::of(&state)),
-                    refused_checkpoints: refused(&state),
-                }),
-            )
+            Some("database unreachable")
         }
-    }
+    };
+    let status = if reason.is_none() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        Json(Health {
+            status: if reason.is_none() {
+                "ready"
+            } else {
+                "unavailable"
+            },
+            reason,
+            semantic: Some(state.reader.semantic.status()),
+            encryption_at_rest: Some(EncryptionStatus::of(&state)),
+            refused_checkpoints: refused(&state),
+        }),
+    )
 }

@@ -764,7 +764,9 @@ export interface paths {
         };
         /**
          * Readiness
-         * @description The daemon can reach its database, so requests can succeed. Also says
+         * @description The daemon can reach its database and write to it, so requests can
+         *     succeed (a read-only server, such as a standby or a leader being
+         *     demoted in a failover, is not ready). Also says
          *     whether semantic retrieval is on (`semantic`) and whether high and
          *     secret memory is sealed at rest (`encryption_at_rest`). No token needed.
          */
@@ -4293,7 +4295,7 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
-            /** @description The database cannot be reached */
+            /** @description The database cannot be reached, or is read-only (`reason`) */
             503: {
                 headers: {
                     [name: string]: unknown;
