@@ -79,9 +79,10 @@ pub(super) struct Finished {
 const PAUSE_AFTER_FAILURE: Duration = Duration::from_millis(100);
 
 impl Load {
-    /// Starts `clients` clients against the daemon at `base_url`; keys are
-    /// prefixed by `label` so that loads of several rounds never collide.
-    pub fn start(base_url: &str, token: &str, clients: usize, label: &str) -> Self {
+    /// Starts `clients` clients, spread over the daemons at `base_urls`;
+    /// keys are prefixed by `label` so that loads of several rounds never
+    /// collide.
+    pub fn start(base_urls: &[&str], token: &str, clients: usize, label: &str) -> Self {
         let record = Arc::new(Mutex::new(Record::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let started = Instant::now();
@@ -89,8 +90,11 @@ impl Load {
         let tasks = (0..clients)
             .map(|c| {
                 let (record, stop, http) = (record.clone(), stop.clone(), http.clone());
-                let (base_url, token, label) =
-                    (base_url.to_owned(), token.to_owned(), label.to_owned());
+                let (base_url, token, label) = (
+                    base_urls[c % base_urls.len()].to_owned(),
+                    token.to_owned(),
+                    label.to_owned(),
+                );
                 tokio::spawn(async move {
                     let mut n = 0u64;
                     while !stop.load(Ordering::Relaxed) {

@@ -5,9 +5,12 @@
 //! - `kill`: `kill -9` of the daemon under mixed load, restart, retries.
 //! - `pg-restart`, `pg-outage`: PostgreSQL stopped under load (on a private
 //!   server the drill starts, never the machine's shared one).
+//! - `failover`: the database server's leader lost under load, on a
+//!   Patroni cluster (`ops/ha/up.sh`).
 //! - `soak`: many clients mixing appends and bundles for minutes.
 //! - `fuzz`: schemathesis against the daemon's own OpenAPI document.
 
+mod failover;
 mod fuzz;
 mod kill;
 mod load;
@@ -71,6 +74,42 @@ pub enum DrillCommand {
         #[arg(long, default_value = "lab/results/drills.md")]
         out: PathBuf,
     },
+    /// Lose the database's leader under load, on a Patroni cluster
+    /// (`ops/ha/up.sh`): two daemons and a projector process ride the
+    /// failover; check nothing acknowledged was lost or doubled, the chain,
+    /// checkpoints and projections.
+    Failover {
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// How the leader is lost, round after round.
+        #[arg(long, value_enum, value_delimiter = ',', default_values = ["kill", "failover", "switchover"])]
+        ways: Vec<failover::Way>,
+        /// Concurrent clients, spread over the two daemons.
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// The drill's database through HAProxy's leader port (dropped and
+        /// created afresh; its name must start with memd_drill).
+        #[arg(
+            long,
+            default_value = "postgres://postgres@127.0.0.1:5440/memd_drill_failover"
+        )]
+        leader_url: String,
+        /// The same database through HAProxy's replica port.
+        #[arg(
+            long,
+            default_value = "postgres://postgres@127.0.0.1:5441/memd_drill_failover"
+        )]
+        replica_url: String,
+        /// Patroni's REST API of each member.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "http://127.0.0.1:5461,http://127.0.0.1:5462,http://127.0.0.1:5463"
+        )]
+        patroni: Vec<String>,
+        #[arg(long, default_value = "lab/results/drills.md")]
+        out: PathBuf,
+    },
     /// Clients mixing appends and bundles for a long while: errors,
     /// latencies, the daemon's memory at the start and the end.
     Soak {
@@ -122,6 +161,22 @@ pub async fn run(command: DrillCommand, database_url: &str) -> anyhow::Result<()
             clients,
             out,
         } => postgres::run(Duration::from_secs(down_seconds), rounds, clients, &out).await,
+        DrillCommand::Failover {
+            rounds,
+            ways,
+            clients,
+            leader_url,
+            replica_url,
+            patroni,
+            out,
+        } => {
+            let cluster = failover::Cluster {
+                leader_url,
+                replica_url,
+                patroni,
+            };
+            failover::run(&cluster, rounds, &ways, clients, &out).await
+        }
         DrillCommand::Soak {
             clients,
             seconds,
@@ -185,6 +240,15 @@ impl Daemon {
     /// Starts `memd serve` on `url` (already migrated) with `embedder`;
     /// returns once `/readyz` answers, with the time that took.
     async fn start(url: &str, embedder: &str) -> anyhow::Result<(Self, Duration)> {
+        Self::start_with(url, embedder, &[]).await
+    }
+
+    /// [`Daemon::start`] with more `serve` flags.
+    async fn start_with(
+        url: &str,
+        embedder: &str,
+        flags: &[&str],
+    ) -> anyhow::Result<(Self, Duration)> {
         let port = free_port()?;
         let started = Instant::now();
         let process = tokio::process::Command::new(std::env::current_exe()?)
@@ -200,6 +264,7 @@ impl Daemon {
                 "--rate-limit-bytes",
                 "0",
             ])
+            .args(flags)
             .env("DATABASE_URL", url)
             .env("RUST_LOG", "error")
             .stdout(std::process::Stdio::null())

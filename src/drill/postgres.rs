@@ -57,7 +57,7 @@ pub(super) async fn run(
     let mut acknowledged = Vec::new();
     for round in 0..rounds {
         let load = Load::start(
-            &daemon.base_url,
+            &[&daemon.base_url],
             &prepared.token,
             clients,
             &format!("r{round}"),
@@ -176,7 +176,7 @@ fn back_after(samples: &[Sample], op: Op, up: Duration) -> Option<Duration> {
 
 /// Waits (at most two minutes) until no tenant's projections lag the log;
 /// false if they still do then.
-async fn caught_up(pool: &sqlx::PgPool) -> anyhow::Result<bool> {
+pub(super) async fn caught_up(pool: &sqlx::PgPool) -> anyhow::Result<bool> {
     let engine = crate::startup::ProjectionConfig::default().engine();
     let deadline = Instant::now() + Duration::from_secs(120);
     while Instant::now() < deadline {
@@ -191,7 +191,8 @@ async fn caught_up(pool: &sqlx::PgPool) -> anyhow::Result<bool> {
     Ok(false)
 }
 
-fn ms(d: Option<Duration>) -> String {
+/// Milliseconds, or `never`.
+pub(super) fn ms(d: Option<Duration>) -> String {
     d.map_or("never".into(), |d| format!("{:.0}", d.as_secs_f64() * 1e3))
 }
 

@@ -92,7 +92,7 @@ async fn soak(
     let (daemon, _) = Daemon::start(&url, embedder).await?;
     let mut rss = Vec::new();
     rss.extend(daemon.rss_kib().map(|kib| (0, kib)));
-    let load = Load::start(&daemon.base_url, &prepared.token, clients, "soak");
+    let load = Load::start(&[&daemon.base_url], &prepared.token, clients, "soak");
     while load.started.elapsed() < duration {
         tokio::time::sleep(RSS_EVERY.min(duration.saturating_sub(load.started.elapsed()))).await;
         rss.extend(

@@ -118,3 +118,213 @@ async fn a_short_soak_answers_every_request_and_reports_memory(
     );
     assert!(report.contains("daemon RSS at start MiB"), "{report}");
 }
+
+/// The database's leader lost under load, on a Patroni cluster of the
+/// test's own (`ops/ha/up.sh` on ports of its own): one round, the leader's
+/// postmaster killed. Skipped only where Patroni, etcd and HAProxy cannot be
+/// installed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_database_leader_loses_and_doubles_nothing_acknowledged() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cluster = HaCluster {
+        dir: std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("ha-failover"),
+        port: 15440,
+        root,
+    };
+    let up = cluster.script("up.sh", &[]);
+    match up.status.code() {
+        Some(0) => {}
+        Some(3) => {
+            eprintln!(
+                "SKIPPED: Patroni, etcd and HAProxy cannot be installed here: {}",
+                String::from_utf8_lossy(&up.stderr)
+            );
+            return;
+        }
+        _ => panic!(
+            "ops/ha/up.sh failed: {}{}",
+            String::from_utf8_lossy(&up.stdout),
+            String::from_utf8_lossy(&up.stderr)
+        ),
+    }
+    let out = cluster.dir.join("failover.md");
+    let url = |port: u16| format!("postgres://postgres@127.0.0.1:{port}/memd_drill_failover");
+    let patroni: Vec<String> = (1..=3)
+        .map(|n| format!("http://127.0.0.1:{}", cluster.port + 20 + n))
+        .collect();
+    let args = [
+        "drill".to_owned(),
+        "failover".to_owned(),
+        "--rounds=1".to_owned(),
+        "--ways=kill".to_owned(),
+        "--clients=2".to_owned(),
+        format!("--leader-url={}", url(cluster.port)),
+        format!("--replica-url={}", url(cluster.port + 1)),
+        format!("--patroni={}", patroni.join(",")),
+        format!("--out={}", out.display()),
+    ];
+    let drill = tokio::process::Command::new(env!("CARGO_BIN_EXE_memd"))
+        .args(&args)
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(std::time::Duration::from_secs(240), drill)
+        .await
+        .expect("the failover drill ran past 240 s")
+        .expect("run memd");
+    let report = std::fs::read_to_string(&out).unwrap_or_default();
+    assert!(
+        output.status.success(),
+        "{}{report}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let cells = first_row(&report, "memd drill failover");
+    // | round | way | old leader | new leader | no leader s | appends back | bundles back | requests | ok | 503 | bad answers | acknowledged | retried | retries failed | lost | duplicated | chain | drift | catch-up | whole again |
+    assert_ne!(cells[3], cells[4], "the leader did not change: {cells:?}");
+    assert_ne!(cells[6], "never", "appends never came back: {cells:?}");
+    assert_eq!(cells[11], "0", "bad answers: {report}");
+    assert!(cells[12].parse::<u64>().unwrap() > 0, "{cells:?}");
+    assert_eq!(cells[14], "0", "retries failed: {cells:?}");
+    assert_eq!(
+        (cells[15].as_str(), cells[16].as_str()),
+        ("0", "0"),
+        "lost, duplicated: {cells:?}"
+    );
+    assert_eq!(
+        (cells[17].as_str(), cells[18].as_str()),
+        ("ok", "none"),
+        "{cells:?}"
+    );
+    assert_ne!(
+        cells[20], "never",
+        "the cluster was not whole again: {cells:?}"
+    );
+    assert!(report.contains(": 1 of 1 hold"), "{report}");
+}
+
+/// A Patroni cluster `ops/ha` runs for a test, in `dir` on ports from
+/// `port`; stopped and deleted when dropped, whatever the test did.
+struct HaCluster<'a> {
+    dir: std::path::PathBuf,
+    port: u16,
+    root: &'a std::path::Path,
+}
+
+impl HaCluster<'_> {
+    fn script(&self, name: &str, args: &[&str]) -> std::process::Output {
+        std::process::Command::new("bash")
+            .arg(self.root.join("ops/ha").join(name))
+            .args(args)
+            .env("MEMD_HA_DIR", &self.dir)
+            .env("MEMD_HA_PORT", self.port.to_string())
+            .env("MEMD_BIN", env!("CARGO_BIN_EXE_memd"))
+            .output()
+            .expect("run an ops/ha script")
+    }
+}
+
+impl Drop for HaCluster<'_> {
+    fn drop(&mut self) {
+        let down = self.script("down.sh", &["--purge"]);
+        if !down.status.success() {
+            eprintln!("ops/ha/down.sh: {}", String::from_utf8_lossy(&down.stderr));
+        }
+    }
+}
+
+/// In a failover the leader port can reach a demoted leader, read-only,
+/// for a moment: `/readyz` says the daemon is not ready, a write is
+/// answered 503 with `Retry-After` (not a 500), and both recover as soon as
+/// the connections reach a writable server again. Here the test's own
+/// database turns read-only for new sessions, and the daemon's sessions are
+/// ended, as a demotion ends them.
+#[sqlx::test]
+async fn a_read_only_leader_is_not_ready_and_writes_to_it_are_retried_later(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect.clone()).await;
+    let token = app.tenant("acme").await;
+    let event = |key: &str| {
+        serde_json::json!({"session_id": "s", "channel": "private", "kind": "message",
+                           "actor": {"type": "agent", "id": "a"}, "content": {"text": "hello"},
+                           "idempotency_key": key})
+    };
+    app.append(&token, &event("before")).await;
+    alter_and_reconnect(&connect, "SET default_transaction_read_only = on").await;
+    let not_ready = crate::helpers::wait_until(
+        std::time::Duration::from_secs(30),
+        "/readyz says the database is read-only",
+        || async {
+            let ready = app.readyz().await;
+            if ready["reason"] == "database read-only" {
+                Ok(ready)
+            } else {
+                Err(ready.to_string())
+            }
+        },
+    )
+    .await;
+    assert_eq!(not_ready["status"], "unavailable", "{not_ready}");
+    let response = app
+        .client
+        .post(format!("{}/api/v1/events", app.base_url))
+        .bearer_auth(&token)
+        .json(&event("during"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert!(response.headers().contains_key("retry-after"));
+
+    alter_and_reconnect(&connect, "RESET default_transaction_read_only").await;
+    crate::helpers::wait_until(
+        std::time::Duration::from_secs(30),
+        "/readyz says ready again",
+        || async {
+            let ready = app.readyz().await;
+            if ready["status"] == "ready" {
+                Ok(())
+            } else {
+                Err(ready.to_string())
+            }
+        },
+    )
+    .await;
+    // The retry stores the event once.
+    app.append(&token, &event("during")).await;
+    assert_eq!(
+        app.count("SELECT count(*) FROM events WHERE idempotency_key = 'during'")
+            .await,
+        1
+    );
+}
+
+/// `ALTER DATABASE <the test's> <sql>`, then ends every other session of
+/// it, so the daemon's next connections start with the new setting.
+async fn alter_and_reconnect(connect: &PgConnectOptions, sql: &str) {
+    use sqlx::Connection;
+    let mut admin = sqlx::PgConnection::connect_with(connect).await.unwrap();
+    // This session writes whatever the database's default now is.
+    sqlx::query("SET default_transaction_read_only = off")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let database: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "ALTER DATABASE \"{database}\" {sql}"
+    )))
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+          WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .execute(&mut admin)
+    .await
+    .unwrap();
+}
