@@ -10,10 +10,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::{PgPool, Row};
+use sqlx::{PgConnection, PgPool, Row};
 
 use crate::{
     engine::{Engine, ProjectError, Wait},
+    projector::Table,
     rebuild::{Progress, replay},
     schema::Schema,
 };
@@ -73,28 +74,13 @@ pub async fn drift_check(
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         .execute(&mut *tx)
         .await?;
-    let live = Schema::live();
-    let shadow = Schema::shadow();
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "CREATE SCHEMA {}",
-        shadow.name()
-    )))
-    .execute(&mut *tx)
-    .await?;
-    let tables: Vec<_> = engine
+    let (live, shadow) = (Schema::live(), Schema::shadow());
+    let tables: Vec<Table> = engine
         .projectors()
         .iter()
         .flat_map(|p| p.tables().iter().copied())
         .collect();
-    for table in tables.iter().map(|t| t.name).chain(["cursors"]) {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "CREATE TABLE {shadow}.{table} (LIKE {live}.{table} INCLUDING ALL)",
-            shadow = shadow.name(),
-            live = live.name(),
-        )))
-        .execute(&mut *tx)
-        .await?;
-    }
+    create_shadow(&mut tx, &live, &shadow, &tables).await?;
 
     let names: Vec<&str> = engine.projectors().iter().map(|p| p.name()).collect();
     let live_cursors: Vec<(String, String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -110,6 +96,8 @@ pub async fn drift_check(
     let mut tenants: Vec<String> = live_cursors.iter().map(|c| c.0.clone()).collect();
     tenants.dedup();
 
+    // Each tenant replayed into the shadow up to where its live cursors
+    // stand, so a projection that lags is not mistaken for drift.
     shadow.enter(&mut tx).await?;
     for tenant in &tenants {
         let mut cursors = engine.lock_cursors(&mut tx, tenant, Wait::Block).await?;
@@ -127,52 +115,92 @@ pub async fn drift_check(
         tables: Vec::new(),
     };
     for table in &tables {
-        let live_table = format!("{}.{}", live.name(), table.name);
-        let shadow_table = format!("{}.{}", shadow.name(), table.name);
-        let filter = "($1::text IS NULL OR tenant_id = $1)";
-        let counts = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT (SELECT count(*) FROM {live_table} WHERE {filter}) AS live,
-                    (SELECT count(*) FROM {shadow_table} WHERE {filter}) AS rebuilt"
-        )))
-        .bind(tenant)
-        .fetch_one(&mut *tx)
-        .await?;
-        let differing = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "(SELECT 'live' AS side, to_jsonb(d) AS row FROM
-                 (SELECT * FROM {live_table} WHERE {filter}
-                  EXCEPT ALL SELECT * FROM {shadow_table} WHERE {filter}) d LIMIT {ROWS_SHOWN})
-             UNION ALL
-             (SELECT 'rebuilt', to_jsonb(d) FROM
-                 (SELECT * FROM {shadow_table} WHERE {filter}
-                  EXCEPT ALL SELECT * FROM {live_table} WHERE {filter}) d LIMIT {ROWS_SHOWN})"
-        )))
-        .bind(tenant)
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut live_rows = BTreeMap::new();
-        let mut rebuilt_rows = BTreeMap::new();
-        for row in differing {
-            let side: String = row.get("side");
-            let value: Value = row.get("row");
-            let key = Value::Array(table.key.iter().map(|k| value[*k].clone()).collect());
-            let key = key.to_string();
-            if side == "live" {
-                live_rows.insert(key, value);
-            } else {
-                rebuilt_rows.insert(key, value);
-            }
-        }
-        let rows = pair(table.key, live_rows, rebuilt_rows);
-        report.tables.push(TableDrift {
-            table: table.name.to_owned(),
-            live_rows: counts.get("live"),
-            rebuilt_rows: counts.get("rebuilt"),
-            differing_rows: rows.len() as i64,
-            rows,
-        });
+        report
+            .tables
+            .push(compare(&mut tx, &live, &shadow, table, tenant).await?);
     }
     tx.rollback().await?;
     Ok(report)
+}
+
+/// The shadow schema: an empty copy of every projection table and of the
+/// cursors, inside the check's transaction (rolled back at its end).
+async fn create_shadow(
+    tx: &mut PgConnection,
+    live: &Schema,
+    shadow: &Schema,
+    tables: &[Table],
+) -> Result<(), sqlx::Error> {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE SCHEMA {}",
+        shadow.name()
+    )))
+    .execute(&mut *tx)
+    .await?;
+    for table in tables.iter().map(|t| t.name).chain(["cursors"]) {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE TABLE {shadow}.{table} (LIKE {live}.{table} INCLUDING ALL)",
+            shadow = shadow.name(),
+            live = live.name(),
+        )))
+        .execute(&mut *tx)
+        .await?;
+    }
+    Ok(())
+}
+
+/// One table, live against rebuilt (of `tenant`, or of all): row counts,
+/// and the first rows found on one side only, paired by key.
+async fn compare(
+    tx: &mut PgConnection,
+    live: &Schema,
+    shadow: &Schema,
+    table: &Table,
+    tenant: Option<&str>,
+) -> Result<TableDrift, sqlx::Error> {
+    let live_table = format!("{}.{}", live.name(), table.name);
+    let shadow_table = format!("{}.{}", shadow.name(), table.name);
+    let filter = "($1::text IS NULL OR tenant_id = $1)";
+    let counts = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT (SELECT count(*) FROM {live_table} WHERE {filter}) AS live,
+                (SELECT count(*) FROM {shadow_table} WHERE {filter}) AS rebuilt"
+    )))
+    .bind(tenant)
+    .fetch_one(&mut *tx)
+    .await?;
+    let differing = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "(SELECT 'live' AS side, to_jsonb(d) AS row FROM
+             (SELECT * FROM {live_table} WHERE {filter}
+              EXCEPT ALL SELECT * FROM {shadow_table} WHERE {filter}) d LIMIT {ROWS_SHOWN})
+         UNION ALL
+         (SELECT 'rebuilt', to_jsonb(d) FROM
+             (SELECT * FROM {shadow_table} WHERE {filter}
+              EXCEPT ALL SELECT * FROM {live_table} WHERE {filter}) d LIMIT {ROWS_SHOWN})"
+    )))
+    .bind(tenant)
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut live_rows = BTreeMap::new();
+    let mut rebuilt_rows = BTreeMap::new();
+    for row in differing {
+        let side: String = row.get("side");
+        let value: Value = row.get("row");
+        let key = Value::Array(table.key.iter().map(|k| value[*k].clone()).collect());
+        let key = key.to_string();
+        if side == "live" {
+            live_rows.insert(key, value);
+        } else {
+            rebuilt_rows.insert(key, value);
+        }
+    }
+    let rows = pair(table.key, live_rows, rebuilt_rows);
+    Ok(TableDrift {
+        table: table.name.to_owned(),
+        live_rows: counts.get("live"),
+        rebuilt_rows: counts.get("rebuilt"),
+        differing_rows: rows.len() as i64,
+        rows,
+    })
 }
 
 fn pair(

@@ -169,15 +169,7 @@ pub async fn export(
     .await?
     .map(|row| (row.seq, row.hash));
     let (head_seq, head_hash) = head.ok_or_else(|| anyhow!("no tenant {tenant}"))?;
-    let file = File::create(out).with_context(|| format!("creating {}", out.display()))?;
-    let mut writer: Box<dyn Write> = if out.extension().is_some_and(|e| e == "gz") {
-        Box::new(flate2::write::GzEncoder::new(
-            BufWriter::new(file),
-            flate2::Compression::fast(),
-        ))
-    } else {
-        Box::new(BufWriter::new(file))
-    };
+    let mut writer = create_output(out)?;
     let mut line = |value: &dyn erased::Line| -> anyhow::Result<()> {
         value.write_to(&mut writer)?;
         writer.write_all(b"\n")?;
@@ -220,28 +212,7 @@ pub async fn export(
             .collect();
         let mut artifacts = artifact_lines(pool, tenant, &owners).await?;
         for row in &rows {
-            let event = EventLine {
-                r#type: "event".into(),
-                seq: row.try_get("seq")?,
-                event_id: row.try_get("event_id")?,
-                created_at: time(row.try_get("created_at")?),
-                ts: time(row.try_get("ts")?),
-                session_id: row.try_get("session_id")?,
-                channel: row.try_get("channel")?,
-                actor_type: row.try_get("actor_type")?,
-                actor_id: row.try_get("actor_id")?,
-                agent_id: row.try_get("agent_id")?,
-                subject_id: row.try_get("subject_id")?,
-                kind: row.try_get("kind")?,
-                sensitivity: row.try_get("sensitivity")?,
-                tags: row.try_get("tags")?,
-                refs: row.try_get("refs")?,
-                idempotency_key: row.try_get("idempotency_key")?,
-                artifact_id: row.try_get("artifact_id")?,
-                prev_hash: hex::encode(row.try_get::<Vec<u8>, _>("prev_hash")?),
-                hash: hex::encode(row.try_get::<Vec<u8>, _>("hash")?),
-                content: RawValue::from_string(row.try_get("content")?)?,
-            };
+            let event = event_line(row)?;
             line(&event)?;
             if let Some(artifact) = event.artifact_id.as_ref().and_then(|a| artifacts.remove(a)) {
                 line(&artifact)?;
@@ -266,6 +237,45 @@ pub async fn export(
     // A gzip stream is finished (its trailer written) when dropped.
     drop(writer);
     Ok(exported)
+}
+
+/// `out`, created, compressed with gzip when its name ends in `.gz`.
+fn create_output(out: &Path) -> anyhow::Result<Box<dyn Write>> {
+    let file = File::create(out).with_context(|| format!("creating {}", out.display()))?;
+    Ok(if out.extension().is_some_and(|e| e == "gz") {
+        Box::new(flate2::write::GzEncoder::new(
+            BufWriter::new(file),
+            flate2::Compression::fast(),
+        ))
+    } else {
+        Box::new(BufWriter::new(file))
+    })
+}
+
+/// An event row of the log as its line in the file.
+fn event_line(row: &sqlx::postgres::PgRow) -> anyhow::Result<EventLine> {
+    Ok(EventLine {
+        r#type: "event".into(),
+        seq: row.try_get("seq")?,
+        event_id: row.try_get("event_id")?,
+        created_at: time(row.try_get("created_at")?),
+        ts: time(row.try_get("ts")?),
+        session_id: row.try_get("session_id")?,
+        channel: row.try_get("channel")?,
+        actor_type: row.try_get("actor_type")?,
+        actor_id: row.try_get("actor_id")?,
+        agent_id: row.try_get("agent_id")?,
+        subject_id: row.try_get("subject_id")?,
+        kind: row.try_get("kind")?,
+        sensitivity: row.try_get("sensitivity")?,
+        tags: row.try_get("tags")?,
+        refs: row.try_get("refs")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+        artifact_id: row.try_get("artifact_id")?,
+        prev_hash: hex::encode(row.try_get::<Vec<u8>, _>("prev_hash")?),
+        hash: hex::encode(row.try_get::<Vec<u8>, _>("hash")?),
+        content: RawValue::from_string(row.try_get("content")?)?,
+    })
 }
 
 async fn artifact_lines(
@@ -351,18 +361,7 @@ fn read_checked(
 ) -> anyhow::Result<(Header, End)> {
     let mut lines = lines(path)?.enumerate();
     let (_, first) = lines.next().ok_or_else(|| anyhow!("the file is empty"))?;
-    let header: Header = serde_json::from_str(&first?).context("line 1 is not a header")?;
-    ensure!(
-        header.r#type == "header" && header.format == FORMAT,
-        "line 1 is not a {FORMAT} header"
-    );
-    ensure!(
-        header.version == VERSION,
-        "the file is version {} of the format; this memd reads version {VERSION}",
-        header.version
-    );
-    let tenant = TenantId::parse(&header.tenant)
-        .map_err(|err| anyhow!("header tenant {:?}: {err}", header.tenant))?;
+    let (header, tenant) = read_header(&first?)?;
     let (mut last_seq, mut last_hash) = (0_i64, GENESIS);
     let mut pending: Option<Checked> = None;
     let mut recorded_digest: Option<(String, String)> = None;
@@ -393,33 +392,7 @@ fn read_checked(
             "artifact" => {
                 let artifact: ArtifactLine = serde_json::from_str(&text)
                     .with_context(|| format!("line {number}: not an artifact line"))?;
-                let owner = pending
-                    .as_mut()
-                    .filter(|p| p.line.event_id == artifact.event_id)
-                    .ok_or_else(|| {
-                        anyhow!(
-                            "line {number}: artifact {} does not follow its event {}",
-                            artifact.artifact_id,
-                            artifact.event_id
-                        )
-                    })?;
-                let bytes = base64::engine::general_purpose::STANDARD
-                    .decode(&artifact.bytes)
-                    .with_context(|| format!("line {number}: artifact bytes are not base64"))?;
-                let actual = hex::encode(Sha256::digest(&bytes));
-                let recorded = recorded_digest
-                    .as_ref()
-                    .filter(|(id, _)| *id == artifact.artifact_id)
-                    .map(|(_, digest)| digest.as_str());
-                ensure!(
-                    artifact.sha256 == actual && recorded == Some(actual.as_str()),
-                    "event {} (seq {}) does not verify: its artifact {} hashes to {actual}, the event recorded {}",
-                    owner.line.event_id,
-                    owner.line.seq,
-                    artifact.artifact_id,
-                    recorded.unwrap_or("no such artifact")
-                );
-                owner.artifact = Some(artifact);
+                attach(number, artifact, pending.as_mut(), recorded_digest.as_ref())?;
             }
             "end" => {
                 if let Some(done) = pending.take() {
@@ -455,6 +428,61 @@ fn read_checked(
         }
     }
     bail!("the file is cut short after seq {last_seq}: it has no end line")
+}
+
+/// The file's first line, checked: a header of this format and version,
+/// naming a valid tenant.
+fn read_header(first: &str) -> anyhow::Result<(Header, TenantId)> {
+    let header: Header = serde_json::from_str(first).context("line 1 is not a header")?;
+    ensure!(
+        header.r#type == "header" && header.format == FORMAT,
+        "line 1 is not a {FORMAT} header"
+    );
+    ensure!(
+        header.version == VERSION,
+        "the file is version {} of the format; this memd reads version {VERSION}",
+        header.version
+    );
+    let tenant = TenantId::parse(&header.tenant)
+        .map_err(|err| anyhow!("header tenant {:?}: {err}", header.tenant))?;
+    Ok((header, tenant))
+}
+
+/// Gives the event read last (`pending`) its artifact, if the artifact
+/// follows it and its bytes hash to what both the artifact line and the
+/// event recorded (`recorded_digest`: the event's artifact id and digest).
+fn attach(
+    number: usize,
+    artifact: ArtifactLine,
+    pending: Option<&mut Checked>,
+    recorded_digest: Option<&(String, String)>,
+) -> anyhow::Result<()> {
+    let owner = pending
+        .filter(|p| p.line.event_id == artifact.event_id)
+        .ok_or_else(|| {
+            anyhow!(
+                "line {number}: artifact {} does not follow its event {}",
+                artifact.artifact_id,
+                artifact.event_id
+            )
+        })?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(&artifact.bytes)
+        .with_context(|| format!("line {number}: artifact bytes are not base64"))?;
+    let actual = hex::encode(Sha256::digest(&bytes));
+    let recorded = recorded_digest
+        .filter(|(id, _)| *id == artifact.artifact_id)
+        .map(|(_, digest)| digest.as_str());
+    ensure!(
+        artifact.sha256 == actual && recorded == Some(actual.as_str()),
+        "event {} (seq {}) does not verify: its artifact {} hashes to {actual}, the event recorded {}",
+        owner.line.event_id,
+        owner.line.seq,
+        artifact.artifact_id,
+        recorded.unwrap_or("no such artifact")
+    );
+    owner.artifact = Some(artifact);
+    Ok(())
 }
 
 /// The event of `line`, if it extends the chain ending at (`last_seq`,
@@ -658,10 +686,9 @@ async fn check_rendering(pool: &PgPool, batch: &[(i64, String, String)]) -> anyh
 /// something else appended meanwhile) and wakes the projectors. Content and
 /// metadata go in as the file's text, cast to `jsonb` by PostgreSQL, so
 /// they render as they did where they were exported (and hash the same).
-async fn store(pool: &PgPool, tenant: &TenantId, batch: &[Checked]) -> anyhow::Result<i64> {
-    let (Some(first), Some(last)) = (batch.first(), batch.last()) else {
-        return Ok(0);
-    };
+/// The batch's events and artifacts as JSON records, the rows
+/// `jsonb_to_recordset` reads in [`store`].
+fn records(batch: &[Checked]) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
     let rows: Vec<serde_json::Value> = batch
         .iter()
         .map(|e| {
@@ -690,6 +717,14 @@ async fn store(pool: &PgPool, tenant: &TenantId, batch: &[Checked]) -> anyhow::R
             })
         })
         .collect();
+    (rows, artifacts)
+}
+
+async fn store(pool: &PgPool, tenant: &TenantId, batch: &[Checked]) -> anyhow::Result<i64> {
+    let (Some(first), Some(last)) = (batch.first(), batch.last()) else {
+        return Ok(0);
+    };
+    let (rows, artifacts) = records(batch);
     let mut tx = memd_projectors::transaction::begin(pool).await?;
     // The ages' anchor (as appends keep it): a row dated after it was
     // recorded does not count.

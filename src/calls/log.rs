@@ -235,38 +235,11 @@ pub(crate) async fn events(
     query: &EventQuery,
 ) -> Result<EventPage, CallError> {
     require_scope(caller, Scope::Read)?;
-    let limit = page_limit(query.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
-    if let Some(kind) = &query.kind
-        && Kind::parse(kind).is_none()
-    {
-        return Err(CallError::invalid(FieldError::new(
-            "kind",
-            format!("{kind:?} is not an event kind"),
-        )));
-    }
-    let newest_first = match query.order.as_deref() {
-        None | Some("asc") => false,
-        Some("desc") => true,
-        Some(other) => {
-            return Err(CallError::invalid(FieldError::new(
-                "order",
-                format!("{other:?} is neither asc nor desc"),
-            )));
-        }
-    };
-    let text = query
-        .text
-        .as_deref()
-        .map(str::trim)
-        .filter(|t| !t.is_empty());
-    if let Some(text) = text
-        && text.chars().count() > MAX_TEXT_FILTER_CHARS
-    {
-        return Err(CallError::invalid(FieldError::new(
-            "text",
-            format!("must be at most {MAX_TEXT_FILTER_CHARS} characters"),
-        )));
-    }
+    let Checked {
+        limit,
+        newest_first,
+        text,
+    } = Checked::of(query)?;
     // Both directions walk the (tenant_id, seq) key: a page of a
     // million-event log costs what a page of a small one does. The text
     // filter reads the chunks' full-text index instead, then the events it
@@ -346,6 +319,56 @@ pub(crate) async fn events(
         next_after_seq,
         next_before_seq,
     })
+}
+
+/// What an [`EventQuery`] asks, checked: each bad field is named.
+struct Checked<'q> {
+    limit: i64,
+    newest_first: bool,
+    /// The text filter, trimmed; `None` if empty.
+    text: Option<&'q str>,
+}
+
+impl<'q> Checked<'q> {
+    fn of(query: &'q EventQuery) -> Result<Self, CallError> {
+        let limit = page_limit(query.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
+        if let Some(kind) = &query.kind
+            && Kind::parse(kind).is_none()
+        {
+            return Err(CallError::invalid(FieldError::new(
+                "kind",
+                format!("{kind:?} is not an event kind"),
+            )));
+        }
+        let newest_first = match query.order.as_deref() {
+            None | Some("asc") => false,
+            Some("desc") => true,
+            Some(other) => {
+                return Err(CallError::invalid(FieldError::new(
+                    "order",
+                    format!("{other:?} is neither asc nor desc"),
+                )));
+            }
+        };
+        let text = query
+            .text
+            .as_deref()
+            .map(str::trim)
+            .filter(|t| !t.is_empty());
+        if let Some(text) = text
+            && text.chars().count() > MAX_TEXT_FILTER_CHARS
+        {
+            return Err(CallError::invalid(FieldError::new(
+                "text",
+                format!("must be at most {MAX_TEXT_FILTER_CHARS} characters"),
+            )));
+        }
+        Ok(Self {
+            limit,
+            newest_first,
+            text,
+        })
+    }
 }
 
 /// One event, as `caller` may see it.

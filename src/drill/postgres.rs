@@ -14,7 +14,7 @@ use std::{
 };
 
 use super::{
-    CLIENT_TIMEOUT, Daemon, chain_and_drift, client,
+    CLIENT_TIMEOUT, Daemon, Prepared, chain_and_drift, client,
     load::{Load, Op, Outcome, Sample, Tally},
     lost_and_duplicated, none_or_found, ok_or_broken, prepare, write_section,
 };
@@ -56,69 +56,16 @@ pub(super) async fn run(
     let mut figures = Vec::new();
     let mut acknowledged = Vec::new();
     for round in 0..rounds {
-        let load = Load::start(
-            &[&daemon.base_url],
-            &prepared.token,
+        let figure = stop_and_start(
+            &server,
+            &prepared,
+            &daemon,
+            down,
             clients,
             &format!("r{round}"),
-        );
-        tokio::time::sleep(STEADY).await;
-        server.stop().await?;
-        tokio::time::sleep(down).await;
-        server.start().await?;
-        let up = load.started.elapsed();
-        let deadline = Instant::now() + RECOVERY_BOUND;
-        let (appends_back, bundles_back) = loop {
-            let samples = load.samples();
-            let back = (
-                back_after(&samples, Op::Append, up),
-                back_after(&samples, Op::Bundle, up),
-            );
-            if (back.0.is_some() && back.1.is_some()) || Instant::now() > deadline {
-                break back;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
-        tokio::time::sleep(STEADY).await;
-        let finished = load.finish().await;
-        let load_stopped = Instant::now();
-        acknowledged.extend(finished.acknowledged.iter().cloned());
-
-        // Retry what failed, as a client would once the service is back.
-        let http = client();
-        let mut retry_failures = 0;
-        for body in &finished.failed_appends {
-            let sent = http
-                .post(format!("{}/api/v1/events", daemon.base_url))
-                .bearer_auth(&prepared.token)
-                .json(body)
-                .send()
-                .await;
-            match sent {
-                Ok(r) if r.status().is_success() => {
-                    acknowledged.push(body["idempotency_key"].as_str().expect("a key").to_owned())
-                }
-                _ => retry_failures += 1,
-            }
-        }
-        let caught_up = caught_up(&prepared.pool)
-            .await?
-            .then(|| load_stopped.elapsed());
-        let (_, lost, duplicates) = lost_and_duplicated(&prepared.pool, &acknowledged).await?;
-        let (chain_ok, drift_ok) = chain_and_drift(&prepared.pool, &prepared.tenant).await?;
-        let figure = Round {
-            tally: Tally::of(&finished.samples),
-            appends_back,
-            bundles_back,
-            caught_up,
-            acknowledged: finished.acknowledged.len(),
-            retried: finished.failed_appends.len(),
-            retry_failures,
-            lost,
-            duplicates,
-            chain_ok,
-            drift_ok,
-        };
+            &mut acknowledged,
+        )
+        .await?;
         eprintln!(
             "round {}: {:?}; appends back after {:?}, bundles after {:?}; projections caught up {:?} after the load; {} lost, {} duplicated",
             round + 1,
@@ -148,6 +95,78 @@ pub(super) async fn run(
         out.display()
     );
     Ok(())
+}
+
+/// One round: load, PostgreSQL stopped for `down` and started again, the
+/// failed appends sent again, then the checks. `acknowledged` gathers the
+/// keys acknowledged over all rounds.
+async fn stop_and_start(
+    server: &PrivateServer,
+    prepared: &Prepared,
+    daemon: &Daemon,
+    down: Duration,
+    clients: usize,
+    label: &str,
+    acknowledged: &mut Vec<String>,
+) -> anyhow::Result<Round> {
+    let load = Load::start(&[&daemon.base_url], &prepared.token, clients, label);
+    tokio::time::sleep(STEADY).await;
+    server.stop().await?;
+    tokio::time::sleep(down).await;
+    server.start().await?;
+    let up = load.started.elapsed();
+    let deadline = Instant::now() + RECOVERY_BOUND;
+    let (appends_back, bundles_back) = loop {
+        let samples = load.samples();
+        let back = (
+            back_after(&samples, Op::Append, up),
+            back_after(&samples, Op::Bundle, up),
+        );
+        if (back.0.is_some() && back.1.is_some()) || Instant::now() > deadline {
+            break back;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    tokio::time::sleep(STEADY).await;
+    let finished = load.finish().await;
+    let load_stopped = Instant::now();
+    acknowledged.extend(finished.acknowledged.iter().cloned());
+
+    // Retry what failed, as a client would once the service is back.
+    let http = client();
+    let mut retry_failures = 0;
+    for body in &finished.failed_appends {
+        let sent = http
+            .post(format!("{}/api/v1/events", daemon.base_url))
+            .bearer_auth(&prepared.token)
+            .json(body)
+            .send()
+            .await;
+        match sent {
+            Ok(r) if r.status().is_success() => {
+                acknowledged.push(body["idempotency_key"].as_str().expect("a key").to_owned())
+            }
+            _ => retry_failures += 1,
+        }
+    }
+    let caught_up = caught_up(&prepared.pool)
+        .await?
+        .then(|| load_stopped.elapsed());
+    let (_, lost, duplicates) = lost_and_duplicated(&prepared.pool, acknowledged).await?;
+    let (chain_ok, drift_ok) = chain_and_drift(&prepared.pool, &prepared.tenant).await?;
+    Ok(Round {
+        tally: Tally::of(&finished.samples),
+        appends_back,
+        bundles_back,
+        caught_up,
+        acknowledged: finished.acknowledged.len(),
+        retried: finished.failed_appends.len(),
+        retry_failures,
+        lost,
+        duplicates,
+        chain_ok,
+        drift_ok,
+    })
 }
 
 impl Round {

@@ -549,6 +549,36 @@ async fn load(
     counter: &TokenCounter,
     tenant: &str,
 ) -> Result<TenantState, sqlx::Error> {
+    let views = load_views(pool, keyring, counter, tenant).await?;
+    let (decisions, active_decision_ids) = load_decisions(pool, keyring, counter, tenant).await?;
+    let tasks = load_tasks(pool, keyring, counter, tenant).await?;
+    let any_pinned = retrieve::any_pinned(pool, tenant).await?;
+    let retracted: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT event_id FROM projections.chunks
+          WHERE tenant_id = $1 AND retracted_by IS NOT NULL",
+    )
+    .bind(tenant)
+    .fetch_all(pool)
+    .await?;
+    Ok(TenantState {
+        views,
+        decisions,
+        active_decision_ids,
+        tasks,
+        any_pinned,
+        retracted: retracted.into_iter().collect(),
+        standings: StandingMemo::default(),
+    })
+}
+
+/// The tenant's views (identity, rules, preferences, ...), opened and
+/// counted, each with who may see it.
+async fn load_views(
+    pool: &PgPool,
+    keyring: &Keyring,
+    counter: &TokenCounter,
+    tenant: &str,
+) -> Result<Vec<ViewItem>, sqlx::Error> {
     type ViewRow = (
         String,
         String,
@@ -569,7 +599,7 @@ async fn load(
     for (_, text, ..) in &mut views {
         keyring.open_in_place(tenant, text)?;
     }
-    let views = views
+    Ok(views
         .into_iter()
         .filter_map(|(view, text, event_id, ts, channel, sensitivity, owner)| {
             let meta = render::meta([format!("view {view}").as_str()], ts);
@@ -593,8 +623,16 @@ async fn load(
                 },
             })
         })
-        .collect();
+        .collect())
+}
 
+/// The tenant's active decisions, opened and counted, and their ids.
+async fn load_decisions(
+    pool: &PgPool,
+    keyring: &Keyring,
+    counter: &TokenCounter,
+    tenant: &str,
+) -> Result<(Vec<DecisionItem>, HashSet<String>), sqlx::Error> {
     let mut decisions: Vec<DecisionRow> = sqlx::query_as(
         "SELECT decision_id, seq, ts, channel, sensitivity, status, key, scope, decision,
                 rationale, constraints, alternatives, consequences, confidence, refs,
@@ -622,7 +660,16 @@ async fn load(
             })
         })
         .collect();
+    Ok((decisions, active_decision_ids))
+}
 
+/// The tenant's open tasks, opened and counted.
+async fn load_tasks(
+    pool: &PgPool,
+    keyring: &Keyring,
+    counter: &TokenCounter,
+    tenant: &str,
+) -> Result<Vec<Visible>, sqlx::Error> {
     let mut tasks: Vec<TaskRow> = sqlx::query_as(
         "SELECT task_id, status, title, details, refs,
                 ARRAY(SELECT e.event_id FROM projections.task_events e
@@ -642,27 +689,10 @@ async fn load(
         keyring.open_in_place(tenant, &mut row.title)?;
         keyring.open_in_place(tenant, &mut row.details)?;
     }
-    let tasks = tasks
+    Ok(tasks
         .into_iter()
         .filter_map(|row| row.into_visible(counter))
-        .collect();
-    let any_pinned = retrieve::any_pinned(pool, tenant).await?;
-    let retracted: Vec<String> = sqlx::query_scalar(
-        "SELECT DISTINCT event_id FROM projections.chunks
-          WHERE tenant_id = $1 AND retracted_by IS NOT NULL",
-    )
-    .bind(tenant)
-    .fetch_all(pool)
-    .await?;
-    Ok(TenantState {
-        views,
-        decisions,
-        active_decision_ids,
-        tasks,
-        any_pinned,
-        retracted: retracted.into_iter().collect(),
-        standings: StandingMemo::default(),
-    })
+        .collect())
 }
 
 /// Projections advanced (the tenant's state is stale) or a policy was

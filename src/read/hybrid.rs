@@ -186,81 +186,113 @@ pub fn start_question(
     else {
         return Err("no embedder".to_owned());
     };
-    let table = embeddings::projector_name(embedder).expect("a loaded embedder has a table");
-    let (semantic, pool, keyring, tenant, query, lexemes) = (
-        reader.semantic.clone(),
-        reader.pool.clone(),
-        reader.keyring.clone(),
-        tenant.to_owned(),
-        query.to_owned(),
-        lexemes.to_vec(),
-    );
-    let beside = reader.building.spare_core();
-    let (channel, agent, scope) = (
-        visibility.channel,
-        visibility.agent.map(str::to_owned),
-        scope.clone(),
-    );
-    let (seq, version, wanted) = (
-        embedding.seq,
-        embedding.version.unwrap_or(0),
-        semantic_wanted(policy),
-    );
+    let search = Search {
+        semantic: reader.semantic.clone(),
+        pool: reader.pool.clone(),
+        keyring: reader.keyring.clone(),
+        tenant: tenant.to_owned(),
+        embedder,
+        table: embeddings::projector_name(embedder).expect("a loaded embedder has a table"),
+        query: query.to_owned(),
+        lexemes: lexemes.to_vec(),
+        beside: reader.building.spare_core(),
+        channel: visibility.channel,
+        agent: visibility.agent.map(str::to_owned),
+        scope: scope.clone(),
+        seq: embedding.seq,
+        version: embedding.version.unwrap_or(0),
+        wanted: semantic_wanted(policy),
+    };
     Ok(Question {
-        nearest: Aborting(tokio::spawn(async move {
-            let (vector, embedded) = semantic
-                .query_vector(embedder, &query)
-                .await
-                .map_err(Failure::Embedding)?;
-            let found = match semantic
-                .index
-                .current(&pool, &tenant, table, seq, version)
-                .await
-                .map_err(Failure::Database)?
-            {
-                Current::Ready(index) => {
-                    let vectors = index.read().await;
-                    let visibility = Visibility::new(channel).for_agent(agent.as_deref());
-                    let searched =
-                        vectors.searched_through(&vector, wanted, visibility, &scope, seq);
-                    let (neighbours, compared) = (searched.neighbours, searched.rows_read);
-                    let count = vectors.len();
-                    drop(vectors);
-                    let rows = if beside {
-                        let positions: Vec<(i64, i32)> =
-                            neighbours.iter().map(|n| n.position).collect();
-                        let rows = found_candidates(
-                            &pool,
-                            &tenant,
-                            &index,
-                            &positions,
-                            &QueryLexemes::new(&lexemes, &keyring),
-                            visibility,
-                            &scope,
-                        )
-                        .await
-                        .map_err(Failure::Database)?;
-                        Some(rows)
-                    } else {
-                        None
-                    };
-                    Found::Searched {
-                        index,
-                        vectors: count,
-                        compared,
-                        neighbours,
-                        rows,
-                    }
-                }
-                Current::Loading { behind } => Found::Loading { behind },
-            };
-            Ok(Nearest {
-                vector,
-                embedded,
-                found,
-            })
-        })),
+        nearest: Aborting(tokio::spawn(search.run())),
     })
+}
+
+/// What the question's own task needs, owned: it outlives the borrow of
+/// the bundle that started it.
+struct Search {
+    semantic: Arc<super::semantic::Semantic>,
+    pool: sqlx::PgPool,
+    keyring: memd_projectors::seal::Keyring,
+    tenant: String,
+    embedder: &'static str,
+    table: &'static str,
+    query: String,
+    lexemes: Vec<String>,
+    /// Whether to read the rows of the chunks found beside the lexical
+    /// statement (a core is idle).
+    beside: bool,
+    channel: crate::domain::event::Channel,
+    agent: Option<String>,
+    scope: Scope,
+    seq: i64,
+    version: i32,
+    wanted: usize,
+}
+
+impl Search {
+    /// Embeds the question, searches the index as it stands at `seq`, and,
+    /// when `beside`, reads the rows of what it found.
+    async fn run(self) -> Result<Nearest, Failure> {
+        let (vector, embedded) = self
+            .semantic
+            .query_vector(self.embedder, &self.query)
+            .await
+            .map_err(Failure::Embedding)?;
+        let current = self
+            .semantic
+            .index
+            .current(&self.pool, &self.tenant, self.table, self.seq, self.version)
+            .await
+            .map_err(Failure::Database)?;
+        let found = match current {
+            Current::Ready(index) => {
+                let visibility = Visibility::new(self.channel).for_agent(self.agent.as_deref());
+                let vectors = index.read().await;
+                let searched = vectors.searched_through(
+                    &vector,
+                    self.wanted,
+                    visibility,
+                    &self.scope,
+                    self.seq,
+                );
+                let (neighbours, compared) = (searched.neighbours, searched.rows_read);
+                let count = vectors.len();
+                drop(vectors);
+                let rows = if self.beside {
+                    let positions: Vec<(i64, i32)> =
+                        neighbours.iter().map(|n| n.position).collect();
+                    let rows = found_candidates(
+                        &self.pool,
+                        &self.tenant,
+                        &index,
+                        &positions,
+                        &QueryLexemes::new(&self.lexemes, &self.keyring),
+                        visibility,
+                        &self.scope,
+                    )
+                    .await
+                    .map_err(Failure::Database)?;
+                    Some(rows)
+                } else {
+                    None
+                };
+                Found::Searched {
+                    index,
+                    vectors: count,
+                    compared,
+                    neighbours,
+                    rows,
+                }
+            }
+            Current::Loading { behind } => Found::Loading { behind },
+        };
+        Ok(Nearest {
+            vector,
+            embedded,
+            found,
+        })
+    }
 }
 
 /// The chunks at `positions` (found by meaning) that `visibility` may see,
@@ -440,13 +472,43 @@ pub async fn candidates(
         Ok(nearest) => nearest,
         Err(join) => Err(Failure::Embedding(EmbedError::Run(join.to_string()))),
     };
-    let lexical_only = |report: SemanticReport, candidates, common| {
-        Ok(Pool {
+    let Some(searched) = usable(nearest, &mut report, policy, tenant)? else {
+        return Ok(Pool {
             candidates,
             common,
             semantic: report,
-        })
+        });
     };
+    let added = searched
+        .join(
+            reader,
+            tenant,
+            lexemes,
+            visibility,
+            scope,
+            &mut candidates,
+            &mut report,
+        )
+        .await?;
+    report.semantic_only = added.len();
+    candidates.extend(added);
+    retrieve::in_pool_order(&mut candidates);
+    Ok(Pool {
+        candidates,
+        common,
+        semantic: report,
+    })
+}
+
+/// The vector side's findings, when bundles can use them; otherwise why
+/// not, in `report` (the index still loading, the model failing: the
+/// bundle is lexical only). A database failure fails the bundle.
+fn usable(
+    nearest: Result<Nearest, Failure>,
+    report: &mut SemanticReport,
+    policy: &Policy,
+    tenant: &str,
+) -> Result<Option<Searched>, sqlx::Error> {
     let (query_vector, index, vectors, compared, neighbours, rows) = match nearest {
         Ok(Nearest {
             vector,
@@ -470,12 +532,12 @@ pub async fn candidates(
             report.reason = Some(format!(
                 "vector index loading in the background ({behind} events of projection behind)"
             ));
-            return lexical_only(report, candidates, common);
+            return Ok(None);
         }
         Err(Failure::Embedding(err)) => {
             tracing::warn!(tenant, error = %err, "embedding the question failed; lexical only");
             report.reason = Some(format!("embedding the question failed: {err}"));
-            return lexical_only(report, candidates, common);
+            return Ok(None);
         }
         Err(Failure::Database(err)) => return Err(err),
     };
@@ -484,31 +546,12 @@ pub async fn candidates(
     report.vectors = vectors;
     report.work.vectors_compared = compared;
     report.semantic_candidates = neighbours.len();
-    let searched = Searched {
+    Ok(Some(Searched {
         index,
         query_vector,
         neighbours,
         rows,
-    };
-    let added = searched
-        .join(
-            reader,
-            tenant,
-            lexemes,
-            visibility,
-            scope,
-            &mut candidates,
-            &mut report,
-        )
-        .await?;
-    report.semantic_only = added.len();
-    candidates.extend(added);
-    retrieve::in_pool_order(&mut candidates);
-    Ok(Pool {
-        candidates,
-        common,
-        semantic: report,
-    })
+    }))
 }
 
 /// What the vector side found for a question.

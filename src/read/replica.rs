@@ -177,56 +177,51 @@ impl Replica {
     /// Whether a bundle of `tenant` that `needs` this should read the
     /// standby, and the report for its provenance.
     pub async fn route(&self, tenant: &str, needs: Needs) -> (bool, ReadReport) {
-        let lag = match self.health() {
-            Health::Lagging(lag) if lag <= self.max_lag => lag,
-            Health::Lagging(lag) => {
-                return (
-                    false,
-                    primary_because(
-                        format!(
-                            "the standby is {} ms behind (more than {} ms)",
-                            lag.as_millis(),
-                            self.max_lag.as_millis()
-                        ),
-                        Some(lag),
-                        Duration::ZERO,
-                    ),
-                );
-            }
-            Health::Unknown => {
-                return (
-                    false,
-                    primary_because(
-                        "the standby's lag is not measured yet".into(),
-                        None,
-                        Duration::ZERO,
-                    ),
-                );
-            }
-            Health::BehindAll(lag) => {
-                return (
-                    false,
-                    primary_because(
-                        format!(
-                            "the standby is behind every position of the last {} ms",
-                            lag.as_millis()
-                        ),
-                        Some(lag),
-                        Duration::ZERO,
-                    ),
-                );
-            }
-            Health::Gone(error) => {
-                return (
-                    false,
-                    primary_because(
-                        format!("the standby does not answer: {error}"),
-                        None,
-                        Duration::ZERO,
-                    ),
-                );
-            }
-        };
+        match self.lag_within_bound() {
+            Ok(lag) => self.wait_for(tenant, needs, lag).await,
+            Err(primary) => (false, primary),
+        }
+    }
+
+    /// The standby's lag if it is measured and within `--read-max-lag-ms`;
+    /// otherwise why the primary is read.
+    fn lag_within_bound(&self) -> Result<Duration, ReadReport> {
+        match self.health() {
+            Health::Lagging(lag) if lag <= self.max_lag => Ok(lag),
+            Health::Lagging(lag) => Err(primary_because(
+                format!(
+                    "the standby is {} ms behind (more than {} ms)",
+                    lag.as_millis(),
+                    self.max_lag.as_millis()
+                ),
+                Some(lag),
+                Duration::ZERO,
+            )),
+            Health::Unknown => Err(primary_because(
+                "the standby's lag is not measured yet".into(),
+                None,
+                Duration::ZERO,
+            )),
+            Health::BehindAll(lag) => Err(primary_because(
+                format!(
+                    "the standby is behind every position of the last {} ms",
+                    lag.as_millis()
+                ),
+                Some(lag),
+                Duration::ZERO,
+            )),
+            Health::Gone(error) => Err(primary_because(
+                format!("the standby does not answer: {error}"),
+                None,
+                Duration::ZERO,
+            )),
+        }
+    }
+
+    /// Waits (up to `--read-wait-ms`) until the standby, `lag` behind, has
+    /// what the bundle `needs`: then it is read; if not in time, or if it
+    /// fails to answer, the primary is.
+    async fn wait_for(&self, tenant: &str, needs: Needs, lag: Duration) -> (bool, ReadReport) {
         let started = Instant::now();
         let deadline = started + self.wait;
         loop {

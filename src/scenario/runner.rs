@@ -182,16 +182,7 @@ pub async fn run(
     scenario: &Scenario,
 ) -> ScenarioReport {
     let started = Instant::now();
-    let tenant = format!(
-        "scn-{}-{}",
-        scenario
-            .id
-            .to_lowercase()
-            .chars()
-            .filter(char::is_ascii_alphanumeric)
-            .collect::<String>(),
-        &ulid::Ulid::generate().to_string().to_lowercase()[16..]
-    );
+    let tenant = tenant_of(scenario);
     let mut report = ScenarioReport {
         file: file.display().to_string(),
         id: scenario.id.clone(),
@@ -242,24 +233,7 @@ pub async fn run(
     };
     match outcome {
         Ok(()) => {
-            report.assertions = scenario
-                .assertions
-                .iter()
-                .map(|assertion| {
-                    let Outcome {
-                        passed,
-                        expected,
-                        actual,
-                    } = assertions::check(assertion, &run.facts);
-                    AssertionReport {
-                        kind: assertion.kind(),
-                        passed,
-                        expected,
-                        actual,
-                        assertion: serde_json::to_value(assertion).unwrap_or_default(),
-                    }
-                })
-                .collect();
+            report.assertions = checked(&scenario.assertions, &run.facts);
             report.status = if report.assertions.iter().all(|a| a.passed) {
                 Status::Passed
             } else {
@@ -288,6 +262,41 @@ pub async fn run(
     report.steps = run.steps;
     report.total_ms = started.elapsed().as_secs_f64() * 1000.0;
     report
+}
+
+/// A new tenant's name for a run of `scenario`: its id and a random part.
+fn tenant_of(scenario: &Scenario) -> String {
+    format!(
+        "scn-{}-{}",
+        scenario
+            .id
+            .to_lowercase()
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect::<String>(),
+        &ulid::Ulid::generate().to_string().to_lowercase()[16..]
+    )
+}
+
+/// Each assertion checked against what the run gathered.
+fn checked(assertions: &[Assertion], facts: &Facts) -> Vec<AssertionReport> {
+    assertions
+        .iter()
+        .map(|assertion| {
+            let Outcome {
+                passed,
+                expected,
+                actual,
+            } = assertions::check(assertion, facts);
+            AssertionReport {
+                kind: assertion.kind(),
+                passed,
+                expected,
+                actual,
+                assertion: serde_json::to_value(assertion).unwrap_or_default(),
+            }
+        })
+        .collect()
 }
 
 async fn create_tenant(db: &PgPool, tenant: &str) -> anyhow::Result<String> {

@@ -238,6 +238,46 @@ struct Columns {
     request_digest: Vec<Option<Vec<u8>>>,
 }
 
+/// What numbering and chaining gave one new event: its row's columns
+/// beside the request's own.
+struct Chained {
+    seq: i64,
+    event_id: String,
+    ts: DateTime<Utc>,
+    /// The stored content, rendered.
+    content: String,
+    artifact_id: Option<String>,
+    prev_hash: [u8; 32],
+    hash: [u8; 32],
+    request_digest: Option<Vec<u8>>,
+}
+
+impl Columns {
+    fn push(&mut self, event: NewEvent, chained: Chained) {
+        self.seq.push(chained.seq);
+        self.event_id.push(chained.event_id);
+        self.ts.push(chained.ts);
+        self.session_id.push(event.session_id);
+        self.channel.push(event.channel.as_str());
+        self.actor_type.push(event.actor_type.as_str());
+        self.actor_id.push(event.actor_id);
+        self.agent_id.push(event.agent_id);
+        self.subject_id.push(event.subject_id);
+        self.kind.push(event.kind.as_str());
+        self.sensitivity.push(event.sensitivity.as_str());
+        self.tags
+            .push(serde_json::to_string(&event.tags).expect("strings serialize"));
+        self.content.push(chained.content);
+        self.refs
+            .push(serde_json::to_string(&event.refs).expect("strings serialize"));
+        self.idempotency_key.push(event.idempotency_key);
+        self.artifact_id.push(chained.artifact_id);
+        self.prev_hash.push(chained.prev_hash.to_vec());
+        self.hash.push(chained.hash.to_vec());
+        self.request_digest.push(chained.request_digest);
+    }
+}
+
 #[derive(Default)]
 struct ArtifactColumns {
     artifact_id: Vec<String>,
@@ -661,8 +701,6 @@ impl Batch {
             // (a client's skew, within what the API allows) is ours, so no
             // event can age every other memory of its tenant.
             let ts = event.ts.map_or(now, |t| t.trunc_subsecs(6).min(now));
-            let tags = serde_json::to_string(&event.tags).expect("strings serialize");
-            let refs = serde_json::to_string(&event.refs).expect("strings serialize");
             let artifact_id = event.artifact.as_ref().map(|a| a.artifact_id.clone());
             let numbered = Numbered {
                 seq,
@@ -690,25 +728,19 @@ impl Batch {
             if let Some(artifact) = event.artifact.take() {
                 artifacts.push(artifact, &event_id);
             }
-            rows.seq.push(seq);
-            rows.event_id.push(event_id);
-            rows.ts.push(ts);
-            rows.session_id.push(event.session_id);
-            rows.channel.push(event.channel.as_str());
-            rows.actor_type.push(event.actor_type.as_str());
-            rows.actor_id.push(event.actor_id);
-            rows.agent_id.push(event.agent_id);
-            rows.subject_id.push(event.subject_id.clone());
-            rows.kind.push(event.kind.as_str());
-            rows.sensitivity.push(event.sensitivity.as_str());
-            rows.tags.push(tags);
-            rows.content.push(content_text);
-            rows.refs.push(refs);
-            rows.idempotency_key.push(event.idempotency_key);
-            rows.artifact_id.push(artifact_id);
-            rows.prev_hash.push(prev_hash.to_vec());
-            rows.hash.push(hash.to_vec());
-            rows.request_digest.push(digest);
+            rows.push(
+                event,
+                Chained {
+                    seq,
+                    event_id,
+                    ts,
+                    content: content_text,
+                    artifact_id,
+                    prev_hash,
+                    hash,
+                    request_digest: digest,
+                },
+            );
             prev_hash = hash;
         }
         let head = if rows.seq.is_empty() {
