@@ -228,6 +228,51 @@ impl Evidence {
         }
     }
 
+    /// Whether a task update is left out because the task state shows the
+    /// task (its update would repeat it), or because a later update replaced
+    /// it; said in `omissions`.
+    fn task_says_it(
+        &self,
+        candidate: &Candidate,
+        task: Option<&retrieve::TaskNow>,
+        omissions: &mut Omissions,
+    ) -> bool {
+        if candidate.kind == Some(Kind::TaskUpdate)
+            && let Some(task) = candidate.source().and_then(|s| s.strip_prefix("task "))
+            && self.active_tasks.contains(task)
+        {
+            omissions.add_keyed(
+                "duplicate",
+                Some(SectionName::RetrievedEvidence),
+                candidate.chunk_id(),
+                &format!("kept_in task_state {task}"),
+                || details(&[("kept_in", json!("task_state")), ("task_id", json!(task))]),
+            );
+            return true;
+        }
+        // An update a later one replaced says how the task stood then, not
+        // now: left out, and said so, rather than shown as if current.
+        if let (Some(task), Some(task_id)) = (task, updated_task(candidate))
+            && task.last_seq > candidate.seq
+        {
+            omissions.add_keyed(
+                "outdated",
+                Some(SectionName::RetrievedEvidence),
+                candidate.chunk_id(),
+                &format!("task {task_id}"),
+                || {
+                    details(&[
+                        ("task_id", json!(task_id)),
+                        ("status_now", json!(task.status)),
+                        ("updated_at_seq", json!(task.last_seq)),
+                    ])
+                },
+            );
+            return true;
+        }
+        false
+    }
+
     /// Decides what becomes of one candidate.
     fn take(
         &mut self,
@@ -270,37 +315,7 @@ impl Evidence {
             );
             return;
         }
-        if candidate.kind == Some(Kind::TaskUpdate)
-            && let Some(task) = candidate.source().and_then(|s| s.strip_prefix("task "))
-            && self.active_tasks.contains(task)
-        {
-            omissions.add_keyed(
-                "duplicate",
-                section,
-                candidate.chunk_id(),
-                &format!("kept_in task_state {task}"),
-                || details(&[("kept_in", json!("task_state")), ("task_id", json!(task))]),
-            );
-            return;
-        }
-        // An update a later one replaced says how the task stood then, not
-        // now: left out, and said so, rather than shown as if current.
-        if let (Some(task), Some(task_id)) = (task, updated_task(&candidate))
-            && task.last_seq > candidate.seq
-        {
-            omissions.add_keyed(
-                "outdated",
-                section,
-                candidate.chunk_id(),
-                &format!("task {task_id}"),
-                || {
-                    details(&[
-                        ("task_id", json!(task_id)),
-                        ("status_now", json!(task.status)),
-                        ("updated_at_seq", json!(task.last_seq)),
-                    ])
-                },
-            );
+        if self.task_says_it(&candidate, task, omissions) {
             return;
         }
         let content_hash = candidate.content_hash();
