@@ -30,10 +30,10 @@ use sqlx::{Connection, PgConnection};
 
 use super::{
     CLIENT_TIMEOUT, Daemon, Prepared, chain_and_drift, client,
-    load::{Load, Op, Outcome, Sample, Tally},
+    load::{Load, Tally},
     lost_and_duplicated, none_or_found, ok_or_broken,
     postgres::ms,
-    prepare, write_section,
+    prepare, resend, write_section,
 };
 use crate::{
     audit::checkpoint::{self, Checkpoint},
@@ -293,13 +293,24 @@ async fn lose_one_leader(
         None => None,
     };
     let leader_at = load.started.elapsed();
-    let (appends_back, bundles_back) = back(&load, leader_at, fault).await;
+    let (appends_at, bundles_at) = load.first_successes_after(leader_at, RECOVERY_BOUND).await;
+    // From the fault, though only what was sent once a new leader took
+    // writes counts: requests in flight before the fault may succeed late.
+    let (appends_back, bundles_back) = (
+        appends_at.map(|at| at - fault),
+        bundles_at.map(|at| at - fault),
+    );
     tokio::time::sleep(STEADY).await;
     let finished = load.finish().await;
     let load_stopped = Instant::now();
     acknowledged.extend(finished.acknowledged.iter().cloned());
-    let (retried, retry_failures) =
-        retry(&first.base_url, &prepared.token, &finished.failed_appends).await;
+    let (retried, retry_failures) = resend(
+        &first.base_url,
+        &prepared.token,
+        &finished.failed_appends,
+        5,
+    )
+    .await;
     acknowledged.extend(retried);
     let caught_up = super::postgres::caught_up(&prepared.pool)
         .await?
@@ -422,66 +433,6 @@ async fn new_leader(cluster: &Cluster, old_port: u16, faulted: Instant) -> Optio
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     None
-}
-
-/// When appends and bundles worked again: from the fault (`fault`, on the
-/// load's clock) to the answer of the first success of each kind sent once
-/// the new leader took writes (`leader_at`). Waits at most
-/// [`RECOVERY_BOUND`].
-async fn back(
-    load: &Load,
-    leader_at: Duration,
-    fault: Duration,
-) -> (Option<Duration>, Option<Duration>) {
-    let deadline = Instant::now() + RECOVERY_BOUND;
-    loop {
-        let samples = load.samples();
-        let first = |op| first_success(&samples, op, leader_at).map(|at| at - fault);
-        let found = (first(Op::Append), first(Op::Bundle));
-        if (found.0.is_some() && found.1.is_some()) || Instant::now() > deadline {
-            return found;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn first_success(samples: &[Sample], op: Op, after: Duration) -> Option<Duration> {
-    samples
-        .iter()
-        .filter(|s| s.op == op && s.outcome == Outcome::Ok && s.sent >= after)
-        .map(Sample::answered_at)
-        .min()
-}
-
-/// Sends every failed append again with its key, as a client does, each up
-/// to five times a second apart; the keys acknowledged, and how many never
-/// were.
-async fn retry(base_url: &str, token: &str, failed: &[Value]) -> (Vec<String>, usize) {
-    let http = client();
-    let mut acknowledged = Vec::new();
-    let mut failures = 0;
-    for body in failed {
-        let mut stored = false;
-        for _ in 0..5 {
-            let sent = http
-                .post(format!("{base_url}/api/v1/events"))
-                .bearer_auth(token)
-                .json(body)
-                .send()
-                .await;
-            if matches!(sent, Ok(ref r) if r.status().is_success()) {
-                stored = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-        if stored {
-            acknowledged.push(body["idempotency_key"].as_str().expect("a key").to_owned());
-        } else {
-            failures += 1;
-        }
-    }
-    (acknowledged, failures)
 }
 
 /// A member as Patroni's `/cluster` lists it.

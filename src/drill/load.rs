@@ -171,6 +171,33 @@ impl Load {
         self.record.lock().expect("record").samples.clone()
     }
 
+    /// Waits (at most `bound`) until an append and a bundle sent at or
+    /// after `after` (on the load's clock) have succeeded; when each of
+    /// those first successes was answered, on the load's clock (`None`: not
+    /// within `bound`).
+    pub async fn first_successes_after(
+        &self,
+        after: Duration,
+        bound: Duration,
+    ) -> (Option<Duration>, Option<Duration>) {
+        let deadline = Instant::now() + bound;
+        loop {
+            let samples = self.samples();
+            let first = |op: Op| {
+                samples
+                    .iter()
+                    .filter(|s| s.op == op && s.outcome == Outcome::Ok && s.sent >= after)
+                    .map(Sample::answered_at)
+                    .min()
+            };
+            let found = (first(Op::Append), first(Op::Bundle));
+            if (found.0.is_some() && found.1.is_some()) || Instant::now() > deadline {
+                return found;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     pub async fn finish(self) -> Finished {
         self.stop.store(true, Ordering::Relaxed);
         for task in self.tasks {

@@ -321,6 +321,44 @@ fn event(key: String, text: String) -> Value {
            "kind": "message", "content": {"text": text}, "idempotency_key": key})
 }
 
+/// Sends every failed append again with its key, as a client does once the
+/// service is back, each up to `attempts` times a second apart; the keys
+/// acknowledged, and how many never were.
+async fn resend(
+    base_url: &str,
+    token: &str,
+    failed: &[Value],
+    attempts: usize,
+) -> (Vec<String>, usize) {
+    let http = client();
+    let mut acknowledged = Vec::new();
+    let mut failures = 0;
+    for body in failed {
+        let mut stored = false;
+        for attempt in 0..attempts {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            let sent = http
+                .post(format!("{base_url}/api/v1/events"))
+                .bearer_auth(token)
+                .json(body)
+                .send()
+                .await;
+            if matches!(sent, Ok(ref r) if r.status().is_success()) {
+                stored = true;
+                break;
+            }
+        }
+        if stored {
+            acknowledged.push(body["idempotency_key"].as_str().expect("a key").to_owned());
+        } else {
+            failures += 1;
+        }
+    }
+    (acknowledged, failures)
+}
+
 /// Events acknowledged (their idempotency keys) that are not stored, and
 /// keys stored more than once, for the drill's tenant.
 async fn lost_and_duplicated(

@@ -14,9 +14,9 @@ use std::{
 };
 
 use super::{
-    CLIENT_TIMEOUT, Daemon, Prepared, chain_and_drift, client,
-    load::{Load, Op, Outcome, Sample, Tally},
-    lost_and_duplicated, none_or_found, ok_or_broken, prepare, write_section,
+    CLIENT_TIMEOUT, Daemon, Prepared, chain_and_drift,
+    load::{Load, Tally},
+    lost_and_duplicated, none_or_found, ok_or_broken, prepare, resend, write_section,
 };
 use crate::{
     db::{self, private_server::PrivateServer},
@@ -115,40 +115,22 @@ async fn stop_and_start(
     tokio::time::sleep(down).await;
     server.start().await?;
     let up = load.started.elapsed();
-    let deadline = Instant::now() + RECOVERY_BOUND;
-    let (appends_back, bundles_back) = loop {
-        let samples = load.samples();
-        let back = (
-            back_after(&samples, Op::Append, up),
-            back_after(&samples, Op::Bundle, up),
-        );
-        if (back.0.is_some() && back.1.is_some()) || Instant::now() > deadline {
-            break back;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let (appends_at, bundles_at) = load.first_successes_after(up, RECOVERY_BOUND).await;
+    let (appends_back, bundles_back) = (appends_at.map(|at| at - up), bundles_at.map(|at| at - up));
     tokio::time::sleep(STEADY).await;
     let finished = load.finish().await;
     let load_stopped = Instant::now();
     acknowledged.extend(finished.acknowledged.iter().cloned());
 
-    // Retry what failed, as a client would once the service is back.
-    let http = client();
-    let mut retry_failures = 0;
-    for body in &finished.failed_appends {
-        let sent = http
-            .post(format!("{}/api/v1/events", daemon.base_url))
-            .bearer_auth(&prepared.token)
-            .json(body)
-            .send()
-            .await;
-        match sent {
-            Ok(r) if r.status().is_success() => {
-                acknowledged.push(body["idempotency_key"].as_str().expect("a key").to_owned())
-            }
-            _ => retry_failures += 1,
-        }
-    }
+    // Sent once more, as a client would once the service is back.
+    let (resent, retry_failures) = resend(
+        &daemon.base_url,
+        &prepared.token,
+        &finished.failed_appends,
+        1,
+    )
+    .await;
+    acknowledged.extend(resent);
     let caught_up = caught_up(&prepared.pool)
         .await?
         .then(|| load_stopped.elapsed());
@@ -181,16 +163,6 @@ impl Round {
             && self.chain_ok
             && self.drift_ok
     }
-}
-
-/// From `up` to the answer of the first request of `op` sent after it that
-/// succeeded.
-fn back_after(samples: &[Sample], op: Op, up: Duration) -> Option<Duration> {
-    samples
-        .iter()
-        .filter(|s| s.op == op && s.outcome == Outcome::Ok && s.sent >= up)
-        .map(|s| s.answered_at() - up)
-        .min()
 }
 
 /// Waits (at most two minutes) until no tenant's projections lag the log;

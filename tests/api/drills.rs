@@ -235,8 +235,12 @@ struct HaCluster<'a> {
 }
 
 impl HaCluster<'_> {
+    /// Runs `ops/ha/<name>`, killed after 10 minutes (a package install
+    /// that never ends must fail the test, not hang it). It blocks: the test
+    /// has nothing else running while it sets up or tears down.
     fn script(&self, name: &str, args: &[&str]) -> std::process::Output {
-        std::process::Command::new("bash")
+        std::process::Command::new("timeout")
+            .args(["--kill-after=10", "600", "bash"])
             .arg(self.root.join("ops/ha").join(name))
             .args(args)
             .env("MEMD_HA_DIR", &self.dir)
