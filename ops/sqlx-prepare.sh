@@ -28,7 +28,7 @@ cargo check --workspace --all-targets --quiet --keep-going 2>/dev/null || true
 rm -rf .sqlx
 mkdir .sqlx
 # Touching each crate's root makes cargo expand every macro again.
-touch src/lib.rs projectors/src/lib.rs lab/src/main.rs
+touch src/lib.rs core/src/lib.rs embedder/src/lib.rs projectors/src/lib.rs lab/src/main.rs
 SQLX_OFFLINE_DIR="$PWD/.sqlx" DATABASE_URL="$url" \
   cargo check --workspace --all-targets --quiet \
   --config 'env.SQLX_OFFLINE.value="false"' --config 'env.SQLX_OFFLINE.force=true'

@@ -171,7 +171,7 @@ def micros(rfc3339):
 
 
 def event_hash(tenant, event):
-    """memd's chain hash of `event` (src/domain/hash_chain.rs)."""
+    """memd's chain hash of `event` (core/src/hash_chain.rs)."""
     agent, subject = event.get("agent_id"), event.get("subject_id")
     head = ["memd-event-v3" if subject else "memd-event-v2" if agent else "memd-event-v1",
             tenant, event["seq"], event["event_id"], micros(event["created_at"]),

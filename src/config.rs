@@ -387,10 +387,10 @@ pub struct SemanticArgs {
     )]
     pub also: Vec<String>,
     /// Folder with the all-MiniLM-L6-v2 files (ops/fetch-model.sh fills it).
-    #[arg(long, env = "MEMD_MODEL_DIR", default_value = memd_projectors::embed::ModelDirs::DEFAULT_MINILM)]
+    #[arg(long, env = "MEMD_MODEL_DIR", default_value = memd_embedder::ModelDirs::DEFAULT_MINILM)]
     pub model_dir: PathBuf,
     /// Folder with the all-mpnet-base-v2 files (ops/fetch-model.sh mpnet).
-    #[arg(long, env = "MEMD_MPNET_DIR", default_value = memd_projectors::embed::ModelDirs::DEFAULT_MPNET)]
+    #[arg(long, env = "MEMD_MPNET_DIR", default_value = memd_embedder::ModelDirs::DEFAULT_MPNET)]
     pub mpnet_dir: PathBuf,
 }
 
@@ -412,7 +412,7 @@ impl SemanticArgs {
             .collect::<anyhow::Result<_>>()?;
         Ok(crate::read::semantic::SemanticConfig {
             embedder,
-            models: memd_projectors::embed::ModelDirs {
+            models: memd_embedder::ModelDirs {
                 minilm: self.model_dir.clone(),
                 mpnet: self.mpnet_dir.clone(),
             },

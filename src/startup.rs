@@ -3,16 +3,17 @@
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
+use memd_core::seal::Keyring;
+
 use memd_projectors::{
     Engine,
-    embed::worker::EmbeddingWork,
+    embed_worker::EmbeddingWork,
     notifications::Listener,
     projections::{
         self, Encoding,
         embeddings::{self, EmbeddingProjector},
     },
     runtime::{Runtime, RuntimeConfig},
-    seal::Keyring,
 };
 use sqlx::PgPool;
 use tokio::{
@@ -110,13 +111,13 @@ impl ProjectionConfig {
     pub fn engine_with_embeddings(
         &self,
         names: &[String],
-        models: &memd_projectors::embed::ModelDirs,
+        models: &memd_embedder::ModelDirs,
     ) -> anyhow::Result<Engine> {
         let mut projectors = projections::all(self.encoding);
-        for name in memd_projectors::embed::NAMES {
+        for name in memd_embedder::NAMES {
             let projector = embeddings::projector_name(name).expect("every embedder has a table");
             if names.iter().any(|n| n == projector) {
-                let embedder = memd_projectors::embed::load(name, models)?;
+                let embedder = memd_embedder::load(name, models)?;
                 projectors.push(Arc::new(
                     EmbeddingProjector::new(embedder).expect("every embedder has a table"),
                 ));

@@ -11,7 +11,7 @@
 
 use std::{fmt::Write as _, path::Path, time::Duration};
 
-use memd_projectors::seal::Keyring;
+use memd_core::seal::Keyring;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -29,11 +29,11 @@ use memd::{
         event::Channel,
         tenant::{Scope, TenantId},
     },
-    read::semantic::SemanticConfig,
     read::{
         policy::Policy,
         privacy::Visibility,
         retrieve::{self, Scope as RetrievalScope},
+        semantic::SemanticConfig,
     },
     tenants,
 };

@@ -58,7 +58,7 @@ pub async fn wait_embedded(pool: &PgPool, default: Option<&str>) -> anyhow::Resu
     };
     // A cursor of another version (the embedder changed since a kept
     // database was embedded) is being rebuilt: not embedded yet.
-    let (names, versions): (Vec<&str>, Vec<i32>) = memd_projectors::embed::NAMES
+    let (names, versions): (Vec<&str>, Vec<i32>) = memd_embedder::NAMES
         .iter()
         .filter_map(|name| {
             memd_projectors::projections::embeddings::projector_version(name)

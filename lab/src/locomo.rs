@@ -390,7 +390,11 @@ enum Recording {
     /// As an agent records a conversation while it happens: a session per
     /// conversation session, each speaker as the actor (the text is what
     /// they said, without their name), two tags per turn, each turn at its
-    /// session's date.
+    /// session's date. Session ids are the conversation's own
+    /// (`locomo-session-<n>`): the bench's other history numbers its sessions
+    /// `session-<n>`, and a shared id would make its last message the turn
+    /// before a conversation session's first (the context a message is
+    /// embedded with), which no agent recording two pieces of work does.
     Agent,
     /// As the kit's corpus reads it: one session, each turn's text
     /// `<speaker>: <said>`, at its session's date, no tags.
@@ -408,12 +412,12 @@ impl Recording {
     fn event(self, turn: &Turn) -> Value {
         match self {
             Self::Agent => json!({
-                "session_id": format!("session-{}", turn.session), "channel": "private",
+                "session_id": format!("locomo-session-{}", turn.session), "channel": "private",
                 "actor": {"type": "human", "id": turn.speaker}, "kind": "message",
                 "ts": turn.ts, "tags": ["conversation", format!("session-{}", turn.session)],
                 "content": {"text": turn.said}}),
             Self::Corpus => json!({
-                "session_id": "conversation", "channel": "private",
+                "session_id": "locomo-conversation", "channel": "private",
                 "actor": {"type": "human", "id": turn.speaker}, "kind": "message",
                 "ts": turn.ts, "content": {"text": turn.text}}),
         }
@@ -450,7 +454,7 @@ async fn record(
             .to_string();
         if let Some(embedder) = embedder {
             // Chosen before its first event: nothing to build or switch.
-            memd_projectors::embed::worker::choose(pool, tenant.as_str(), embedder, None).await?;
+            memd_projectors::embed_worker::choose(pool, tenant.as_str(), embedder, None).await?;
         }
         // Work, not standing state: decisions, tasks and views of the
         // history would fill the bundle's sections above the evidence (by
@@ -708,7 +712,7 @@ async fn measure(
         }
     }
     let bm25 = bm25_all(conversations);
-    let mut loader = memd_projectors::embed::Loader::default();
+    let mut loader = memd_embedder::Loader::default();
     for name in semantic.embedder.as_deref().into_iter().chain(quality) {
         let model = loader
             .load(name, &semantic.models)
@@ -816,7 +820,7 @@ const BASELINE_DEPTH: usize = 100;
 /// score).
 fn exact_dense_all(
     conversations: &[Conversation],
-    model: &dyn memd_projectors::embed::Embedder,
+    model: &dyn memd_embedder::Embedder,
 ) -> anyhow::Result<Vec<Ranking>> {
     let mut rankings = Vec::new();
     for conversation in conversations {

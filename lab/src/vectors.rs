@@ -99,7 +99,7 @@ pub async fn run(
     };
     let embedder = match &semantic.embedder {
         Some(name) => Some(
-            memd_projectors::embed::load(name, &semantic.models)
+            memd_embedder::load(name, &semantic.models)
                 .map_err(|e| anyhow::anyhow!("--embedder {name}: {e}"))?,
         ),
         None => None,
@@ -113,7 +113,7 @@ pub async fn run(
     };
     let mut unit = move || {
         let mut v: Vec<f32> = (0..DIMENSIONS).map(|_| next()).collect();
-        memd_projectors::embed::normalise(&mut v);
+        memd_embedder::normalise(&mut v);
         v
     };
     let started = Instant::now();

@@ -9,9 +9,12 @@ use sqlx::{PgConnection, PgPool};
 
 use crate::{
     PROJECTED_CHANNEL,
-    event::{StoredEvent, read_after},
     projector::{Projector, reset},
     schema::Schema,
+};
+
+use memd_core::{
+    event::{StoredEvent, read_after},
     seal::Keyring,
 };
 

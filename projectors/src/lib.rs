@@ -1,8 +1,9 @@
 //! The derived side of memd: projectors that turn the append-only event log
 //! into disposable read models, and the runtime that keeps them current.
 //!
-//! - [`event`]: events as projectors read them; [`content`]: each kind's
-//!   content, typed.
+//! Events, their content, sealing and the Merkle tree are the event model
+//! of `memd-core`; embedders are `memd-embedder`'s.
+//!
 //! - [`projector`]: the [`Projector`] abstraction and the transaction that
 //!   applies a batch and advances the cursors together ([`engine`]).
 //! - [`projections`]: chunks, decision ledger (with summary conflicts), tasks
@@ -10,25 +11,21 @@
 //! - [`runtime`]: LISTEN/NOTIFY plus polling workers that keep the live
 //!   projections caught up; [`notifications`]: one LISTEN connection shared
 //!   by everything in a process that waits on notifications.
+//! - [`embed_worker`]: the tenants' embeddings projections, on a worker of
+//!   their own, and the choice of a tenant's embedder.
 //! - [`rebuild`] and [`drift`]: replay from zero, and prove the live
 //!   projections equal a fresh replay.
 //!
 //! - [`retraction`]: how projections fold a retraction (withdrawn events
 //!   leave their rows).
-//! - [`dedupe`]: the word sets near-duplicates are found by, computed at
-//!   projection.
 //! - [`transaction`]: beginning a transaction, safe to cancel.
 //!
 //! Every projection table lives in a [`Schema`]: `projections` for the live
 //! read models, a throw-away shadow schema during a drift check.
 
-pub mod content;
-pub mod dedupe;
 pub mod drift;
-pub mod embed;
+pub mod embed_worker;
 pub mod engine;
-pub mod event;
-pub mod merkle;
 pub mod notifications;
 pub mod projections;
 pub mod projector;
@@ -37,11 +34,9 @@ pub mod render;
 pub mod retraction;
 pub mod runtime;
 pub mod schema;
-pub mod seal;
 pub mod transaction;
 
 pub use engine::Engine;
-pub use event::StoredEvent;
 pub use projector::{Projector, Table};
 pub use schema::Schema;
 

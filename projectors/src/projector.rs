@@ -4,7 +4,7 @@ use std::{future::Future, pin::Pin};
 
 use sqlx::PgConnection;
 
-use crate::event::{Kind, StoredEvent};
+use memd_core::event::{Kind, StoredEvent};
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 

@@ -13,10 +13,11 @@ use tokio::sync::mpsc;
 
 use crate::{
     engine::{Cursor, Engine, ProjectError, Wait, announce_went_back, apply, save_cursors},
-    event::{StoredEvent, read_after},
     projector::reset,
     schema::Schema,
 };
+
+use memd_core::event::{StoredEvent, read_after};
 
 /// Where a replay is, for progress display.
 #[derive(Debug, Clone, Copy)]

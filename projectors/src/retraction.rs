@@ -11,7 +11,7 @@ use std::collections::HashSet;
 
 use sqlx::PgConnection;
 
-use crate::event::{Kind, StoredEvent};
+use memd_core::event::{Kind, StoredEvent};
 
 /// The event ids `event` withdraws, when it is a retraction.
 pub fn withdrawn(event: &StoredEvent) -> Option<&[String]> {

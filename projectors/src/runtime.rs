@@ -58,7 +58,7 @@ impl Default for RuntimeConfig {
 /// What a runtime keeps current: which tenants lag, and how to bring one
 /// up to date. An [`Engine`] is one (its projectors, for every tenant);
 /// the embeddings projections are another (each tenant's own embedders,
-/// [`crate::embed::worker`]).
+/// [`memd_embedder::worker`]).
 pub trait Work: Send + Sync + 'static {
     /// Names a failure that no single projector caused (the batch's read,
     /// its commit) in [`record_failure`]'s table.
@@ -164,7 +164,7 @@ impl Runtime {
     }
 
     /// Stops the workers after the batch each is applying (an embeddings
-    /// batch is abandoned instead, see [`crate::embed::worker`]), and
+    /// batch is abandoned instead, see [`memd_embedder::worker`]), and
     /// waits.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);

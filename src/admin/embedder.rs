@@ -1,15 +1,15 @@
 //! Changing a tenant's embedder without re-ingesting anything: the new
 //! embedder's projection is built from the log beside the one bundles use,
 //! bundles switch to it once it has caught up, and the old one is dropped
-//! (see [`memd_projectors::embed::worker`]). Only the embeddings
+//! (see [`memd_embedder::worker`]). Only the embeddings
 //! projection is built; no event is appended or re-read into any other
 //! projection.
 
+use memd_embedder as embed;
+
 use memd_projectors::{
-    embed::{
-        self,
-        worker::{self, Choice, EmbeddingWork},
-    },
+    embed_worker as worker,
+    embed_worker::{Choice, EmbeddingWork},
     engine::Step,
     projections::embeddings,
     rebuild::Progress,

@@ -17,7 +17,9 @@ use serde::Serialize;
 use serde_json::json;
 use sqlx::PgPool;
 
-use memd_projectors::{projections::embeddings, seal::Keyring};
+use memd_core::seal::Keyring;
+
+use memd_projectors::projections::embeddings;
 
 use crate::{
     domain::{

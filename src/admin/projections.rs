@@ -72,7 +72,7 @@ pub async fn status(pool: &PgPool, tenant: &str) -> Result<ProjectionsStatus, sq
     .bind(projections::NAMES)
     .bind(head_seq)
     .bind(memd_projectors::runtime::ENGINE_LABEL)
-    .bind(memd_projectors::embed::worker::LABEL)
+    .bind(memd_projectors::embed_worker::LABEL)
     .fetch_all(pool)
     .await?;
     Ok(ProjectionsStatus {

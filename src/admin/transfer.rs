@@ -45,13 +45,9 @@ use sqlx::{PgPool, Row};
 
 use memd_projectors::rebuild::Progress;
 
-use crate::{
-    domain::{
-        hash_chain::{ChainedEvent, GENESIS},
-        tenant::TenantId,
-    },
-    write::NOTIFY_CHANNEL,
-};
+use crate::{domain::tenant::TenantId, write::NOTIFY_CHANNEL};
+
+use memd_core::hash_chain::{ChainedEvent, GENESIS};
 
 /// The header's `format`.
 pub const FORMAT: &str = "memd-export";
@@ -824,7 +820,7 @@ pub struct ForeignImported {
 /// they were.
 pub async fn import_foreign(
     pool: &PgPool,
-    keyring: &memd_projectors::seal::Keyring,
+    keyring: &memd_core::seal::Keyring,
     redactor: std::sync::Arc<crate::domain::redact::Redactor>,
     tenant: &TenantId,
     path: &Path,

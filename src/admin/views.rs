@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use memd_projectors::{content::Content, event::Kind, seal::Keyring};
+use memd_core::{content::Content, event::Kind, seal::Keyring};
 use serde_json::json;
 use sqlx::PgPool;
 
@@ -163,7 +163,7 @@ async fn latest_update(
     .into_iter()
     .map(|row| (row.content, row.channel, row.sensitivity, row.subject_id))
     .collect();
-    let keyring = memd_projectors::event::subject_keyring(
+    let keyring = memd_core::event::subject_keyring(
         pool,
         keyring,
         tenant.as_str(),
@@ -175,7 +175,7 @@ async fn latest_update(
             .open_event_content(tenant.as_str(), &mut content, subject.is_some())
             .with_context(|| format!("a sealed update of view {view}"))?;
         // An erased subject's update is gone: the view is what came before.
-        if opened == memd_projectors::seal::Opened::Erased {
+        if opened == memd_core::seal::Opened::Erased {
             continue;
         }
         if let Content::ViewUpdate(update) = Content::read(Some(Kind::ViewUpdate), &content)

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, SubsecRound, Utc};
-use memd_projectors::{
+use memd_core::{
     merkle,
     seal::{Keyring, signature_holds},
 };

@@ -1,4 +1,4 @@
-//! Proofs from each tenant's Merkle tree ([`memd_projectors::merkle`]): the
+//! Proofs from each tenant's Merkle tree ([`memd_core::merkle`]): the
 //! root at a size, an event's inclusion proof, and the consistency proof
 //! between two sizes. The complete subtrees a proof needs come from the
 //! `event_tree` projection where it has them, and from the log's own hashes
@@ -7,10 +7,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use memd_projectors::{
-    merkle::{self, Hash, STORED_LEVEL, Subtree},
-    projections::tree as event_tree,
-};
+use memd_core::merkle::{self, Hash, STORED_LEVEL, Subtree};
+
+use memd_projectors::projections::tree as event_tree;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 

@@ -8,10 +8,9 @@
 
 use sqlx::{PgPool, Row};
 
-use crate::domain::{
-    hash_chain::{ChainedEvent, GENESIS},
-    tenant::TenantId,
-};
+use crate::domain::tenant::TenantId;
+
+use memd_core::hash_chain::{ChainedEvent, GENESIS};
 
 const PAGE: i64 = 5_000;
 

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use memd_projectors::seal::{SEALED_PREFIX, SealError};
+use memd_core::seal::{SEALED_PREFIX, SealError};
 use sqlx::Row;
 
 use super::{
@@ -37,7 +37,7 @@ async fn opened(
     let subject: Option<String> = row.try_get("subject_id")?;
     let stored: Vec<u8> = row.try_get("bytes")?;
     let tenant = caller.tenant.as_str();
-    let keyring = memd_projectors::event::subject_keyring(
+    let keyring = memd_core::event::subject_keyring(
         &state.reader.pool,
         &state.reader.keyring,
         tenant,

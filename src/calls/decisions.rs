@@ -2,7 +2,7 @@
 //! scope, key and the channel it would be shown in.
 
 use chrono::{DateTime, Utc};
-use memd_projectors::seal::{Keyring, SealError};
+use memd_core::seal::{Keyring, SealError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

@@ -192,8 +192,8 @@ impl From<sqlx::Error> for CallError {
 
 /// A stored value that does not open is a row that cannot be read as it
 /// must be: answered as the database error it becomes on every read path.
-impl From<memd_projectors::seal::SealError> for CallError {
-    fn from(err: memd_projectors::seal::SealError) -> Self {
+impl From<memd_core::seal::SealError> for CallError {
+    fn from(err: memd_core::seal::SealError) -> Self {
         Self::from(sqlx::Error::from(err))
     }
 }

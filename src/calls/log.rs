@@ -5,7 +5,7 @@
 //! /api/v1/chunks/{id}`, the retrieval unit a bundle cites.
 
 use chrono::{DateTime, Utc};
-use memd_projectors::seal::{Keyring, Opened};
+use memd_core::seal::{Keyring, Opened};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -158,7 +158,7 @@ async fn open_all(
     tenant: &str,
     events: &mut [StoredEvent],
 ) -> Result<(), sqlx::Error> {
-    let keyring = memd_projectors::event::subject_keyring(
+    let keyring = memd_core::event::subject_keyring(
         &state.reader.pool,
         &state.reader.keyring,
         tenant,

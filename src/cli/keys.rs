@@ -4,7 +4,7 @@ use std::{io::Write, path::PathBuf, process::ExitCode};
 
 use anyhow::Context;
 use clap::Subcommand;
-use memd_projectors::seal::Keyring;
+use memd_core::seal::Keyring;
 
 use super::Globals;
 

@@ -5,7 +5,7 @@
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::Subcommand;
-use memd_projectors::seal::Keyring;
+use memd_core::seal::Keyring;
 
 use memd::{db::ScratchDatabase, scenario};
 

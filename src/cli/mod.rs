@@ -16,7 +16,7 @@ use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use memd_projectors::seal::Keyring;
+use memd_core::seal::Keyring;
 use sqlx::{PgPool, postgres::PgConnectOptions};
 
 use memd::{config::ConfigFile, db, domain::tenant::TenantId};

@@ -4,9 +4,8 @@
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use memd_projectors::{
-    drift, embed::worker::EmbeddingWork, projections::Encoding, rebuild, seal::Keyring,
-};
+use memd_core::seal::Keyring;
+use memd_projectors::{drift, embed_worker::EmbeddingWork, projections::Encoding, rebuild};
 
 use memd::{
     admin::{self, progress::ProgressPrinter},
@@ -206,7 +205,7 @@ pub async fn embedder(command: EmbedderCommand, globals: &Globals) -> anyhow::Re
             let embedder = if no_wait {
                 None
             } else {
-                Some(memd_projectors::embed::load(name, &config.models)?)
+                Some(memd_embedder::load(name, &config.models)?)
             };
             let work = EmbeddingWork::new(
                 config

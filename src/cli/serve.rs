@@ -5,11 +5,11 @@ use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use clap::Args;
+use memd_core::seal::Keyring;
 use memd_projectors::{
     notifications::Listener,
     projections::Encoding,
     runtime::{Runtime, RuntimeConfig},
-    seal::Keyring,
 };
 
 use memd::{

@@ -5,7 +5,7 @@
 //! side stores. Past that point nothing is checked again.
 
 use chrono::{DateTime, Datelike, Utc};
-use memd_projectors::seal::SEALED_PREFIX;
+use memd_core::seal::SEALED_PREFIX;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use utoipa::{
@@ -24,7 +24,7 @@ use super::{
 
 // The wire's enums are the event model's own: the edge validates with the
 // types the projectors read.
-pub use memd_projectors::event::{ActorType, AppendableKind, Channel, Kind, Sensitivity};
+pub use memd_core::event::{ActorType, AppendableKind, Channel, Kind, Sensitivity};
 
 /// The event envelope as a client sends it.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -897,7 +897,7 @@ mod tests {
     /// accepts, stored as the edge stores it, read back.
     #[test]
     fn what_the_edge_stores_is_what_the_projectors_read() {
-        use memd_projectors::content::Content;
+        use memd_core::content::Content;
         let every_field = [
             ("message", json!({"text": "hello"})),
             (

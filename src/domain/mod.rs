@@ -2,7 +2,6 @@
 //! types at the edge (`api/`), and everything past the edge trusts them.
 
 pub mod event;
-pub mod hash_chain;
 pub mod jsonb_text;
 pub mod limits;
 pub mod redact;

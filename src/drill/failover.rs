@@ -39,7 +39,7 @@ use crate::{
     audit::checkpoint::{self, Checkpoint},
     drill::report::titled_header,
 };
-use memd_projectors::seal::Keyring;
+use memd_core::seal::Keyring;
 
 /// How the leader is lost in a round.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

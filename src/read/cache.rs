@@ -22,15 +22,17 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
+use memd_core::{
+    event::Kind,
+    seal::{Keyring, SealError},
+};
 use memd_projectors::{
     PROJECTED_CHANNEL,
-    event::Kind,
     projections::{
         TokenCounter, decisions::DecisionProjector, tasks::TaskProjector, views::ViewProjector,
     },
     projector::Fold,
     render,
-    seal::{Keyring, SealError},
 };
 use sqlx::PgPool;
 use tokio::sync::watch;

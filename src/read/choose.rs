@@ -9,7 +9,9 @@ use std::{
     sync::Arc,
 };
 
-use memd_projectors::{dedupe, event::Kind, render};
+use memd_core::{dedupe, event::Kind};
+
+use memd_projectors::render;
 use serde_json::json;
 
 use super::{

@@ -7,11 +7,8 @@
 //! conversation.
 
 use chrono::{DateTime, Utc};
-use memd_projectors::{
-    projections::TokenCounter,
-    render,
-    seal::{Keyring, SealError},
-};
+use memd_core::seal::{Keyring, SealError};
+use memd_projectors::{projections::TokenCounter, render};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sqlx::PgPool;

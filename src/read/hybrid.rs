@@ -10,7 +10,9 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use memd_projectors::{embed::EmbedError, projections::embeddings};
+use memd_embedder::EmbedError;
+
+use memd_projectors::projections::embeddings;
 use serde::Serialize;
 
 use super::{
@@ -213,7 +215,7 @@ pub fn start_question(
 struct Search {
     semantic: Arc<super::semantic::Semantic>,
     pool: sqlx::PgPool,
-    keyring: memd_projectors::seal::Keyring,
+    keyring: memd_core::seal::Keyring,
     tenant: String,
     embedder: &'static str,
     table: &'static str,

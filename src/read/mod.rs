@@ -46,10 +46,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use memd_projectors::{
-    projections::{Encoding, TokenCounter, chunks::ChunkProjector},
-    seal::Keyring,
-};
+use memd_core::seal::Keyring;
+
+use memd_projectors::projections::{Encoding, TokenCounter, chunks::ChunkProjector};
 use sqlx::PgPool;
 
 pub use acb::{AcbRequest, build_acb};

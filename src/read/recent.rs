@@ -21,7 +21,9 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use memd_projectors::{StoredEvent, render};
+use memd_core::StoredEvent;
+
+use memd_projectors::render;
 use serde::Serialize;
 use serde_json::json;
 
@@ -335,7 +337,7 @@ async fn read_events(
     .bind(projected_seq)
     .fetch_all(&reader.pool)
     .await?;
-    let keyring = memd_projectors::event::subject_keyring(
+    let keyring = memd_core::event::subject_keyring(
         &reader.pool,
         &reader.keyring,
         tenant,
@@ -348,7 +350,7 @@ async fn read_events(
     for row in rows {
         let mut event = row.event;
         let parts = if event.seq > projected_seq {
-            memd_projectors::event::open(&keyring, tenant, &mut event)?;
+            memd_core::event::open(&keyring, tenant, &mut event)?;
             if event.erased {
                 continue;
             }

@@ -29,7 +29,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{PgPool, Row, postgres::PgRow};
 
-use memd_projectors::{dedupe, event::Kind, seal::Keyring};
+use memd_core::{dedupe, event::Kind, seal::Keyring};
 
 use super::{
     filters::{self, RetrievalFilters},
@@ -187,7 +187,7 @@ impl Candidate {
         }
     }
 
-    /// Its content words, as projected ([`memd_projectors::dedupe`]),
+    /// Its content words, as projected ([`memd_core::dedupe`]),
     /// into `words` (cleared first).
     pub fn words_into(&self, words: &mut Vec<u64>) {
         words.clear();
@@ -882,7 +882,7 @@ impl QueryLexemes {
 
 /// A lexeme as [`FoundRow`] holds it: FNV-1a, the same in every process.
 fn lexeme_hash(lexeme: &str) -> u64 {
-    memd_projectors::dedupe::fnv1a(lexeme.as_bytes())
+    memd_core::dedupe::fnv1a(lexeme.as_bytes())
 }
 
 /// Each element of a `text[]` value (the lexemes of a chunk's search

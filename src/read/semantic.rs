@@ -11,7 +11,9 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use memd_projectors::embed::{self, EmbedError, Embedder, Model, ModelDirs, MpNet};
+use memd_embedder as embed;
+
+use memd_embedder::{EmbedError, Embedder, Model, ModelDirs, MpNet};
 use serde::Serialize;
 
 use super::vectors::VectorIndex;

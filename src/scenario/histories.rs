@@ -91,13 +91,8 @@ pub async fn load_where(
                     .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?,
             );
         }
-        let appended = write::append(
-            pool,
-            &memd_projectors::seal::Keyring::none(),
-            tenant,
-            events,
-        )
-        .await?;
+        let appended =
+            write::append(pool, &memd_core::seal::Keyring::none(), tenant, events).await?;
         last_event = appended.last().map(|a| a.event_id.clone());
         n = end;
         if n.is_multiple_of(100_000) {

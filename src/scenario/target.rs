@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use memd_projectors::seal::Keyring;
+use memd_core::seal::Keyring;
 use sqlx::postgres::PgConnectOptions;
 
 use crate::{

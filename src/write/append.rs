@@ -27,11 +27,11 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, SubsecRound, Utc};
-use memd_projectors::{
+use memd_core::{
     StoredEvent,
-    projections::chunks,
     seal::{Keyring, Sealer},
 };
+use memd_projectors::projections::chunks;
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -39,10 +39,11 @@ use sqlx::{PgPool, Row};
 
 use crate::domain::{
     event::{NewArtifact, NewEvent},
-    hash_chain::{ChainedEvent, GENESIS},
     jsonb_text,
     tenant::TenantId,
 };
+
+use memd_core::hash_chain::{ChainedEvent, GENESIS};
 
 /// Channel on which each commit announces `<tenant>:<head seq>`; the
 /// projector runtime listens on it.

@@ -18,7 +18,7 @@ use std::{
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot};
 
-use memd_projectors::seal::Keyring;
+use memd_core::seal::Keyring;
 
 use super::append::{AppendError, Appended, Head, append_after};
 use crate::domain::{event::NewEvent, tenant::TenantId};

@@ -68,7 +68,7 @@ async fn a_rehashed_rewrite_passes_the_chain_but_not_a_signed_checkpoint(
 
     // A checkpoint proves something only under the key the auditor trusts,
     // and only as signed.
-    let other = memd_projectors::seal::Keyring::from_bytes(&[7; 32])
+    let other = memd_core::seal::Keyring::from_bytes(&[7; 32])
         .public_key()
         .unwrap();
     let (code, out, _) = memd_cli(
@@ -179,7 +179,7 @@ async fn the_verify_job_checks_pasted_checkpoints_and_catches_a_rehashed_rewrite
     );
 
     // Under a key the auditor does not trust, a checkpoint proves nothing.
-    let other = memd_projectors::seal::Keyring::from_bytes(&[7; 32])
+    let other = memd_core::seal::Keyring::from_bytes(&[7; 32])
         .public_key()
         .unwrap();
     let result = verify(json!({"checkpoints": [kept[0]], "public_key": other})).await;

@@ -4,12 +4,13 @@ use std::time::Duration;
 
 use memd::{
     db,
-    domain::hash_chain::ChainedEvent,
     domain::tenant::{Scope, TenantId},
     startup::{Daemon, ServeConfig},
     tenants,
 };
-use memd_projectors::seal::Keyring;
+
+use memd_core::hash_chain::ChainedEvent;
+use memd_core::seal::Keyring;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::{PgPool, Row, postgres::PgConnectOptions};

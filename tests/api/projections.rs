@@ -473,7 +473,7 @@ async fn a_tasks_projected_updates_move_to_task_events_in_the_migration(pool: Pg
     }
     let appended = memd::write::append(
         &pool,
-        &memd_projectors::seal::Keyring::none(),
+        &memd_core::seal::Keyring::none(),
         &acme,
         updates.to_vec(),
     )

@@ -21,8 +21,9 @@ use memd::{
     },
     tenants, write,
 };
+use memd_core::StoredEvent;
 use memd_projectors::{
-    Engine, Projector, StoredEvent, Table,
+    Engine, Projector, Table,
     engine::Step,
     notifications::{Heard, Listener},
     projector::BoxFuture,
@@ -107,7 +108,7 @@ async fn append_messages(pool: &PgPool, tenant: &str, count: usize) {
     let events = messages(count);
     write::append(
         pool,
-        &memd_projectors::seal::Keyring::none(),
+        &memd_core::seal::Keyring::none(),
         &TenantId::parse(tenant).unwrap(),
         events,
     )
@@ -275,7 +276,7 @@ async fn an_idle_tenants_writer_retires_and_the_next_append_starts_another(
             by_values: pool.clone(),
             planned_once: db::for_appends(&pool),
         },
-        memd_projectors::seal::Keyring::none(),
+        memd_core::seal::Keyring::none(),
     );
     let acme = TenantId::parse("acme").unwrap();
     appender.append(&acme, messages(1)).await.unwrap();
@@ -318,7 +319,7 @@ async fn appends_and_live_steps_plan_their_statements_once(
             by_values: one.clone(),
             planned_once: appends.clone(),
         },
-        memd_projectors::seal::Keyring::none(),
+        memd_core::seal::Keyring::none(),
     );
     let engine = counting_engine();
     let acme = TenantId::parse("acme").unwrap();

@@ -367,8 +367,8 @@ async fn every_shipped_scenario_passes_black_box_against_a_served_daemon(
     _: PgPoolOptions,
     connect: PgConnectOptions,
 ) {
-    let model = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(memd_projectors::embed::ModelDirs::DEFAULT_MINILM);
+    let model =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(memd_embedder::ModelDirs::DEFAULT_MINILM);
     assert!(
         model.exists(),
         "no model at {} (ops/test.sh runs ops/fetch-model.sh first)",

@@ -9,11 +9,9 @@ use memd::{
     read::semantic::SemanticConfig,
     startup::{ProjectionConfig, ServeConfig},
 };
-use memd_projectors::{
-    Schema,
-    embed::{self, Embedder as _, ModelDirs},
-    rebuild,
-};
+use memd_embedder as embed;
+use memd_embedder::{Embedder as _, ModelDirs};
+use memd_projectors::{Schema, rebuild};
 use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
@@ -842,7 +840,7 @@ async fn an_index_past_a_bundles_cursor_is_kept_and_searched_only_up_to_that_cur
             vectors::{Current, VectorIndex},
         },
     };
-    use memd_projectors::embed::{Embedder, HashedEmbedder};
+    use memd_embedder::{Embedder, HashedEmbedder};
 
     const TABLE: &str = "embeddings_hashed";
     let mut app = spawn_daemon_with(connect, semantic("hashed")).await;

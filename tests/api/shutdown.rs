@@ -8,8 +8,9 @@ use std::{
 };
 
 use memd::startup::ServeConfig;
+use memd_embedder::{EmbedError, Embedder, HashedEmbedder};
 use memd_projectors::{
-    embed::{EmbedError, Embedder, HashedEmbedder, worker::EmbeddingWork},
+    embed_worker::EmbeddingWork,
     runtime::{Runtime, RuntimeConfig},
 };
 use serde_json::Value;

@@ -172,7 +172,7 @@ async fn an_exported_log_imports_elsewhere_with_the_same_chain_and_goes_on_after
     let third_pool = sqlx::PgPool::connect(&third).await.unwrap();
     memd::write::append(
         &third_pool,
-        &memd_projectors::seal::Keyring::none(),
+        &memd_core::seal::Keyring::none(),
         &memd::domain::tenant::TenantId::parse("acme").unwrap(),
         vec![
             memd::domain::event::NewEvent::parse(
@@ -438,7 +438,7 @@ fn rehash(event: &Value, tenant: &str, pg_style: bool) -> String {
     };
     let prev: [u8; 32] = hex::decode(text("prev_hash")).unwrap().try_into().unwrap();
     hex::encode(
-        memd::domain::hash_chain::ChainedEvent {
+        memd_core::hash_chain::ChainedEvent {
             tenant_id: tenant,
             seq: event["seq"].as_i64().unwrap(),
             event_id: &text("event_id"),

@@ -7,11 +7,13 @@ use sqlx::PgConnection;
 
 use super::tokens::TokenCounter;
 use crate::{
+    projector::{BoxFuture, Projector, Table},
+    render, retraction,
+};
+use memd_core::{
     content::{Content, Message, Summary, ToolOutput},
     dedupe,
     event::{Kind, StoredEvent},
-    projector::{BoxFuture, Projector, Table},
-    render, retraction,
 };
 
 /// Parts aim at this many tokens. Splitting estimates 4 bytes per token;
@@ -127,7 +129,7 @@ pub struct Chunk {
     pub token_est: i32,
     pub importance: f32,
     pub content_hash: Vec<u8>,
-    /// Its content words ([`crate::dedupe::words`]), encoded.
+    /// Its content words ([`memd_core::dedupe::words`]), encoded.
     pub word_hashes: Vec<u8>,
 }
 

@@ -10,10 +10,13 @@ use serde_json::{Value, json};
 use sqlx::{PgConnection, Row};
 
 use crate::{
-    content::{self, Content},
-    event::{Kind, StoredEvent},
     projector::{Fold, Table},
     retraction::{self, Step},
+};
+
+use memd_core::{
+    content::{self, Content},
+    event::{Kind, StoredEvent},
     seal::SealError,
 };
 

@@ -20,11 +20,12 @@ use sqlx::PgConnection;
 
 use super::chunks;
 use crate::{
-    embed::{self, Embedder, HashedEmbedder, MiniLm, Model, MpNet},
-    event::{Kind, StoredEvent},
     projector::{BoxFuture, Projector, Table},
     retraction,
 };
+use memd_core::event::{Kind, StoredEvent};
+use memd_embedder as embed;
+use memd_embedder::{Embedder, HashedEmbedder, MiniLm, Model, MpNet};
 
 const KEY: &[&str] = &["tenant_id", "chunk_id"];
 const MINILM_TABLES: &[Table] = &[Table {
@@ -239,7 +240,7 @@ async fn forget_events(
 
 /// [`Embedder::embed_background`] on a thread of its own. Not
 /// `spawn_blocking`: a batch abandoned at shutdown (see
-/// [`crate::embed::worker`]) may still be computing, at the lowest CPU
+/// [`memd_embedder::worker`]) may still be computing, at the lowest CPU
 /// priority on a busy machine for minutes, and a runtime waits for its
 /// blocking tasks before it ends; a detached thread ends with the process.
 async fn embed_detached(

@@ -6,10 +6,11 @@
 
 use sqlx::PgConnection;
 
-use crate::{
+use crate::projector::{Fold, Table};
+
+use memd_core::{
     content::Content,
     event::{Kind, StoredEvent},
-    projector::{Fold, Table},
 };
 
 const TABLES: &[Table] = &[Table {

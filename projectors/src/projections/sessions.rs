@@ -11,10 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
-use crate::{
-    event::{Kind, StoredEvent},
-    projector::{Fold, Table},
-};
+use crate::projector::{Fold, Table};
+
+use memd_core::event::{Kind, StoredEvent};
 
 const TABLES: &[Table] = &[
     Table {

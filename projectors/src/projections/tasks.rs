@@ -5,10 +5,13 @@ use std::collections::BTreeMap;
 use sqlx::PgConnection;
 
 use crate::{
-    content::{Content, TaskUpdate},
-    event::{Kind, StoredEvent, read_ids},
     projector::{Fold, Table},
     retraction::{self, Step},
+};
+
+use memd_core::{
+    content::{Content, TaskUpdate},
+    event::{Kind, StoredEvent, read_ids},
     seal::{Keyring, SEALED_PREFIX},
 };
 

@@ -10,10 +10,11 @@ use std::collections::HashMap;
 
 use sqlx::PgConnection;
 
-use crate::{
+use crate::projector::{BoxFuture, Projector, Table};
+
+use memd_core::{
     event::StoredEvent,
     merkle::{self, Hash, STORED_LEVEL},
-    projector::{BoxFuture, Projector, Table},
 };
 
 const TABLES: &[Table] = &[Table {

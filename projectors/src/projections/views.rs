@@ -8,10 +8,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use sqlx::PgConnection;
 
 use crate::{
-    content::{Content, ViewUpdate},
-    event::{Kind, StoredEvent, read_kind_before},
     projector::{Fold, Table},
     retraction::{self, Step},
+};
+
+use memd_core::{
+    content::{Content, ViewUpdate},
+    event::{Kind, StoredEvent, read_kind_before},
 };
 
 const TABLES: &[Table] = &[Table {

@@ -37,7 +37,7 @@ use std::{
 use sqlx::{PgPool, Row};
 use tokio::sync::RwLock;
 
-use memd_projectors::embed;
+use memd_embedder as embed;
 
 use super::{
     filters::RetrievalFilters,

@@ -22,7 +22,6 @@ pub mod hashed;
 mod int8;
 mod kernel;
 pub mod sentence;
-pub mod worker;
 
 use std::{
     path::{Path, PathBuf},

@@ -4,8 +4,8 @@
 //! "painting", "painted") point the same way; it knows no synonyms. Useful
 //! where no model files can be had, and in tests.
 
-use super::{EmbedError, Embedder, normalise};
-use crate::dedupe::{fnv1a, is_stopword, stem};
+use crate::{EmbedError, Embedder, normalise};
+use memd_core::dedupe::{fnv1a, is_stopword, stem};
 
 pub struct HashedEmbedder;
 
@@ -87,7 +87,7 @@ impl Embedder for HashedEmbedder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::embed::dot;
+    use crate::dot;
 
     #[test]
     fn shared_words_and_word_pieces_point_the_same_way() {

@@ -297,7 +297,7 @@ pub(super) mod tests {
     use super::*;
 
     /// The product in f64, rounded once: what every path is judged by.
-    pub(in crate::embed) fn naive(x: &[f32], k: usize, w: &[f32], bias: &[f32]) -> Vec<f32> {
+    pub(crate) fn naive(x: &[f32], k: usize, w: &[f32], bias: &[f32]) -> Vec<f32> {
         let (m, n) = (x.len() / k, w.len() / k);
         let mut out = vec![0.0; m * n];
         for t in 0..m {
@@ -312,7 +312,7 @@ pub(super) mod tests {
     }
 
     /// `count` pseudo-random values in [-1, 1], the same for a seed.
-    pub(in crate::embed) fn values(count: usize, seed: u32) -> Vec<f32> {
+    pub(crate) fn values(count: usize, seed: u32) -> Vec<f32> {
         (0..count)
             .map(|i| {
                 let h = (i as u32 ^ seed)

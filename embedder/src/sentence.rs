@@ -26,7 +26,7 @@ use std::{marker::PhantomData, path::Path, sync::Arc};
 use rayon::prelude::*;
 use tokenizers::{Tokenizer, TruncationParams};
 
-use super::{
+use crate::{
     EmbedError, Embedder,
     encoder::{Encoder, Precision},
     normalise,
@@ -274,7 +274,7 @@ fn lower_priority() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::embed::{ModelDirs, dot};
+    use crate::{ModelDirs, dot};
 
     /// The model folders `ops/fetch-model.sh` fills (MEMD_MODEL_DIR and
     /// MEMD_MPNET_DIR override).

@@ -468,7 +468,7 @@ mod vnni {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::embed::kernel::tests::{naive, values};
+    use crate::kernel::tests::{naive, values};
 
     #[test]
     fn every_path_gives_the_same_bytes_close_to_the_exact_product() {

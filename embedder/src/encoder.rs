@@ -24,7 +24,7 @@ use std::{collections::HashMap, path::Path};
 
 use serde::Deserialize;
 
-use super::{
+use crate::{
     int8::{self, QuantizedLinear, QuantizedRows},
     kernel::linear,
 };

@@ -328,10 +328,11 @@ pub async fn subject_keyring<'a>(
     )?)
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "test-util"))]
 impl StoredEvent {
-    /// A human's message with `text`, for unit tests.
-    pub(crate) fn test_message(seq: i64, event_id: String, text: &str) -> Self {
+    /// A human's message with `text`, for unit tests (here and in the
+    /// projectors, through the `test-util` feature).
+    pub fn test_message(seq: i64, event_id: String, text: &str) -> Self {
         Self {
             seq,
             event_id,

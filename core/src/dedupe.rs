@@ -66,7 +66,8 @@ static STOPWORDS_SORTED: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
 /// The longest stop word: longer words skip the lookup.
 const STOPWORD_MAX_LEN: usize = 8;
 
-pub(crate) fn is_stopword(word: &str) -> bool {
+/// A word too common to tell texts apart (a short English list).
+pub fn is_stopword(word: &str) -> bool {
     word.len() <= STOPWORD_MAX_LEN && STOPWORDS_SORTED.binary_search(&word).is_ok()
 }
 
@@ -78,7 +79,7 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// Strips one common English suffix from words long enough to keep a stem.
-pub(crate) fn stem(word: &str) -> &str {
+pub fn stem(word: &str) -> &str {
     for suffix in ["ing", "ed", "es", "s"] {
         if let Some(stem) = word.strip_suffix(suffix)
             && stem.chars().count() >= 3

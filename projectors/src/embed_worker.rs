@@ -33,15 +33,15 @@ use std::{
 use sqlx::PgPool;
 use tokio::sync::watch;
 
-use super::Embedder;
 use crate::{
     EMBEDDED_CHANNEL,
     engine::{Engine, ProjectError, Step},
     projections::embeddings::{self, EmbeddingProjector},
     projector::BoxFuture,
     runtime::Work,
-    seal::Keyring,
 };
+use memd_core::seal::Keyring;
+use memd_embedder::Embedder;
 
 /// What [`Work::label`] the embeddings work gives: its failures concern
 /// every embeddings projection of the tenant.
