@@ -206,7 +206,7 @@ fn first_line<'de, D: serde::Deserializer<'de>>(field: D) -> Result<Option<i64>,
 
 impl<'a> Content<'a> {
     /// Reads `content` as the shape of `kind`.
-    pub fn read(kind: Option<Kind>, content: &'a Value) -> Self {
+    pub fn read(kind: Kind, content: &'a Value) -> Self {
         fn shaped<'a, T: Deserialize<'a>>(
             content: &'a Value,
             variant: fn(T) -> Content<'a>,
@@ -214,17 +214,17 @@ impl<'a> Content<'a> {
             T::deserialize(content).map_or(Content::Other, variant)
         }
         match kind {
-            Some(Kind::Message) => shaped(content, Content::Message),
-            Some(Kind::Summary) => shaped(content, Content::Summary),
-            Some(Kind::ToolResult) => shaped(content, Content::ToolResult),
-            Some(Kind::Artifact) => shaped(content, Content::Artifact),
-            Some(Kind::Decision) => shaped(content, Content::Decision),
-            Some(Kind::TaskUpdate) => shaped(content, Content::TaskUpdate),
-            Some(Kind::ViewUpdate) => shaped(content, Content::ViewUpdate),
-            Some(Kind::Handoff) => shaped(content, Content::Handoff),
-            Some(Kind::ToolCall) => shaped(content, Content::ToolCall),
-            Some(Kind::Retraction) => shaped(content, Content::Retraction),
-            Some(Kind::Erasure) | None => Content::Other,
+            Kind::Message => shaped(content, Content::Message),
+            Kind::Summary => shaped(content, Content::Summary),
+            Kind::ToolResult => shaped(content, Content::ToolResult),
+            Kind::Artifact => shaped(content, Content::Artifact),
+            Kind::Decision => shaped(content, Content::Decision),
+            Kind::TaskUpdate => shaped(content, Content::TaskUpdate),
+            Kind::ViewUpdate => shaped(content, Content::ViewUpdate),
+            Kind::Handoff => shaped(content, Content::Handoff),
+            Kind::ToolCall => shaped(content, Content::ToolCall),
+            Kind::Retraction => shaped(content, Content::Retraction),
+            Kind::Erasure => Content::Other,
         }
     }
 
@@ -315,7 +315,7 @@ mod tests {
     fn each_kind_reads_its_own_fields() {
         let decision = json!({"decision": "Pages of 200", "key": "page-size", "scope": "project",
             "supersedes": "evt_1", "value": 200, "confidence": 0.8, "rationale": ["timeouts"]});
-        let Content::Decision(read) = Content::read(Some(Kind::Decision), &decision) else {
+        let Content::Decision(read) = Content::read(Kind::Decision, &decision) else {
             panic!("a decision reads as one");
         };
         assert_eq!(read.key, Some("page-size"));
@@ -324,12 +324,12 @@ mod tests {
         assert_eq!(read.rationale, ["timeouts"]);
         // A value of null is a value; no value is none.
         let null = json!({"decision": "No limit", "value": null});
-        let Content::Decision(read_null) = Content::read(Some(Kind::Decision), &null) else {
+        let Content::Decision(read_null) = Content::read(Kind::Decision, &null) else {
             panic!("a decision reads as one");
         };
         assert_eq!(read_null.value, Some(Value::Null));
         let without = json!({"decision": "x"});
-        let Content::Decision(no_value) = Content::read(Some(Kind::Decision), &without) else {
+        let Content::Decision(no_value) = Content::read(Kind::Decision, &without) else {
             panic!("a decision reads as one");
         };
         assert_eq!(no_value.value, None);
@@ -339,7 +339,7 @@ mod tests {
         for (range, first) in [(json!([5, 9]), Some(5)), (json!("5-9"), None)] {
             let output =
                 json!({"tool": "fs.read", "excerpt_text": "fn main() {}", "line_range": range});
-            let Content::ToolResult(read) = Content::read(Some(Kind::ToolResult), &output) else {
+            let Content::ToolResult(read) = Content::read(Kind::ToolResult, &output) else {
                 panic!("a tool output reads as one");
             };
             assert_eq!(
@@ -348,19 +348,19 @@ mod tests {
             );
         }
         // The same content read as a task update holds nothing it reads.
-        let Content::TaskUpdate(task) = Content::read(Some(Kind::TaskUpdate), &decision) else {
+        let Content::TaskUpdate(task) = Content::read(Kind::TaskUpdate, &decision) else {
             panic!("extra fields are kept, not refused");
         };
         assert_eq!(task.task_id, None);
         // Not an object, or a field of the wrong type: nothing is read.
         for wrong in [json!("text"), json!({"text": 3})] {
             assert!(matches!(
-                Content::read(Some(Kind::Message), &wrong),
+                Content::read(Kind::Message, &wrong),
                 Content::Other
             ));
         }
         assert!(matches!(
-            Content::read(None, &json!({"text": "a newer kind"})),
+            Content::read(Kind::Erasure, &json!({"text": "no content of its own"})),
             Content::Other
         ));
     }

@@ -42,6 +42,41 @@ macro_rules! wire_enum {
                 }
             }
         }
+
+        // A TEXT column (its values held by a CHECK constraint), read and
+        // bound as the enum itself.
+        impl sqlx::Type<sqlx::Postgres> for $name {
+            fn type_info() -> sqlx::postgres::PgTypeInfo {
+                <&str as sqlx::Type<sqlx::Postgres>>::type_info()
+            }
+
+            fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+                <&str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+            }
+        }
+
+        impl sqlx::postgres::PgHasArrayType for $name {
+            fn array_type_info() -> sqlx::postgres::PgTypeInfo {
+                <&str as sqlx::postgres::PgHasArrayType>::array_type_info()
+            }
+        }
+
+        impl<'r> sqlx::Decode<'r, sqlx::Postgres> for $name {
+            fn decode(value: sqlx::postgres::PgValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+                let text = <&str as sqlx::Decode<sqlx::Postgres>>::decode(value)?;
+                Self::parse(text)
+                    .ok_or_else(|| format!("{text:?} is no {}", stringify!($name)).into())
+            }
+        }
+
+        impl sqlx::Encode<'_, sqlx::Postgres> for $name {
+            fn encode_by_ref(
+                &self,
+                buf: &mut sqlx::postgres::PgArgumentBuffer,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                <&str as sqlx::Encode<sqlx::Postgres>>::encode(self.as_str(), buf)
+            }
+        }
     };
 }
 
@@ -92,9 +127,17 @@ wire_enum!(
 );
 wire_enum!(
     /// How sensitive the content is. `secret` content is never stored.
-    #[derive(Default)]
+    /// Declared from least to most sensitive, which is how they compare.
+    #[derive(Default, PartialOrd, Ord)]
     Sensitivity { #[default] None => "none", Low => "low", High => "high", Secret => "secret" }
 );
+
+impl Sensitivity {
+    /// Content of this sensitivity is sealed at rest when a key is present.
+    pub fn is_sealed(self) -> bool {
+        matches!(self, Sensitivity::High | Sensitivity::Secret)
+    }
+}
 
 impl Kind {
     /// Kinds that take turns in a session (a conversation's messages, an
@@ -111,16 +154,16 @@ pub struct StoredEvent {
     pub created_at: DateTime<Utc>,
     pub ts: DateTime<Utc>,
     pub session_id: String,
-    pub channel: String,
-    pub actor_type: String,
+    pub channel: Channel,
+    pub actor_type: ActorType,
     pub actor_id: String,
     /// The agent whose memory it is, if any.
     pub agent_id: Option<String>,
     /// The data subject whose key seals its content in the log, if any.
     #[sqlx(default)]
     pub subject_id: Option<String>,
-    pub kind: String,
-    pub sensitivity: String,
+    pub kind: Kind,
+    pub sensitivity: Sensitivity,
     pub tags: Vec<String>,
     pub content: Value,
     pub refs: Vec<String>,
@@ -145,11 +188,6 @@ pub struct StoredEvent {
 }
 
 impl StoredEvent {
-    /// [`Self::kind`], typed; `None` for a kind this build does not know.
-    pub fn kind(&self) -> Option<Kind> {
-        Kind::parse(&self.kind)
-    }
-
     /// A text a projection row keeps: sealed when the event is.
     pub fn protect(&self, text: String) -> String {
         match &self.sealer {
@@ -176,7 +214,7 @@ impl StoredEvent {
 
     /// Its content, read as the shape of its kind.
     pub fn shape(&self) -> Content<'_> {
-        Content::read(self.kind(), &self.content)
+        Content::read(self.kind, &self.content)
     }
 }
 
@@ -250,7 +288,7 @@ pub async fn read_kind_before(
           LIMIT $4"
     )))
     .bind(tenant)
-    .bind(kind.as_str())
+    .bind(kind)
     .bind(before)
     .bind(limit)
     .fetch_all(&mut *conn)
@@ -290,9 +328,9 @@ pub fn open(keyring: &Keyring, tenant: &str, event: &mut StoredEvent) -> Result<
         keyring.open_event_content(tenant, &mut event.content, event.subject_id.is_some())?;
     event.erased = opened == Opened::Erased;
     event.sealer = if event.subject_id.is_some() {
-        keyring.sealer(tenant, "high")
+        keyring.sealer(tenant, Sensitivity::High)
     } else {
-        keyring.sealer(tenant, &event.sensitivity)
+        keyring.sealer(tenant, event.sensitivity)
     };
     event.keyring = keyring.clone();
     Ok(())
@@ -339,13 +377,13 @@ impl StoredEvent {
             created_at: chrono::DateTime::UNIX_EPOCH,
             ts: chrono::DateTime::UNIX_EPOCH,
             session_id: "s".into(),
-            channel: "private".into(),
-            actor_type: "human".into(),
+            channel: Channel::Private,
+            actor_type: ActorType::Human,
             actor_id: "a".into(),
             agent_id: None,
             subject_id: None,
-            kind: "message".into(),
-            sensitivity: "none".into(),
+            kind: Kind::Message,
+            sensitivity: Sensitivity::None,
             tags: vec![],
             content: serde_json::json!({ "text": text }),
             refs: vec![],

@@ -11,7 +11,7 @@ use std::{fmt::Write as _, path::Path, time::Instant};
 
 use super::harness::{percentile, report_header, write_report};
 use memd::{
-    domain::event::Channel,
+    domain::event::{Channel, Kind, Sensitivity},
     read::{
         privacy::Visibility,
         retrieve::Scope,
@@ -122,10 +122,14 @@ pub async fn run(
             let mut vectors = TenantVectors::with_tuning(tuning);
             for seq in 1..=count as i64 {
                 // One in ten is high-sensitivity: filtered in the scan for a public bundle.
-                let sensitivity = if seq % 10 == 0 { "high" } else { "none" };
+                let sensitivity = if seq % 10 == 0 {
+                    Sensitivity::High
+                } else {
+                    Sensitivity::None
+                };
                 vectors.push(
                     (seq, 0),
-                    ("public".into(), sensitivity.into(), "message".into(), None),
+                    (Channel::Public, sensitivity, Kind::Message, None),
                     Filtered {
                         ts_us: seq * 1_000_000,
                         session: format!("s{}", seq / 100),

@@ -103,7 +103,7 @@ impl<T: Fold> Projector for T {
     ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
         let read: Vec<&StoredEvent> = events
             .iter()
-            .filter(|event| event.kind().is_some_and(|kind| T::KINDS.contains(&kind)))
+            .filter(|event| T::KINDS.contains(&event.kind))
             .collect();
         if read.is_empty() {
             return Box::pin(std::future::ready(Ok(())));

@@ -15,7 +15,7 @@ use memd_core::event::{Kind, StoredEvent};
 
 /// The event ids `event` withdraws, when it is a retraction.
 pub fn withdrawn(event: &StoredEvent) -> Option<&[String]> {
-    (event.kind() == Some(Kind::Retraction)).then_some(event.refs.as_slice())
+    (event.kind == Kind::Retraction).then_some(event.refs.as_slice())
 }
 
 /// One step of folding a batch that holds retractions: a run of other
@@ -69,9 +69,9 @@ pub async fn retracted_through(
 mod tests {
     use super::*;
 
-    fn event(seq: i64, kind: &str, refs: &[&str]) -> StoredEvent {
+    fn event(seq: i64, kind: Kind, refs: &[&str]) -> StoredEvent {
         let mut event = StoredEvent::test_message(seq, format!("evt_{seq}"), "x");
-        event.kind = kind.into();
+        event.kind = kind;
         event.refs = refs.iter().map(|r| (*r).to_owned()).collect();
         event
     }
@@ -79,11 +79,11 @@ mod tests {
     #[test]
     fn a_batch_folds_what_precedes_each_retraction_before_withdrawing() {
         let events = [
-            event(1, "message", &[]),
-            event(2, "task_update", &[]),
-            event(3, "retraction", &["evt_2"]),
-            event(4, "message", &[]),
-            event(5, "retraction", &["evt_1"]),
+            event(1, Kind::Message, &[]),
+            event(2, Kind::TaskUpdate, &[]),
+            event(3, Kind::Retraction, &["evt_2"]),
+            event(4, Kind::Message, &[]),
+            event(5, Kind::Retraction, &["evt_1"]),
         ];
         let steps = steps(events.iter().collect());
         let shape: Vec<String> = steps

@@ -120,7 +120,7 @@ pub async fn import(
             .map_err(|err| anyhow::anyhow!("{}: {} {}", path.display(), err.field, err.message))?;
         // Compared after redaction: a file holding a secret would otherwise
         // differ from its stored, redacted text forever.
-        let stored = match Content::read(Some(Kind::ViewUpdate), &event.content) {
+        let stored = match Content::read(Kind::ViewUpdate, &event.content) {
             Content::ViewUpdate(update) => update.text,
             _ => None,
         };
@@ -178,7 +178,7 @@ async fn latest_update(
         if opened == memd_core::seal::Opened::Erased {
             continue;
         }
-        if let Content::ViewUpdate(update) = Content::read(Some(Kind::ViewUpdate), &content)
+        if let Content::ViewUpdate(update) = Content::read(Kind::ViewUpdate, &content)
             && update.view == Some(view)
         {
             let text = update.text.unwrap_or_default().to_owned();

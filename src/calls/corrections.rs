@@ -13,7 +13,13 @@ use super::{
     require_scope,
 };
 use crate::{
-    domain::{FieldError, event::ActorRequest, limits::MAX_ID_BYTES, parse_json, tenant::Scope},
+    domain::{
+        FieldError,
+        event::{ActorRequest, Channel, Kind, Sensitivity},
+        limits::MAX_ID_BYTES,
+        parse_json,
+        tenant::Scope,
+    },
     read::privacy::event_row_condition,
     tenants::Caller,
     write::Appended,
@@ -76,16 +82,19 @@ pub(crate) async fn correct(
         ));
     }
     let original = Original::read(state, caller, event_id).await?;
-    if matches!(original.kind.as_str(), "erasure" | "retraction" | "handoff") {
+    if matches!(
+        original.kind,
+        Kind::Erasure | Kind::Retraction | Kind::Handoff
+    ) {
         return Err(invalid(
             "id",
             &format!(
                 "{event_id} is a {}, which cannot be corrected",
-                original.kind
+                original.kind.as_str()
             ),
         ));
     }
-    let envelope = |kind: &str| {
+    let envelope = |kind: Kind| {
         let mut event = Map::new();
         event.insert("session_id".into(), json!(original.session_id));
         event.insert("channel".into(), json!(original.channel));
@@ -98,7 +107,7 @@ pub(crate) async fn correct(
         }
         event
     };
-    let mut retraction = envelope("retraction");
+    let mut retraction = envelope(Kind::Retraction);
     retraction.insert("content".into(), json!({ "reason": request.reason }));
     retraction.insert("refs".into(), json!([event_id]));
     if let Some(key) = &request.idempotency_key {
@@ -107,7 +116,7 @@ pub(crate) async fn correct(
             json!(format!("{key}{RETRACTION_KEY_SUFFIX}")),
         );
     }
-    let mut corrected = envelope(&original.kind);
+    let mut corrected = envelope(original.kind);
     corrected.insert("subject_id".into(), json!(original.subject_id));
     corrected.insert("tags".into(), json!(original.tags));
     let mut refs = original.refs.clone();
@@ -212,11 +221,11 @@ fn invalid(field: &str, message: &str) -> CallError {
 #[derive(sqlx::FromRow)]
 struct Original {
     session_id: String,
-    channel: String,
+    channel: Channel,
     agent_id: Option<String>,
     subject_id: Option<String>,
-    kind: String,
-    sensitivity: String,
+    kind: Kind,
+    sensitivity: Sensitivity,
     tags: Vec<String>,
     refs: Vec<String>,
 }

@@ -86,10 +86,8 @@ pub struct Decision {
     /// The retraction that withdrew it, if one did.
     retracted_by: Option<String>,
     session_id: String,
-    #[schema(value_type = Channel)]
-    channel: String,
-    #[schema(value_type = Sensitivity)]
-    sensitivity: String,
+    channel: Channel,
+    sensitivity: Sensitivity,
     actor_id: String,
     tags: Vec<String>,
 }

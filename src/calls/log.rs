@@ -94,10 +94,8 @@ pub struct StoredEvent {
     /// When it happened (the request's `ts`, else the commit time).
     pub ts: DateTime<Utc>,
     pub session_id: String,
-    #[schema(value_type = Channel)]
-    pub channel: String,
-    #[schema(value_type = ActorType)]
-    pub actor_type: String,
+    pub channel: Channel,
+    pub actor_type: ActorType,
     pub actor_id: String,
     /// The agent whose memory it is, if any.
     #[schema(required = true)]
@@ -105,10 +103,8 @@ pub struct StoredEvent {
     /// The data subject whose own key seals the content, if any.
     #[schema(required = true)]
     pub subject_id: Option<String>,
-    #[schema(value_type = Kind)]
-    pub kind: String,
-    #[schema(value_type = Sensitivity)]
-    pub sensitivity: String,
+    pub kind: Kind,
+    pub sensitivity: Sensitivity,
     pub tags: Vec<String>,
     pub refs: Vec<String>,
     /// As stored: redacted, a tool result normalized (`excerpt_text`, ...).
@@ -190,15 +186,11 @@ pub struct Chunk {
     pub part: i32,
     pub ts: DateTime<Utc>,
     pub session_id: String,
-    #[schema(value_type = Channel)]
-    pub channel: String,
-    #[schema(value_type = Sensitivity)]
-    pub sensitivity: String,
-    #[schema(value_type = ActorType)]
-    pub actor_type: String,
+    pub channel: Channel,
+    pub sensitivity: Sensitivity,
+    pub actor_type: ActorType,
     pub actor_id: String,
-    #[schema(value_type = Kind)]
-    pub kind: String,
+    pub kind: Kind,
     pub tags: Vec<String>,
     /// The file or tool a tool output came from.
     #[schema(required = true)]

@@ -45,10 +45,8 @@ pub struct Summary {
     seq: i64,
     ts: DateTime<Utc>,
     session_id: String,
-    #[schema(value_type = Channel)]
-    channel: String,
-    #[schema(value_type = Sensitivity)]
-    sensitivity: String,
+    channel: Channel,
+    sensitivity: Sensitivity,
     text: String,
     /// The events it summarizes.
     refs: Vec<String>,

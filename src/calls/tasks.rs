@@ -41,10 +41,8 @@ pub struct Task {
     /// Its `task_update` events, oldest first.
     event_ids: Vec<String>,
     session_id: String,
-    #[schema(value_type = Channel)]
-    channel: String,
-    #[schema(value_type = Sensitivity)]
-    sensitivity: String,
+    channel: Channel,
+    sensitivity: Sensitivity,
     updated_at: DateTime<Utc>,
 }
 
@@ -98,10 +96,8 @@ pub struct View {
     event_id: String,
     ts: DateTime<Utc>,
     actor_id: String,
-    #[schema(value_type = Channel)]
-    channel: String,
-    #[schema(value_type = Sensitivity)]
-    sensitivity: String,
+    channel: Channel,
+    sensitivity: Sensitivity,
     /// The agent whose own version it is (its private updates); null for
     /// the shared version.
     owner: Option<String>,

@@ -946,7 +946,7 @@ mod tests {
                 );
             }
             assert!(
-                !matches!(Content::read(Some(kind), &event.content), Content::Other),
+                !matches!(Content::read(kind, &event.content), Content::Other),
                 "{kind:?} reads as its kind"
             );
         }

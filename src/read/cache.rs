@@ -46,14 +46,14 @@ use super::{
     recent::{KeptWindow, WindowKey, Windows},
     retrieve,
 };
-use crate::domain::event::Channel;
+use crate::domain::event::{Channel, Sensitivity};
 
 /// A cached item and what privacy filters look at.
 #[derive(Debug, Clone)]
 pub struct Visible {
     pub item: Item,
-    pub channel: String,
-    pub sensitivity: String,
+    pub channel: Channel,
+    pub sensitivity: Sensitivity,
     /// The agent whose memory it is, if any.
     pub owner: Option<String>,
 }
@@ -586,8 +586,8 @@ async fn load_views(
         String,
         String,
         DateTime<Utc>,
-        String,
-        String,
+        Channel,
+        Sensitivity,
         String,
     );
     let views: Vec<ViewRow> = sqlx::query_as(
@@ -733,8 +733,8 @@ pub struct DecisionRow {
     pub decision_id: String,
     pub seq: i64,
     pub ts: DateTime<Utc>,
-    pub channel: String,
-    pub sensitivity: String,
+    pub channel: Channel,
+    pub sensitivity: Sensitivity,
     pub status: String,
     pub key: Option<String>,
     pub scope: String,
@@ -825,8 +825,8 @@ struct TaskRow {
     refs: Vec<String>,
     /// The task's last three updates, newest first: cited by its item.
     latest_event_ids: Vec<String>,
-    channel: String,
-    sensitivity: String,
+    channel: Channel,
+    sensitivity: Sensitivity,
     updated_at: DateTime<Utc>,
     owner: Option<String>,
 }

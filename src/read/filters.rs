@@ -125,8 +125,8 @@ impl RetrievalFilters {
         self.sessions.is_empty() || self.sessions.iter().any(|s| s == session)
     }
 
-    pub fn allows_kind(&self, kind: &str) -> bool {
-        self.kinds.is_empty() || self.kinds.iter().any(|k| k.as_str() == kind)
+    pub fn allows_kind(&self, kind: Kind) -> bool {
+        self.kinds.is_empty() || self.kinds.contains(&kind)
     }
 
     pub fn allows_tags(&self, tags: &[String]) -> bool {
@@ -162,7 +162,7 @@ mod tests {
         filters.allows_time(ts_us)
             && filters.allows_agent(Some("planner"))
             && filters.allows_session(session)
-            && filters.allows_kind("message")
+            && filters.allows_kind(Kind::Message)
             && filters.allows_tags(tags)
     }
 

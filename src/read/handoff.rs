@@ -214,7 +214,7 @@ async fn task_text(
     request: &HandoffRequest,
     task_id: &str,
 ) -> Result<Result<Option<TaskText>, FieldError>, sqlx::Error> {
-    let state: Option<(String, String, String, String)> =
+    let state: Option<(String, String, Channel, Sensitivity)> =
         sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT title, details, channel, sensitivity FROM projections.tasks t
               WHERE tenant_id = $1 AND task_id = $2 AND {owner}",
@@ -231,17 +231,15 @@ async fn task_text(
     // The packet must not carry the task's text to anyone who could not
     // read the task itself.
     let visible = super::privacy::Visibility::new(request.channel);
-    // `Sensitivity::ALL` is least sensitive first.
-    let rank = |s: &str| Sensitivity::ALL.iter().position(|k| k.as_str() == s);
-    if !visible.allows(&channel, &sensitivity)
-        || rank(&sensitivity) > rank(request.sensitivity.as_str())
-    {
+    if !visible.allows(channel, sensitivity) || sensitivity > request.sensitivity {
         return Ok(Err(FieldError::new(
             "task_id",
             format!(
-                "task {task_id} is {channel} and {sensitivity}: a {} handoff of \
+                "task {task_id} is {} and {}: a {} handoff of \
                  sensitivity {} may not carry its text; give `task` yourself, or \
                  send the handoff with a channel and sensitivity that may",
+                channel.as_str(),
+                sensitivity.as_str(),
                 request.channel.as_str(),
                 request.sensitivity.as_str()
             ),
@@ -343,10 +341,8 @@ pub struct Handoff {
     pub ts: DateTime<Utc>,
     /// The session it was recorded in (the receiver's, as the sender chose).
     pub session_id: String,
-    #[schema(value_type = Channel)]
-    pub channel: String,
-    #[schema(value_type = Sensitivity)]
-    pub sensitivity: String,
+    pub channel: Channel,
+    pub sensitivity: Sensitivity,
     pub from_agent: String,
     pub to_agent: String,
     pub task: String,

@@ -95,8 +95,8 @@ impl<'a> Visibility<'a> {
     /// agent's private memory is its own; unowned private memory is the
     /// tenant's, shared by its agents; other channels are shared by the
     /// channel rules ([`Self::allows`]).
-    pub fn owner_allows(self, channel: &str, owner: Option<&str>) -> bool {
-        channel != Channel::Private.as_str()
+    pub fn owner_allows(self, channel: Channel, owner: Option<&str>) -> bool {
+        channel != Channel::Private
             || owner.is_none()
             || self.agent.is_none()
             || owner == self.agent
@@ -132,20 +132,17 @@ impl<'a> Visibility<'a> {
         self.sensitivities().iter().map(|s| s.as_str()).collect()
     }
 
-    fn sensitivity_allowed(self, sensitivity: &str) -> bool {
-        self.sensitivities()
-            .iter()
-            .any(|s| s.as_str() == sensitivity)
+    fn sensitivity_allowed(self, sensitivity: Sensitivity) -> bool {
+        self.sensitivities().contains(&sensitivity)
     }
 
     /// Memory recorded in `channel` with `sensitivity`: chunks, decisions,
     /// tasks, handoffs, recent events.
-    pub fn allows(self, channel: &str, sensitivity: &str) -> bool {
-        self.channels().iter().any(|c| c.as_str() == channel)
-            && self.sensitivity_allowed(sensitivity)
+    pub fn allows(self, channel: Channel, sensitivity: Sensitivity) -> bool {
+        self.channels().contains(&channel) && self.sensitivity_allowed(sensitivity)
     }
 
-    pub fn allows_view(self, view: &str, sensitivity: &str) -> bool {
+    pub fn allows_view(self, view: &str, sensitivity: Sensitivity) -> bool {
         if self.channel == Channel::Public && view == PREFERENCES_VIEW {
             return false;
         }
@@ -169,50 +166,50 @@ mod tests {
     #[test]
     fn an_agents_private_memory_is_its_own_and_unowned_private_memory_is_shared() {
         let beta = Visibility::new(Channel::Private).for_agent(Some("beta"));
-        assert!(!beta.owner_allows("private", Some("alpha")));
-        assert!(beta.owner_allows("private", Some("beta")));
-        assert!(beta.owner_allows("private", None));
-        assert!(beta.owner_allows("team", Some("alpha")));
+        assert!(!beta.owner_allows(Channel::Private, Some("alpha")));
+        assert!(beta.owner_allows(Channel::Private, Some("beta")));
+        assert!(beta.owner_allows(Channel::Private, None));
+        assert!(beta.owner_allows(Channel::Team, Some("alpha")));
         let operator = Visibility::new(Channel::Private);
-        assert!(operator.owner_allows("private", Some("alpha")));
+        assert!(operator.owner_allows(Channel::Private, Some("alpha")));
     }
 
     #[test]
     fn public_gets_public_low_sensitivity_memory_only() {
         let public = Visibility::new(Channel::Public);
-        assert!(public.allows("public", "low"));
-        assert!(!public.allows("public", "high"));
+        assert!(public.allows(Channel::Public, Sensitivity::Low));
+        assert!(!public.allows(Channel::Public, Sensitivity::High));
         assert!(
-            !public.allows("private", "none"),
+            !public.allows(Channel::Private, Sensitivity::None),
             "private memory stays private"
         );
-        assert!(!public.allows("team", "none"));
-        assert!(!public.allows_view("preferences", "none"));
-        assert!(public.allows_view("rules", "none"));
-        assert!(!public.allows_view("rules", "high"));
+        assert!(!public.allows(Channel::Team, Sensitivity::None));
+        assert!(!public.allows_view("preferences", Sensitivity::None));
+        assert!(public.allows_view("rules", Sensitivity::None));
+        assert!(!public.allows_view("rules", Sensitivity::High));
     }
 
     #[test]
     fn private_gets_everything_but_secrets() {
         let private = Visibility::new(Channel::Private);
-        for channel in ["private", "team", "agent", "public"] {
-            assert!(private.allows(channel, "high"));
-            assert!(!private.allows(channel, "secret"));
+        for channel in Channel::ALL {
+            assert!(private.allows(*channel, Sensitivity::High));
+            assert!(!private.allows(*channel, Sensitivity::Secret));
         }
-        assert!(private.allows_view("preferences", "high"));
+        assert!(private.allows_view("preferences", Sensitivity::High));
     }
 
     #[test]
     fn team_and_agent_never_see_private_conversations() {
         let team = Visibility::new(Channel::Team);
         let agent = Visibility::new(Channel::Agent);
-        assert!(!team.allows("private", "none"));
-        assert!(team.allows("agent", "high"));
-        assert!(!agent.allows("private", "none"));
+        assert!(!team.allows(Channel::Private, Sensitivity::None));
+        assert!(team.allows(Channel::Agent, Sensitivity::High));
+        assert!(!agent.allows(Channel::Private, Sensitivity::None));
         assert!(
-            !agent.allows("team", "high"),
+            !agent.allows(Channel::Team, Sensitivity::High),
             "agent channels get none/low only"
         );
-        assert!(agent.allows("team", "low"));
+        assert!(agent.allows(Channel::Team, Sensitivity::Low));
     }
 }

@@ -21,7 +21,10 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use memd_core::StoredEvent;
+use memd_core::{
+    StoredEvent,
+    event::{Channel, Kind, Sensitivity},
+};
 
 use memd_projectors::render;
 use serde::Serialize;
@@ -57,8 +60,8 @@ pub struct RecentReport {
 pub struct WindowEvent {
     seq: i64,
     event_id: String,
-    channel: String,
-    sensitivity: String,
+    channel: Channel,
+    sensitivity: Sensitivity,
     agent_id: Option<String>,
     /// One per part shown, newest first (an event's later parts before its
     /// earlier ones).
@@ -259,10 +262,10 @@ fn shown(
 ) -> Vec<Item> {
     let mut visible = Vec::with_capacity(events.len());
     for event in events {
-        if !visibility.owner_allows(&event.channel, event.agent_id.as_deref()) {
+        if !visibility.owner_allows(event.channel, event.agent_id.as_deref()) {
             continue;
         }
-        if !visibility.allows(&event.channel, &event.sensitivity) {
+        if !visibility.allows(event.channel, event.sensitivity) {
             omissions.privacy(SectionName::RecentWindow, event.event_id.clone());
             continue;
         }
@@ -386,7 +389,7 @@ fn window_event(
     projected_seq: i64,
 ) -> WindowEvent {
     let hidden =
-        (event.kind == "tool_result" && parts.len() > RECENT_TOOL_OUTPUT_PARTS).then(|| {
+        (event.kind == Kind::ToolResult && parts.len() > RECENT_TOOL_OUTPUT_PARTS).then(|| {
             HiddenParts {
                 parts: parts.len(),
                 chunk_ids: parts
@@ -412,7 +415,7 @@ fn window_event(
             };
             let meta = render::chunk_meta(
                 &event.actor_id,
-                &event.kind,
+                event.kind.as_str(),
                 part.source.as_deref(),
                 part.line_start.zip(part.line_end),
                 event.ts,
@@ -535,8 +538,8 @@ mod tests {
         Arc::new(WindowEvent {
             seq,
             event_id: format!("evt_{seq}"),
-            channel: "private".to_owned(),
-            sensitivity: "none".to_owned(),
+            channel: Channel::Private,
+            sensitivity: Sensitivity::None,
             agent_id: None,
             items: vec![Item {
                 kind: "event",

@@ -21,7 +21,7 @@ use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::{PgPool, Row};
 
-use crate::domain::FieldError;
+use crate::domain::{FieldError, event::Kind};
 
 /// Tags that pin memory: a bundle holds the newest pinned chunks the
 /// channel may see whatever the question, while they fit.
@@ -74,7 +74,12 @@ pub struct MaxAgeDays {
 
 impl MaxAgeDays {
     /// The kinds with an age limit, in the order [`SQL`] binds them.
-    pub const KINDS: [&'static str; 4] = ["message", "tool_result", "summary", "task_update"];
+    pub const KINDS: [Kind; 4] = [
+        Kind::Message,
+        Kind::ToolResult,
+        Kind::Summary,
+        Kind::TaskUpdate,
+    ];
 
     fn days(&self) -> [Option<u32>; 4] {
         [
@@ -101,7 +106,12 @@ impl Retention {
             _ => Ok(()),
         };
         for (kind, days) in MaxAgeDays::KINDS.iter().zip(self.max_age_days.days()) {
-            at_most(&format!("max_age_days.{kind}"), days, 0, MAX_DAYS)?;
+            at_most(
+                &format!("max_age_days.{}", kind.as_str()),
+                days,
+                0,
+                MAX_DAYS,
+            )?;
         }
         at_most(
             "superseded_decisions_grace_days",
@@ -213,7 +223,7 @@ impl Forgetting {
             .position(|kind| *kind == chunk.kind)
             .and_then(|index| self.cutoffs[index])
             .is_some_and(|cutoff| chunk.ts_us < cutoff.timestamp_micros());
-        aged || (chunk.kind == "decision"
+        aged || (chunk.kind == Kind::Decision
             && self
                 .superseded
                 .as_ref()
@@ -230,7 +240,7 @@ impl Forgetting {
 pub struct ChunkFields<'a> {
     pub seq: i64,
     pub ts_us: i64,
-    pub kind: &'a str,
+    pub kind: Kind,
     pub session: &'a str,
     pub tags: &'a [String],
 }
@@ -245,7 +255,7 @@ mod tests {
         assert!(PINNED.contains(&listed), "{PINNED} vs {listed}");
     }
 
-    fn chunk<'a>(seq: i64, days_ago: i64, kind: &'a str, tags: &'a [String]) -> ChunkFields<'a> {
+    fn chunk(seq: i64, days_ago: i64, kind: Kind, tags: &[String]) -> ChunkFields<'_> {
         ChunkFields {
             seq,
             ts_us: (newest() - Duration::days(days_ago)).timestamp_micros(),
@@ -270,16 +280,16 @@ mod tests {
             ],
             ..Forgetting::default()
         };
-        assert!(!forgetting.forgets(&chunk(1, 20, "message", &[])));
-        assert!(forgetting.forgets(&chunk(1, 31, "message", &[])));
-        assert!(forgetting.forgets(&chunk(1, 8, "tool_result", &[])));
+        assert!(!forgetting.forgets(&chunk(1, 20, Kind::Message, &[])));
+        assert!(forgetting.forgets(&chunk(1, 31, Kind::Message, &[])));
+        assert!(forgetting.forgets(&chunk(1, 8, Kind::ToolResult, &[])));
         assert!(
-            !forgetting.forgets(&chunk(1, 400, "summary", &[])),
+            !forgetting.forgets(&chunk(1, 400, Kind::Summary, &[])),
             "no limit"
         );
-        assert!(!forgetting.forgets(&chunk(1, 400, "decision", &[])));
+        assert!(!forgetting.forgets(&chunk(1, 400, Kind::Decision, &[])));
         let pinned = ["pinned".to_owned()];
-        assert!(!forgetting.forgets(&chunk(1, 400, "message", &pinned)));
+        assert!(!forgetting.forgets(&chunk(1, 400, Kind::Message, &pinned)));
     }
 
     #[test]
@@ -290,17 +300,17 @@ mod tests {
             seq_floor: Some(5),
             ..Forgetting::default()
         };
-        assert!(forgetting.forgets(&chunk(9, 0, "decision", &[])));
-        assert!(!forgetting.forgets(&chunk(10, 0, "decision", &[])));
+        assert!(forgetting.forgets(&chunk(9, 0, Kind::Decision, &[])));
+        assert!(!forgetting.forgets(&chunk(10, 0, Kind::Decision, &[])));
         assert!(
-            !forgetting.forgets(&chunk(9, 0, "message", &[])),
+            !forgetting.forgets(&chunk(9, 0, Kind::Message, &[])),
             "only decisions"
         );
         assert!(
-            forgetting.forgets(&chunk(4, 0, "message", &[])),
+            forgetting.forgets(&chunk(4, 0, Kind::Message, &[])),
             "under the floor"
         );
-        let mut other = chunk(20, 0, "message", &[]);
+        let mut other = chunk(20, 0, Kind::Message, &[]);
         other.session = "s2";
         assert!(forgetting.forgets(&other));
     }

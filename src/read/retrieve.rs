@@ -29,7 +29,11 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{PgPool, Row, postgres::PgRow};
 
-use memd_core::{dedupe, event::Kind, seal::Keyring};
+use memd_core::{
+    dedupe,
+    event::{Channel, Kind, Sensitivity},
+    seal::Keyring,
+};
 
 use super::{
     filters::{self, RetrievalFilters},
@@ -794,8 +798,8 @@ pub struct FoundRow {
     /// [`lexeme_hash`] of each lexeme of the chunk's `tsv` (blinded for a
     /// sealed chunk, as stored), sorted.
     lexemes: Vec<u64>,
-    channel: String,
-    sensitivity: String,
+    channel: Channel,
+    sensitivity: Sensitivity,
     agent_id: Option<String>,
 }
 
@@ -809,8 +813,6 @@ impl FoundRow {
         std::mem::size_of::<Self>()
             + self.candidate.details_heap_bytes()
             + self.lexemes.capacity() * 8
-            + self.channel.capacity()
-            + self.sensitivity.capacity()
             + self.agent_id.as_ref().map_or(0, String::capacity)
     }
 
@@ -823,8 +825,8 @@ impl FoundRow {
         lexemes: &QueryLexemes,
         visibility: Visibility<'_>,
     ) -> Option<Candidate> {
-        if !visibility.allows(&self.channel, &self.sensitivity)
-            || !visibility.owner_allows(&self.channel, self.agent_id.as_deref())
+        if !visibility.allows(self.channel, self.sensitivity)
+            || !visibility.owner_allows(self.channel, self.agent_id.as_deref())
         {
             return None;
         }
@@ -843,8 +845,8 @@ impl FoundRow {
         Self {
             candidate,
             lexemes: Vec::new(),
-            channel: "private".to_owned(),
-            sensitivity: "none".to_owned(),
+            channel: Channel::Private,
+            sensitivity: Sensitivity::None,
             agent_id: None,
         }
     }
@@ -1602,8 +1604,8 @@ pub(super) mod tests {
             FoundRow {
                 candidate: candidate("c1", &[], tsv.len() as i32, 1, 0.5),
                 lexemes,
-                channel: channel.to_owned(),
-                sensitivity: sensitivity.to_owned(),
+                channel: Channel::parse(channel).expect("a channel"),
+                sensitivity: Sensitivity::parse(sensitivity).expect("a sensitivity"),
                 agent_id: agent.map(str::to_owned),
             }
         };

@@ -352,13 +352,13 @@ impl Numbered<'_> {
             created_at: self.created_at,
             ts: self.ts,
             session_id: event.session_id.clone(),
-            channel: event.channel.as_str().to_owned(),
-            actor_type: event.actor_type.as_str().to_owned(),
+            channel: event.channel,
+            actor_type: event.actor_type,
             actor_id: event.actor_id.clone(),
             agent_id: event.agent_id.clone(),
             subject_id: event.subject_id.clone(),
-            kind: event.kind.as_str().to_owned(),
-            sensitivity: event.sensitivity.as_str().to_owned(),
+            kind: event.kind,
+            sensitivity: event.sensitivity,
             tags: event.tags.clone(),
             content: std::mem::take(&mut event.content),
             refs: event.refs.clone(),
@@ -387,7 +387,7 @@ fn sealer_of(
                 .expect("every subject's key was loaded")
                 .clone(),
         ),
-        None => keyring.sealer(tenant.as_str(), event.sensitivity.as_str()),
+        None => keyring.sealer(tenant.as_str(), event.sensitivity),
     }
 }
 

@@ -13,7 +13,7 @@ use crate::{
 use memd_core::{
     content::{Content, Message, Summary, ToolOutput},
     dedupe,
-    event::{Kind, StoredEvent},
+    event::{ActorType, Channel, Kind, Sensitivity, StoredEvent},
 };
 
 /// Parts aim at this many tokens. Splitting estimates 4 bytes per token;
@@ -209,24 +209,21 @@ fn retrievable(content: &Content<'_>) -> Option<(String, Option<i32>, Option<Str
 /// output, and a bonus for pinned tags. In [0, 1]. `content` is the
 /// event's, as [`StoredEvent::shape`] reads it.
 pub fn importance(event: &StoredEvent, content: &Content<'_>) -> f32 {
-    let base: f32 = match event.kind() {
-        Some(Kind::Decision) => 0.9,
-        Some(Kind::TaskUpdate) => 0.7,
-        Some(Kind::Summary) => 0.6,
-        Some(Kind::Message) if event.actor_type == "human" => 0.5,
-        Some(Kind::Message) => 0.4,
-        Some(Kind::ToolResult)
+    let base: f32 = match event.kind {
+        Kind::Decision => 0.9,
+        Kind::TaskUpdate => 0.7,
+        Kind::Summary => 0.6,
+        Kind::Message if event.actor_type == ActorType::Human => 0.5,
+        Kind::Message => 0.4,
+        Kind::ToolResult
             if matches!(content, Content::ToolResult(ToolOutput { path: Some(path), .. })
                 if is_key_file(path)) =>
         {
             0.6
         }
-        Some(Kind::ToolResult) => 0.3,
-        Some(Kind::Artifact) => 0.5,
-        Some(
-            Kind::ToolCall | Kind::ViewUpdate | Kind::Handoff | Kind::Erasure | Kind::Retraction,
-        )
-        | None => 0.2,
+        Kind::ToolResult => 0.3,
+        Kind::Artifact => 0.5,
+        Kind::ToolCall | Kind::ViewUpdate | Kind::Handoff | Kind::Erasure | Kind::Retraction => 0.2,
     };
     let pinned = event
         .tags
@@ -350,9 +347,9 @@ pub struct ChunkText {
 impl ChunkText {
     /// What an embedder reads: where the chunk came from, then its text;
     /// a message as a transcript line, `<speaker>: <text>`.
-    pub fn embedding_input(&self, kind: Option<Kind>) -> String {
+    pub fn embedding_input(&self, kind: Kind) -> String {
         match (&self.source, kind) {
-            (Some(speaker), Some(Kind::Message)) => transcript_line(speaker, &self.text),
+            (Some(speaker), Kind::Message) => transcript_line(speaker, &self.text),
             (Some(source), _) => format!("{source}\n{}", self.text),
             (None, _) => self.text.clone(),
         }
@@ -370,7 +367,7 @@ fn texts_read(event: &StoredEvent, content: &Content<'_>) -> Vec<ChunkText> {
     let Some((text, first_line, mut source)) = retrievable(content) else {
         return Vec::new();
     };
-    if event.kind() == Some(Kind::Message) && source.is_none() {
+    if event.kind == Kind::Message && source.is_none() {
         source = speaker(&event.actor_id, &text).map(str::to_owned);
     }
     let ulid = event
@@ -476,7 +473,7 @@ fn chunk_event(tokens: TokenCounter, event: &StoredEvent) -> Vec<Chunk> {
         .map(|part| {
             let rendered = render::chunk_meta(
                 &event.actor_id,
-                &event.kind,
+                event.kind.as_str(),
                 part.source.as_deref(),
                 part.line_start.zip(part.line_end),
                 event.ts,
@@ -584,12 +581,12 @@ struct Rows {
     part: Vec<i32>,
     ts: Vec<chrono::DateTime<chrono::Utc>>,
     session_id: Vec<String>,
-    channel: Vec<String>,
-    sensitivity: Vec<String>,
-    actor_type: Vec<String>,
+    channel: Vec<Channel>,
+    sensitivity: Vec<Sensitivity>,
+    actor_type: Vec<ActorType>,
     actor_id: Vec<String>,
     agent_id: Vec<Option<String>>,
-    kind: Vec<String>,
+    kind: Vec<Kind>,
     // text[][] must be rectangular, so tags travel as JSON arrays; `None`
     // for none, the usual case, which then costs PostgreSQL no JSON parse
     // (0.6 s of CPU per million chunks).
@@ -615,12 +612,12 @@ impl Rows {
         self.part.push(chunk.part);
         self.ts.push(event.ts);
         self.session_id.push(event.session_id.clone());
-        self.channel.push(event.channel.clone());
-        self.sensitivity.push(event.sensitivity.clone());
-        self.actor_type.push(event.actor_type.clone());
+        self.channel.push(event.channel);
+        self.sensitivity.push(event.sensitivity);
+        self.actor_type.push(event.actor_type);
         self.actor_id.push(event.actor_id.clone());
         self.agent_id.push(event.agent_id.clone());
-        self.kind.push(event.kind.clone());
+        self.kind.push(event.kind);
         self.tags.push(
             (!event.tags.is_empty())
                 .then(|| serde_json::to_string(&event.tags).expect("strings serialize")),
@@ -796,24 +793,24 @@ mod tests {
         assert_eq!(recorded.source.as_deref(), Some("Caroline"));
         assert_eq!(recorded.text, "I painted a sunset last week.");
         assert_eq!(
-            recorded.embedding_input(Some(Kind::Message)),
+            recorded.embedding_input(Kind::Message),
             "Caroline: I painted a sunset last week."
         );
         // A transcript line names its speaker already: the same unit.
         let transcript = said("Caroline", "caroline: I painted a sunset last week.");
         assert_eq!(transcript.source, None);
         assert_eq!(
-            transcript.embedding_input(Some(Kind::Message)),
+            transcript.embedding_input(Kind::Message),
             "caroline: I painted a sunset last week."
         );
         // Other kinds keep their own source, read on a line of its own.
         let mut tool = StoredEvent::test_message(2, "evt_2".into(), "");
-        tool.kind = "task_update".into();
+        tool.kind = Kind::TaskUpdate;
         tool.content = serde_json::json!({"task_id": "t1", "title": "ship"});
         let task = texts_of(&tool).remove(0);
         assert_eq!(task.source.as_deref(), Some("task t1"));
         assert_eq!(
-            task.embedding_input(Some(Kind::TaskUpdate)),
+            task.embedding_input(Kind::TaskUpdate),
             "task t1\nTask t1 (open): ship"
         );
         assert_eq!(speaker(" ", "text"), None);

@@ -16,7 +16,7 @@ use crate::{
 
 use memd_core::{
     content::{self, Content},
-    event::{Kind, StoredEvent},
+    event::{Channel, Kind, Sensitivity, StoredEvent},
     seal::SealError,
 };
 
@@ -454,8 +454,8 @@ struct DecisionRows {
     seq: Vec<i64>,
     ts: Vec<chrono::DateTime<chrono::Utc>>,
     session_id: Vec<String>,
-    channel: Vec<String>,
-    sensitivity: Vec<String>,
+    channel: Vec<Channel>,
+    sensitivity: Vec<Sensitivity>,
     actor_id: Vec<String>,
     tags: Vec<String>,
     status: Vec<&'static str>,
@@ -485,8 +485,8 @@ impl DecisionRows {
         self.seq.push(event.seq);
         self.ts.push(event.ts);
         self.session_id.push(event.session_id.clone());
-        self.channel.push(event.channel.clone());
-        self.sensitivity.push(event.sensitivity.clone());
+        self.channel.push(event.channel);
+        self.sensitivity.push(event.sensitivity);
         self.actor_id.push(event.actor_id.clone());
         self.tags.push(json_list(&event.tags));
         self.status.push(created.status);
@@ -600,8 +600,8 @@ async fn insert_summaries(
         seq.push(event.seq);
         ts.push(event.ts);
         session_id.push(event.session_id.clone());
-        channel.push(event.channel.clone());
-        sensitivity.push(event.sensitivity.clone());
+        channel.push(event.channel);
+        sensitivity.push(event.sensitivity);
         text.push(event.protect(summary_text.unwrap_or_default().to_owned()));
         refs.push(json_list(&event.refs));
         claims.push(event.protect_json(event_claims).to_string());

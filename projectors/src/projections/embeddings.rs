@@ -23,7 +23,7 @@ use crate::{
     projector::{BoxFuture, Projector, Table},
     retraction,
 };
-use memd_core::event::{Kind, StoredEvent};
+use memd_core::event::{Channel, Kind, Sensitivity, StoredEvent};
 use memd_embedder as embed;
 use memd_embedder::{Embedder, HashedEmbedder, MiniLm, Model, MpNet};
 
@@ -128,10 +128,10 @@ impl Projector for EmbeddingProjector {
             let mut in_context = Vec::new();
             for event in events {
                 for text in chunks::texts_of(event) {
-                    let own = text.embedding_input(event.kind());
+                    let own = text.embedding_input(event.kind);
                     // A message also read after the one it answers.
                     if let Some(before) = previous.get(&event.seq)
-                        && event.kind() == Some(Kind::Message)
+                        && event.kind == Kind::Message
                         && text.part == 0
                     {
                         in_context.push((rows.chunk_id.len(), format!("{before}\n{own}")));
@@ -140,9 +140,9 @@ impl Projector for EmbeddingProjector {
                     rows.chunk_id.push(text.chunk_id);
                     rows.seq.push(event.seq);
                     rows.part.push(text.part);
-                    rows.channel.push(event.channel.clone());
-                    rows.sensitivity.push(event.sensitivity.clone());
-                    rows.kind.push(event.kind.clone());
+                    rows.channel.push(event.channel);
+                    rows.sensitivity.push(event.sensitivity);
+                    rows.kind.push(event.kind);
                     rows.agent_id.push(event.agent_id.clone());
                     rows.ts.push(event.ts);
                     rows.session_id.push(event.session_id.clone());
@@ -304,7 +304,7 @@ async fn previous_messages(
 ) -> Result<HashMap<i64, String>, sqlx::Error> {
     let (sessions, seqs): (Vec<&str>, Vec<i64>) = events
         .iter()
-        .filter(|e| e.kind() == Some(Kind::Message))
+        .filter(|e| e.kind == Kind::Message)
         .map(|e| (e.session_id.as_str(), e.seq))
         .unzip();
     if seqs.is_empty() {
@@ -342,9 +342,9 @@ struct Rows {
     chunk_id: Vec<String>,
     seq: Vec<i64>,
     part: Vec<i32>,
-    channel: Vec<String>,
-    sensitivity: Vec<String>,
-    kind: Vec<String>,
+    channel: Vec<Channel>,
+    sensitivity: Vec<Sensitivity>,
+    kind: Vec<Kind>,
     agent_id: Vec<Option<String>>,
     ts: Vec<chrono::DateTime<chrono::Utc>>,
     session_id: Vec<String>,

@@ -10,7 +10,7 @@ use crate::projector::{Fold, Table};
 
 use memd_core::{
     content::Content,
-    event::{Kind, StoredEvent},
+    event::{ActorType, Kind, StoredEvent},
 };
 
 const TABLES: &[Table] = &[Table {
@@ -35,7 +35,7 @@ impl Fold for HandoffProjector {
         events: Vec<&'a StoredEvent>,
     ) -> Result<(), sqlx::Error> {
         for event in events {
-            if event.kind() != Some(Kind::Handoff) {
+            if event.kind != Kind::Handoff {
                 // Content is read only for packets: most events just cite.
                 if event.refs.iter().any(|r| r.starts_with("evt_")) {
                     accept(tx, tenant, event).await?;
@@ -58,8 +58,8 @@ impl Fold for HandoffProjector {
                 .bind(event.seq)
                 .bind(event.ts)
                 .bind(&event.session_id)
-                .bind(&event.channel)
-                .bind(&event.sensitivity)
+                .bind(event.channel)
+                .bind(event.sensitivity)
                 .bind(&event.actor_id)
                 .bind(to_agent)
                 .bind(event.protect(task.to_owned()))
@@ -89,7 +89,7 @@ async fn accept(
     let agent = event
         .agent_id
         .as_deref()
-        .or_else(|| (event.actor_type == "agent").then_some(event.actor_id.as_str()));
+        .or_else(|| (event.actor_type == ActorType::Agent).then_some(event.actor_id.as_str()));
     let Some(agent) = agent else {
         return Ok(());
     };

@@ -13,7 +13,7 @@ use sqlx::PgConnection;
 
 use crate::projector::{Fold, Table};
 
-use memd_core::event::{Kind, StoredEvent};
+use memd_core::event::{ActorType, Channel, Kind, StoredEvent};
 
 const TABLES: &[Table] = &[
     Table {
@@ -68,14 +68,14 @@ fn agent_of(event: &StoredEvent) -> Option<&str> {
     event
         .agent_id
         .as_deref()
-        .or_else(|| (event.actor_type == "agent").then_some(event.actor_id.as_str()))
+        .or_else(|| (event.actor_type == ActorType::Agent).then_some(event.actor_id.as_str()))
 }
 
 /// Whose a session's events are: an agent's private events its own (no
 /// other agent lists them), everything else shared ('').
 fn owner_of(event: &StoredEvent) -> &str {
     match &event.agent_id {
-        Some(agent) if event.channel == "private" => agent,
+        Some(agent) if event.channel == Channel::Private => agent,
         _ => "",
     }
 }

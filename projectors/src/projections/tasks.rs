@@ -11,7 +11,7 @@ use crate::{
 
 use memd_core::{
     content::{Content, TaskUpdate},
-    event::{Kind, StoredEvent, read_ids},
+    event::{Channel, Kind, Sensitivity, StoredEvent, read_ids},
     seal::{Keyring, SEALED_PREFIX},
 };
 
@@ -176,8 +176,8 @@ struct Task {
     details: String,
     refs: Vec<String>,
     session_id: String,
-    channel: String,
-    sensitivity: String,
+    channel: Channel,
+    sensitivity: Sensitivity,
     first_seq: i64,
     last_seq: i64,
     updated_at: chrono::DateTime<chrono::Utc>,
@@ -189,8 +189,6 @@ struct Task {
     sealed: bool,
 }
 
-const SENSITIVITIES: [&str; 4] = ["none", "low", "high", "secret"];
-
 impl Task {
     fn new(update: &Update<'_>) -> Self {
         let event = update.event;
@@ -201,8 +199,8 @@ impl Task {
             details: String::new(),
             refs: Vec::new(),
             session_id: String::new(),
-            channel: String::new(),
-            sensitivity: event.sensitivity.clone(),
+            channel: event.channel,
+            sensitivity: event.sensitivity,
             first_seq: event.seq,
             last_seq: event.seq,
             updated_at: event.ts,
@@ -227,12 +225,9 @@ impl Task {
         }
         self.refs = event.refs.clone();
         self.session_id = event.session_id.clone();
-        self.channel = event.channel.clone();
+        self.channel = event.channel;
         self.sealed |= event.sealer.is_some();
-        let rank = |s: &str| SENSITIVITIES.iter().position(|known| *known == s);
-        if rank(&event.sensitivity) > rank(&self.sensitivity) {
-            self.sensitivity = event.sensitivity.clone();
-        }
+        self.sensitivity = self.sensitivity.max(event.sensitivity);
         self.last_seq = event.seq;
         self.updated_at = event.ts;
     }
@@ -262,8 +257,8 @@ async fn upsert(
         // Sealed under the process's key, as every row derived from a
         // subject's event is (erasure rebuilds them without it).
         let sealer = match task.sealed {
-            true => keyring.sealer(tenant, "high"),
-            false => keyring.sealer(tenant, &task.sensitivity),
+            true => keyring.sealer(tenant, Sensitivity::High),
+            false => keyring.sealer(tenant, task.sensitivity),
         };
         match sealer {
             Some(sealer) => {

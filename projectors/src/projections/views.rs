@@ -14,7 +14,7 @@ use crate::{
 
 use memd_core::{
     content::{Content, ViewUpdate},
-    event::{Kind, StoredEvent, read_kind_before},
+    event::{Channel, Kind, StoredEvent, read_kind_before},
 };
 
 const TABLES: &[Table] = &[Table {
@@ -181,7 +181,7 @@ async fn fold_updates(
 /// version ('') otherwise.
 fn owner_of(event: &StoredEvent) -> &str {
     match &event.agent_id {
-        Some(agent) if event.channel == "private" => agent,
+        Some(agent) if event.channel == Channel::Private => agent,
         _ => "",
     }
 }

@@ -264,7 +264,7 @@ async fn received_handoff(
     };
     let packet = handoff::by_id(&ctx.reader.pool, &ctx.reader.keyring, ctx.tenant, waiting).await?;
     Ok(match packet {
-        Some(packet) if ctx.visibility.allows(&packet.channel, &packet.sensitivity) => Some(packet),
+        Some(packet) if ctx.visibility.allows(packet.channel, packet.sensitivity) => Some(packet),
         Some(packet) => {
             omissions.privacy(SectionName::HandoffPacket, packet.handoff_id);
             None

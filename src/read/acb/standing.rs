@@ -172,7 +172,7 @@ fn view_sections(
             continue;
         }
         let is_identity = view.view == "identity";
-        if !visibility.allows_view(&view.view, &view.visible.sensitivity) {
+        if !visibility.allows_view(&view.view, view.visible.sensitivity) {
             let section = if is_identity {
                 SectionName::Identity
             } else {
@@ -293,15 +293,15 @@ pub(super) async fn decision_items(
 }
 
 fn visible(visibility: Visibility<'_>, item: &Visible) -> bool {
-    visibility.allows(&item.channel, &item.sensitivity)
-        && visibility.owner_allows(&item.channel, item.owner.as_deref())
+    visibility.allows(item.channel, item.sensitivity)
+        && visibility.owner_allows(item.channel, item.owner.as_deref())
 }
 
 /// Whether an item the bundle leaves out may be named in its omissions:
 /// another agent's private memory is not even named (its id would tell
 /// that it exists), whatever the channel allows.
 fn nameable(visibility: Visibility<'_>, item: &Visible) -> bool {
-    visibility.owner_allows(&item.channel, item.owner.as_deref())
+    visibility.owner_allows(item.channel, item.owner.as_deref())
 }
 
 async fn decision_rows(

@@ -45,7 +45,7 @@ use super::{
     retention::{ChunkFields, Forgetting},
     retrieve::{FoundRow, Scope},
 };
-use crate::domain::event::Channel;
+use crate::domain::event::{Channel, Kind, Sensitivity};
 
 mod cpu;
 mod found;
@@ -95,7 +95,7 @@ pub struct Searched {
 
 /// What privacy filters a row by: (channel, sensitivity, kind, owner). The
 /// owner is kept for the `private` channel alone, the one it decides.
-pub type Class = (String, String, String, Option<String>);
+pub type Class = (Channel, Sensitivity, Kind, Option<String>);
 
 /// What a request's [`RetrievalFilters`] read of a row, beyond its kind.
 #[derive(Debug, Clone, Default)]
@@ -236,7 +236,7 @@ impl TenantVectors {
             tracing::warn!(?position, "vector of another dimension; skipped");
             return;
         }
-        if class.0 != Channel::Private.as_str() {
+        if class.0 != Channel::Private {
             class.3 = None;
         }
         let class = self.classes.intern(class);
@@ -508,10 +508,10 @@ impl TenantVectors {
             return None;
         }
         let allowed = self.classes.each(|(channel, sensitivity, kind, owner)| {
-            visibility.allows(channel, sensitivity)
-                && visibility.owner_allows(channel, owner.as_deref())
+            visibility.allows(*channel, *sensitivity)
+                && visibility.owner_allows(*channel, owner.as_deref())
                 && !scope.excluded_kinds.contains(&kind.as_str())
-                && scope.filters.allows_kind(kind)
+                && scope.filters.allows_kind(*kind)
         });
         let wanted = k.saturating_mul(RESCORE_FACTOR);
         let lists = self
@@ -847,7 +847,7 @@ impl<'a> RowTest<'a> {
             Some(forgetting) => !forgetting.forgets(&ChunkFields {
                 seq: v.positions[row].0,
                 ts_us: v.ts_us[row],
-                kind: &v.classes.values[v.class[row] as usize].2,
+                kind: v.classes.values[v.class[row] as usize].2,
                 session: &v.sessions.values[v.session[row] as usize],
                 tags: &v.tag_sets.values[v.tag_set[row] as usize],
             }),
@@ -1327,7 +1327,7 @@ mod tests {
         for seq in 1..=64 {
             vectors.push(
                 (seq, 0),
-                ("private".into(), "none".into(), "message".into(), None),
+                (Channel::Private, Sensitivity::None, Kind::Message, None),
                 Filtered::default(),
                 &vector(),
             );
@@ -1350,9 +1350,9 @@ mod tests {
             vectors.push(
                 (*seq, 0),
                 (
-                    (*channel).into(),
-                    (*sensitivity).into(),
-                    "message".into(),
+                    Channel::parse(channel).expect("a channel"),
+                    Sensitivity::parse(sensitivity).expect("a sensitivity"),
+                    Kind::Message,
                     None,
                 ),
                 Filtered::default(),
@@ -1404,9 +1404,9 @@ mod tests {
             vectors.push(
                 (seq, 0),
                 (
-                    channel.into(),
-                    "none".into(),
-                    "message".into(),
+                    Channel::parse(channel).expect("a channel"),
+                    Sensitivity::None,
+                    Kind::Message,
                     owner.map(str::to_owned),
                 ),
                 Filtered::default(),
@@ -1565,7 +1565,7 @@ mod tests {
             };
             vectors.push(
                 (seq, 0),
-                ("private".into(), "none".into(), "message".into(), None),
+                (Channel::Private, Sensitivity::None, Kind::Message, None),
                 Filtered::default(),
                 &vector,
             );
@@ -1595,7 +1595,7 @@ mod tests {
             };
             vectors.push(
                 (seq, 0),
-                ("private".into(), "none".into(), "message".into(), None),
+                (Channel::Private, Sensitivity::None, Kind::Message, None),
                 Filtered {
                     ts_us: seq * 1_000_000,
                     agent: (seq % 2 == 0).then(|| "even".to_owned()),
@@ -1707,15 +1707,14 @@ mod list_tests {
         let rows = (1..=rows)
             .map(|seq| {
                 let topic = &topics[(seq as usize * 7919) % topics.len()];
-                let sensitivity = if seq % 5 == 0 { "high" } else { "none" };
+                let sensitivity = if seq % 5 == 0 {
+                    Sensitivity::High
+                } else {
+                    Sensitivity::None
+                };
                 (
                     (seq, 0),
-                    (
-                        "public".to_owned(),
-                        sensitivity.to_owned(),
-                        "message".to_owned(),
-                        None,
-                    ),
+                    (Channel::Public, sensitivity, Kind::Message, None),
                     Filtered {
                         ts_us: seq * 1_000_000,
                         session: format!("s{}", seq / 100),
@@ -1804,7 +1803,7 @@ mod list_tests {
         );
         // What a search reads: the closest 16 lists of 64, give or take.
         let query = noise.near(&topics[0], 0.6);
-        let allowed = vectors.classes.each(|class| class.1 == "none");
+        let allowed = vectors.classes.each(|class| class.1 == Sensitivity::None);
         let signs: Vec<u64> = sign_words(&query).collect();
         let (_, read) = vectors.probe(
             lists,
@@ -1934,9 +1933,9 @@ mod list_tests {
                 _ => continue,
             };
             row.1 = (
-                "private".into(),
-                "none".into(),
-                "message".into(),
+                Channel::Private,
+                Sensitivity::None,
+                Kind::Message,
                 Some(owner.into()),
             );
         }
