@@ -19,6 +19,11 @@ psql -q "$base" -c "DROP DATABASE IF EXISTS $scratch" -c "CREATE DATABASE $scrat
 for migration in migrations/*.sql; do
   psql -q -v ON_ERROR_STOP=1 "$url" -f "$migration" >/dev/null
 done
+# The projectors' statements name their tables without a schema: they run
+# under a search path whose first schema is `projections` (or a drift
+# check's shadow copy of it). No table name is in both schemas, so the
+# live one checks them.
+psql -q "$base" -c "ALTER DATABASE $scratch SET search_path TO projections, public"
 # Dependencies first, offline: apalis-postgres checks its own statements
 # against its own .sqlx data, and would fail against this database, which
 # has none of its tables; compiled now, it is not compiled again below, and

@@ -71,7 +71,7 @@ pub async fn drift_check(
     progress: &mut (dyn FnMut(Progress<'_>) + Send),
 ) -> Result<DriftReport, ProjectError> {
     let mut tx = crate::transaction::begin(pool).await?;
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    sqlx::query!("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         .execute(&mut *tx)
         .await?;
     let (live, shadow) = (Schema::live(), Schema::shadow());

@@ -175,7 +175,7 @@ impl Work for EmbeddingWork {
                 .flat_map(|engine| engine.projectors())
                 .map(|p| (p.name(), p.version()))
                 .unzip();
-            sqlx::query_scalar(
+            sqlx::query_scalar!(
                 "SELECT DISTINCT h.tenant_id
                    FROM public.tenant_heads h
                    LEFT JOIN public.embedder_choice ch ON ch.tenant_id = h.tenant_id
@@ -186,10 +186,10 @@ impl Work for EmbeddingWork {
                      ON c.tenant_id = h.tenant_id AND c.projector = p.projector
                   WHERE h.seq > 0 AND (c.seq IS NULL OR c.seq < h.seq OR c.version <> p.version)
                   ORDER BY h.tenant_id",
+                self.default,
+                &names as &[&str],
+                &versions
             )
-            .bind(self.default)
-            .bind(&names)
-            .bind(&versions)
             .fetch_all(pool)
             .await
         })
@@ -294,26 +294,26 @@ pub async fn switch_if_built(
     };
     let mut tx = crate::transaction::begin(pool).await?;
     // Locks the choice: a concurrent `choose` waits, then sees the switch.
-    let old: Option<String> = sqlx::query_scalar(
+    let old: Option<String> = sqlx::query_scalar!(
         "SELECT ch.active FROM public.embedder_choice ch
            JOIN public.tenant_heads h ON h.tenant_id = ch.tenant_id
            JOIN projections.cursors c ON c.tenant_id = ch.tenant_id AND c.projector = $3
           WHERE ch.tenant_id = $1 AND ch.building = $2 AND c.seq >= h.seq
             FOR UPDATE OF ch",
+        tenant,
+        building,
+        projector
     )
-    .bind(tenant)
-    .bind(building)
-    .bind(projector)
     .fetch_optional(&mut *tx)
     .await?;
     let Some(old) = old else {
         return Ok(false);
     };
-    sqlx::query(
+    sqlx::query!(
         "UPDATE public.embedder_choice SET active = building, building = NULL, updated_at = now()
           WHERE tenant_id = $1",
+        tenant
     )
-    .bind(tenant)
     .execute(&mut *tx)
     .await?;
     if old != building
@@ -325,11 +325,13 @@ pub async fn switch_if_built(
         .bind(tenant)
         .execute(&mut *tx)
         .await?;
-        sqlx::query("DELETE FROM projections.cursors WHERE tenant_id = $1 AND projector = $2")
-            .bind(tenant)
-            .bind(old_projector)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query!(
+            "DELETE FROM projections.cursors WHERE tenant_id = $1 AND projector = $2",
+            tenant,
+            old_projector
+        )
+        .execute(&mut *tx)
+        .await?;
     }
     tx.commit().await?;
     tracing::info!(tenant, from = old, to = building, "embedder switched");

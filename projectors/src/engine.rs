@@ -276,14 +276,14 @@ impl Engine {
         // projectors can also mean contention: the insert is then a no-op.
         if rows.len() < names.len() {
             let versions: Vec<i32> = self.projectors.iter().map(|p| p.version()).collect();
-            sqlx::query(
+            sqlx::query!(
                 "INSERT INTO cursors (projector, tenant_id, seq, version)
                  SELECT p, $1, 0, v FROM unnest($2::text[], $3::int[]) AS u (p, v)
                  ON CONFLICT DO NOTHING",
+                tenant,
+                &names as &[&str],
+                &versions
             )
-            .bind(tenant)
-            .bind(&names)
-            .bind(&versions)
             .execute(&mut *tx)
             .await?;
             rows = sqlx::query_as(sqlx::AssertSqlSafe(select))
@@ -385,9 +385,7 @@ pub(crate) async fn announce_went_back(
     tenant: &str,
     channel: &str,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("SELECT pg_notify($1, $2 || ':0')")
-        .bind(channel)
-        .bind(tenant)
+    sqlx::query!("SELECT pg_notify($1, $2 || ':0')", channel, tenant)
         .execute(tx)
         .await?;
     Ok(())
@@ -406,20 +404,20 @@ pub(crate) async fn save_cursors(
     let seqs: Vec<i64> = cursors.iter().map(|c| c.seq).collect();
     let versions: Vec<i32> = cursors.iter().map(|c| c.projector.version()).collect();
     let projected = seqs.iter().copied().min().unwrap_or(0);
-    sqlx::query(
+    sqlx::query!(
         "WITH saved AS (
              UPDATE cursors c SET seq = u.seq, version = u.version
                FROM unnest($2::text[], $3::bigint[], $4::int[]) AS u (projector, seq, version)
               WHERE c.tenant_id = $1 AND c.projector = u.projector
          )
-         SELECT pg_notify($5, $1 || ':' || $6::text)",
+         SELECT pg_notify($5, $1 || ':' || $6::bigint)",
+        tenant,
+        &names as &[&str],
+        &seqs,
+        &versions,
+        channel,
+        projected
     )
-    .bind(tenant)
-    .bind(&names)
-    .bind(&seqs)
-    .bind(&versions)
-    .bind(channel)
-    .bind(projected)
     .execute(tx)
     .await?;
     Ok(())

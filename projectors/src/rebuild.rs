@@ -50,7 +50,7 @@ pub async fn rebuild(
     let tenants: Vec<String> = match tenant {
         Some(tenant) => vec![tenant.to_owned()],
         None => {
-            sqlx::query_scalar("SELECT tenant_id FROM public.tenant_heads ORDER BY tenant_id")
+            sqlx::query_scalar!("SELECT tenant_id FROM public.tenant_heads ORDER BY tenant_id")
                 .fetch_all(pool)
                 .await?
         }
@@ -129,13 +129,14 @@ pub async fn vacuumed_tables(
     let mut vacuumed = Vec::new();
     for table in engine.projectors().iter().flat_map(|p| p.tables()) {
         let qualified = format!("projections.{}", table.name);
-        let partitioned: bool = sqlx::query_scalar(
+        let partitioned = sqlx::query_scalar!(
             "SELECT c.relkind = 'p' FROM pg_class c
               WHERE c.oid = to_regclass($1)",
+            &qualified
         )
-        .bind(&qualified)
         .fetch_optional(pool)
         .await?
+        .flatten()
         .unwrap_or(false);
         match tenants {
             Some(tenants) if partitioned => {
@@ -172,11 +173,13 @@ pub(crate) async fn replay(
     progress: &mut (dyn FnMut(Progress<'_>) + Send),
 ) -> Result<(i64, Duration), ProjectError> {
     let until = cursors.iter().map(|c| c.until).max().unwrap_or(0);
-    let head: i64 = sqlx::query_scalar("SELECT seq FROM public.tenant_heads WHERE tenant_id = $1")
-        .bind(tenant)
-        .fetch_optional(&mut *tx)
-        .await?
-        .unwrap_or(0);
+    let head: i64 = sqlx::query_scalar!(
+        "SELECT seq FROM public.tenant_heads WHERE tenant_id = $1",
+        tenant
+    )
+    .fetch_optional(&mut *tx)
+    .await?
+    .unwrap_or(0);
     let total = head.min(until);
     let mut position = cursors.iter().map(|c| c.seq).min().unwrap_or(0);
     let mut read = 0;

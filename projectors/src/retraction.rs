@@ -54,12 +54,12 @@ pub async fn retracted_through(
     tenant: &str,
     through: i64,
 ) -> Result<HashSet<String>, sqlx::Error> {
-    let ids: Vec<String> = sqlx::query_scalar(
-        "SELECT DISTINCT unnest(refs) FROM public.events
+    let ids: Vec<String> = sqlx::query_scalar!(
+        "SELECT DISTINCT unnest(refs) AS \"id!\" FROM public.events
           WHERE tenant_id = $1 AND kind = 'retraction' AND seq <= $2",
+        tenant,
+        through
     )
-    .bind(tenant)
-    .bind(through)
     .fetch_all(conn)
     .await?;
     Ok(ids.into_iter().collect())

@@ -110,15 +110,15 @@ pub const ENGINE_LABEL: &str = "projections";
 /// the database itself is what failed, the log has it.
 pub async fn record_failure(pool: &PgPool, tenant: &str, work: &dyn Work, err: &ProjectError) {
     let projector = err.projector().unwrap_or_else(|| work.label());
-    let recorded = sqlx::query(
+    let recorded = sqlx::query!(
         "INSERT INTO projections.failures (projector, tenant_id, error, failed_at)
          VALUES ($1, $2, $3, now())
          ON CONFLICT (projector, tenant_id)
          DO UPDATE SET error = EXCLUDED.error, failed_at = EXCLUDED.failed_at",
+        projector,
+        tenant,
+        err.to_string()
     )
-    .bind(projector)
-    .bind(tenant)
-    .bind(err.to_string())
     .execute(pool)
     .await;
     if let Err(record) = recorded {
@@ -291,7 +291,7 @@ async fn run(
 pub async fn lagging_tenants(pool: &PgPool, engine: &Engine) -> Result<Vec<String>, sqlx::Error> {
     let names: Vec<&str> = engine.projectors().iter().map(|p| p.name()).collect();
     let versions: Vec<i32> = engine.projectors().iter().map(|p| p.version()).collect();
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "SELECT h.tenant_id
            FROM public.tenant_heads h
           CROSS JOIN unnest($1::text[], $2::int[]) AS p (name, version)
@@ -299,9 +299,9 @@ pub async fn lagging_tenants(pool: &PgPool, engine: &Engine) -> Result<Vec<Strin
           WHERE h.seq > 0 AND (c.seq IS NULL OR c.seq < h.seq OR c.version <> p.version)
           GROUP BY h.tenant_id
           ORDER BY h.tenant_id",
+        &names as &[&str],
+        &versions
     )
-    .bind(&names)
-    .bind(&versions)
     .fetch_all(pool)
     .await
 }

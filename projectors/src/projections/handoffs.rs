@@ -46,29 +46,29 @@ impl Fold for HandoffProjector {
                 let (Some(to_agent), Some(task)) = (handoff.to_agent, handoff.task) else {
                     continue;
                 };
-                sqlx::query(
+                sqlx::query!(
                     "INSERT INTO handoffs (tenant_id, handoff_id, seq, ts, session_id, channel,
                                            sensitivity, from_agent, to_agent, task, task_id,
                                            constraints, decision_ids, required_files,
                                            open_questions, refs)
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+                    tenant,
+                    &event.event_id,
+                    event.seq,
+                    event.ts,
+                    &event.session_id,
+                    event.channel.as_str(),
+                    event.sensitivity.as_str(),
+                    &event.actor_id,
+                    to_agent,
+                    event.protect(task.to_owned()),
+                    handoff.task_id,
+                    &event.protect_all(&handoff.constraints),
+                    &handoff.decision_ids as &[&str],
+                    &event.protect_all(&handoff.required_files),
+                    &event.protect_all(&handoff.open_questions),
+                    &event.refs
                 )
-                .bind(tenant)
-                .bind(&event.event_id)
-                .bind(event.seq)
-                .bind(event.ts)
-                .bind(&event.session_id)
-                .bind(event.channel)
-                .bind(event.sensitivity)
-                .bind(&event.actor_id)
-                .bind(to_agent)
-                .bind(event.protect(task.to_owned()))
-                .bind(handoff.task_id)
-                .bind(event.protect_all(&handoff.constraints))
-                .bind(&handoff.decision_ids)
-                .bind(event.protect_all(&handoff.required_files))
-                .bind(event.protect_all(&handoff.open_questions))
-                .bind(&event.refs)
                 .execute(&mut *tx)
                 .await?;
             }
@@ -93,16 +93,16 @@ async fn accept(
     let Some(agent) = agent else {
         return Ok(());
     };
-    sqlx::query(
+    sqlx::query!(
         "UPDATE handoffs SET accepted_seq = $4, accepted_by = $5
           WHERE tenant_id = $1 AND handoff_id = ANY ($2) AND to_agent = $3
             AND accepted_seq IS NULL AND seq < $4",
+        tenant,
+        &event.refs,
+        agent,
+        event.seq,
+        &event.event_id
     )
-    .bind(tenant)
-    .bind(&event.refs)
-    .bind(agent)
-    .bind(event.seq)
-    .bind(&event.event_id)
     .execute(&mut *tx)
     .await?;
     Ok(())

@@ -103,14 +103,14 @@ impl Projector for TreeProjector {
             if rows.0.is_empty() {
                 return Ok(());
             }
-            sqlx::query(
+            sqlx::query!(
                 "INSERT INTO event_tree (tenant_id, level, idx, hash)
                  SELECT $1, * FROM unnest($2::smallint[], $3::bigint[], $4::bytea[])",
+                tenant,
+                &rows.0,
+                &rows.1,
+                &rows.2
             )
-            .bind(tenant)
-            .bind(&rows.0)
-            .bind(&rows.1)
-            .bind(&rows.2)
             .execute(&mut *tx)
             .await?;
             Ok(())
@@ -130,12 +130,7 @@ pub async fn event_hashes(
     if from >= to {
         return Ok(Vec::new());
     }
-    let hashes: Vec<Vec<u8>> = sqlx::query_scalar(
-        "SELECT hash FROM public.events WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq",
-    )
-    .bind(tenant)
-    .bind(from as i64)
-    .bind(to as i64)
+    let hashes: Vec<Vec<u8>> = sqlx::query_scalar!("SELECT hash FROM public.events WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq", tenant, from as i64, to as i64)
     .fetch_all(&mut *tx)
     .await?;
     if hashes.len() as u64 != to - from {
@@ -154,12 +149,12 @@ async fn stored_node(
     level: u32,
     index: u64,
 ) -> Result<Hash, sqlx::Error> {
-    let hash: Vec<u8> = sqlx::query_scalar(
+    let hash: Vec<u8> = sqlx::query_scalar!(
         "SELECT hash FROM event_tree WHERE tenant_id = $1 AND level = $2 AND idx = $3",
+        tenant,
+        level as i16,
+        index as i64
     )
-    .bind(tenant)
-    .bind(level as i16)
-    .bind(index as i64)
     .fetch_optional(&mut *tx)
     .await?
     .ok_or_else(|| {
