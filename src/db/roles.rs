@@ -38,14 +38,12 @@ const MUTABLE: &[&str] = &[
 pub async fn grant(pool: &PgPool) -> Result<(), sqlx::Error> {
     // Roles belong to the server, not the database: two migrations at once
     // (tests create many databases in parallel) may both try to create it.
-    sqlx::query(
-        "DO $$ BEGIN
+    sqlx::query!("DO $$ BEGIN
              IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'memd_app') THEN
                  CREATE ROLE memd_app LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS;
              END IF;
          EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
-         END $$",
-    )
+         END $$")
     .execute(pool)
     .await?;
     let statements = [

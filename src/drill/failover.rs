@@ -376,8 +376,8 @@ async fn lose_leader(
             // Through the leader port: the postmaster of the server that
             // answers there (root or the postgres user may signal it).
             let mut leader = PgConnection::connect(&cluster.leader_url).await?;
-            let pid: i32 = sqlx::query_scalar(
-                "SELECT split_part(pg_read_file('postmaster.pid'), E'\\n', 1)::int",
+            let pid: i32 = sqlx::query_scalar!(
+                "SELECT split_part(pg_read_file('postmaster.pid'), E'\\n', 1)::int AS \"pid!\""
             )
             .fetch_one(&mut leader)
             .await?;

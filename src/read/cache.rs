@@ -555,11 +555,11 @@ async fn load(
     let (decisions, active_decision_ids) = load_decisions(pool, keyring, counter, tenant).await?;
     let tasks = load_tasks(pool, keyring, counter, tenant).await?;
     let any_pinned = retrieve::any_pinned(pool, tenant).await?;
-    let retracted: Vec<String> = sqlx::query_scalar(
+    let retracted: Vec<String> = sqlx::query_scalar!(
         "SELECT DISTINCT event_id FROM projections.chunks
           WHERE tenant_id = $1 AND retracted_by IS NOT NULL",
+        tenant
     )
-    .bind(tenant)
     .fetch_all(pool)
     .await?;
     Ok(TenantState {

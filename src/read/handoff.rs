@@ -245,13 +245,13 @@ async fn task_text(
             ),
         )));
     }
-    let subjects: Vec<String> = sqlx::query_scalar(
-        "SELECT DISTINCT e.subject_id FROM projections.task_events te
+    let subjects: Vec<String> = sqlx::query_scalar!(
+        "SELECT DISTINCT e.subject_id AS \"subject_id!\" FROM projections.task_events te
            JOIN public.events e ON e.tenant_id = te.tenant_id AND e.seq = te.seq
           WHERE te.tenant_id = $1 AND te.task_id = $2 AND e.subject_id IS NOT NULL",
+        tenant,
+        task_id
     )
-    .bind(tenant)
-    .bind(task_id)
     .fetch_all(pool)
     .await?;
     let subject_id = match subjects.as_slice() {

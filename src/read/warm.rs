@@ -46,10 +46,10 @@ pub async fn warm(reader: &Reader, budget: Duration) -> Result<Warmed, sqlx::Err
         return Ok(warmed);
     }
     let until = Instant::now() + budget;
-    let tenants: Vec<String> = sqlx::query_scalar(
+    let tenants: Vec<String> = sqlx::query_scalar!(
         "SELECT tenant_id FROM tenant_heads ORDER BY newest_ts DESC NULLS LAST LIMIT $1",
+        TENANTS
     )
-    .bind(TENANTS)
     .fetch_all(&reader.pool)
     .await?;
     for tenant in &tenants {

@@ -1273,15 +1273,15 @@ async fn forget_erased(
     if subjects.is_empty() && withdrawn.is_empty() {
         return Ok(());
     }
-    let seqs: HashSet<i64> = sqlx::query_scalar(
-        "SELECT seq FROM public.events
+    let seqs: HashSet<i64> = sqlx::query_scalar!(
+        "SELECT seq AS \"seq!\" FROM public.events
           WHERE tenant_id = $1 AND subject_id = ANY ($2)
          UNION ALL
          SELECT seq FROM public.events WHERE tenant_id = $1 AND event_id = ANY ($3)",
+        tenant,
+        &subjects,
+        &withdrawn
     )
-    .bind(tenant)
-    .bind(&subjects)
-    .bind(&withdrawn)
     .fetch_all(pool)
     .await?
     .into_iter()
