@@ -327,11 +327,9 @@ pub fn open(keyring: &Keyring, tenant: &str, event: &mut StoredEvent) -> Result<
     let opened =
         keyring.open_event_content(tenant, &mut event.content, event.subject_id.is_some())?;
     event.erased = opened == Opened::Erased;
-    event.sealer = if event.subject_id.is_some() {
-        keyring.sealer(tenant, Sensitivity::High)
-    } else {
-        keyring.sealer(tenant, event.sensitivity)
-    };
+    event.sealer = keyring
+        .sealer(tenant)
+        .filter(|_| event.subject_id.is_some() || event.sensitivity.is_sealed());
     event.keyring = keyring.clone();
     Ok(())
 }
@@ -393,5 +391,27 @@ impl StoredEvent {
             keyring: Keyring::none(),
             erased: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_high_and_secret_content_is_sealed() {
+        let sealed: Vec<Sensitivity> = Sensitivity::ALL
+            .iter()
+            .copied()
+            .filter(|s| s.is_sealed())
+            .collect();
+        assert_eq!(sealed, [Sensitivity::High, Sensitivity::Secret]);
+    }
+
+    #[test]
+    fn sensitivities_compare_from_least_to_most_sensitive() {
+        assert!(Sensitivity::None < Sensitivity::Low);
+        assert!(Sensitivity::Low < Sensitivity::High);
+        assert!(Sensitivity::High < Sensitivity::Secret);
     }
 }

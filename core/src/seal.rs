@@ -35,8 +35,6 @@ use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
 
-use crate::event::Sensitivity;
-
 /// How a sealed string starts. Appends refuse content strings that start
 /// so, so whatever carries it was sealed by memd.
 pub const SEALED_PREFIX: &str = "\u{1}sealed:";
@@ -205,10 +203,12 @@ impl Keyring {
         self.master.is_some()
     }
 
-    /// What seals `tenant`'s content of `sensitivity`, if it is sealed.
-    pub fn sealer(&self, tenant: &str, sensitivity: Sensitivity) -> Option<Sealer> {
+    /// What seals `tenant`'s content, if there is a key. Which content is
+    /// sealed is the caller's to say: a sealed sensitivity
+    /// ([`crate::event::Sensitivity::is_sealed`]) or a data subject's.
+    pub fn sealer(&self, tenant: &str) -> Option<Sealer> {
         let key = self.master.as_ref()?;
-        sensitivity.is_sealed().then(|| Sealer {
+        Some(Sealer {
             key: key.clone(),
             tenant: tenant.into(),
         })
@@ -582,9 +582,7 @@ mod tests {
     #[test]
     fn sealed_text_opens_for_its_tenant_only() {
         let keys = keyring(7);
-        let sealer = keys
-            .sealer("acme", Sensitivity::High)
-            .expect("high is sealed");
+        let sealer = keys.sealer("acme").expect("high is sealed");
         let sealed = sealer.seal("the vault code is 4711");
         assert!(sealed.starts_with(SEALED_PREFIX));
         assert!(!sealed.contains("4711"));
@@ -597,28 +595,23 @@ mod tests {
 
     #[test]
     fn sealing_is_deterministic_so_rebuilds_write_the_same_bytes() {
-        let sealer = keyring(7).sealer("acme", Sensitivity::Secret).unwrap();
+        let sealer = keyring(7).sealer("acme").unwrap();
         assert_eq!(sealer.seal("same words"), sealer.seal("same words"));
         assert_ne!(sealer.seal("same words"), sealer.seal("other words"));
-        let other_tenant = keyring(7).sealer("globex", Sensitivity::Secret).unwrap();
+        let other_tenant = keyring(7).sealer("globex").unwrap();
         assert_ne!(sealer.seal("same words"), other_tenant.seal("same words"));
     }
 
     #[test]
-    fn only_high_and_secret_are_sealed_and_only_with_a_key() {
+    fn content_is_sealed_only_with_a_key() {
         let keys = keyring(1);
-        assert!(keys.sealer("t", Sensitivity::Low).is_none());
-        assert!(keys.sealer("t", Sensitivity::None).is_none());
-        assert!(keys.sealer("t", Sensitivity::High).is_some());
-        assert!(Keyring::none().sealer("t", Sensitivity::Secret).is_none());
+        assert!(keys.sealer("t").is_some());
+        assert!(Keyring::none().sealer("t").is_none());
     }
 
     #[test]
     fn a_tampered_or_foreign_value_is_refused_not_misread() {
-        let sealed = keyring(7)
-            .sealer("t", Sensitivity::High)
-            .unwrap()
-            .seal("hello");
+        let sealed = keyring(7).sealer("t").unwrap().seal("hello");
         let mut tampered = sealed.clone().into_bytes();
         let last = tampered.len() - 2;
         tampered[last] = if tampered[last] == b'A' { b'B' } else { b'A' };
@@ -638,7 +631,7 @@ mod tests {
     #[test]
     fn content_and_json_round_trip_with_the_artifact_digest_in_the_clear() {
         let keys = keyring(3);
-        let sealer = keys.sealer("t", Sensitivity::High).unwrap();
+        let sealer = keys.sealer("t").unwrap();
         let content = json!({"text": "deploy key rotated", "artifact_sha256": "ab12"});
         let mut stored = sealer.seal_content(&content);
         assert_eq!(stored["artifact_sha256"], "ab12");
@@ -662,7 +655,7 @@ mod tests {
     #[test]
     fn blinded_lexemes_match_between_chunks_and_questions_and_hide_the_word() {
         let keys = keyring(5);
-        let sealer = keys.sealer("t", Sensitivity::High).unwrap();
+        let sealer = keys.sealer("t").unwrap();
         assert_eq!(sealer.blind("vault"), keys.blind("vault").unwrap());
         assert_ne!(sealer.blind("vault"), sealer.blind("vaults"));
         assert!(!sealer.blind("vault").contains("vault"));

@@ -387,7 +387,9 @@ fn sealer_of(
                 .expect("every subject's key was loaded")
                 .clone(),
         ),
-        None => keyring.sealer(tenant.as_str(), event.sensitivity),
+        None => keyring
+            .sealer(tenant.as_str())
+            .filter(|_| event.sensitivity.is_sealed()),
     }
 }
 

@@ -256,10 +256,9 @@ async fn upsert(
         status.push(task.status);
         // Sealed under the process's key, as every row derived from a
         // subject's event is (erasure rebuilds them without it).
-        let sealer = match task.sealed {
-            true => keyring.sealer(tenant, Sensitivity::High),
-            false => keyring.sealer(tenant, task.sensitivity),
-        };
+        let sealer = keyring
+            .sealer(tenant)
+            .filter(|_| task.sealed || task.sensitivity.is_sealed());
         match sealer {
             Some(sealer) => {
                 title.push(sealer.seal(&task.title));
