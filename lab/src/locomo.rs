@@ -1200,7 +1200,7 @@ fn render(
     let _ = writeln!(
         out,
         "Each conversation is recorded twice, each time into a tenant of its own. As an agent records it (all rows \
-         but one): a session per conversation session, each speaker as the actor and what they said as the text, \
+         but one): a session per conversation session (ids `locomo-session-<n>`, apart from the other history's), each speaker as the actor and what they said as the text, \
          tags `conversation` and `session-<n>`, each turn at its session's date. As the kit's corpus (the row that \
          says so): one session, each turn's text `<speaker>: <said>`. Each question builds a bundle of `max_tokens` \
          {MAX_TOKENS} (channel private, from another session, so no recent window) and memd's ranking is the order of \

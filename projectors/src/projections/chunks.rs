@@ -557,13 +557,13 @@ impl Projector for ChunkProjector {
             }
             // A retraction names earlier events only: their chunks are in.
             for retraction in events.iter().filter(|e| retraction::withdrawn(e).is_some()) {
-                sqlx::query(
+                sqlx::query!(
                     "UPDATE chunks SET retracted_by = $2
                       WHERE tenant_id = $1 AND event_id = ANY ($3) AND retracted_by IS NULL",
+                    tenant,
+                    &retraction.event_id,
+                    &retraction.refs
                 )
-                .bind(tenant)
-                .bind(&retraction.event_id)
-                .bind(&retraction.refs)
                 .execute(&mut *tx)
                 .await?;
             }
@@ -704,7 +704,7 @@ impl Rows {
         events: &[StoredEvent],
     ) -> Result<(), sqlx::Error> {
         let sealed_tsvs = self.sealed_tsvs(tx, events).await?;
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO chunks (tenant_id, chunk_id, event_id, seq, part, ts, session_id, channel,
                                  sensitivity, actor_type, actor_id, kind, tags, source, line_start,
                                  line_end, text, token_est, importance, content_hash, word_hashes,
@@ -732,35 +732,30 @@ impl Rows {
                     AS u (chunk_id, event_id, seq, part, ts, session_id, channel, sensitivity,
                           actor_type, actor_id, kind, tags, source, line_start, line_end, text,
                           token_est, importance, content_hash, word_hashes, agent_id, sealed_tsv)",
-        )
-        .bind(tenant)
-        .bind(self.chunk_id)
-        .bind(self.event_id)
-        .bind(self.seq)
-        .bind(self.part)
-        .bind(self.ts)
-        .bind(self.session_id)
-        .bind(self.channel)
-        .bind(self.sensitivity)
-        .bind(self.actor_type)
-        .bind(self.actor_id)
-        .bind(self.kind)
-        .bind(self.tags)
-        .bind(self.source)
-        .bind(self.line_start)
-        .bind(self.line_end)
-        .bind(self.text)
-        .bind(self.token_est)
-        .bind(self.importance)
-        .bind(self.content_hash)
-        .bind(self.word_hashes)
-        .bind(self.agent_id)
-        .bind(sealed_tsvs)
-        .bind(
-            Kind::TURNS
-                .iter()
-                .map(|kind| kind.as_str())
-                .collect::<Vec<_>>(),
+            tenant,
+            &self.chunk_id,
+            &self.event_id,
+            &self.seq,
+            &self.part,
+            &self.ts,
+            &self.session_id,
+            &self.channel as &[Channel],
+            &self.sensitivity as &[Sensitivity],
+            &self.actor_type as &[ActorType],
+            &self.actor_id,
+            &self.kind as &[Kind],
+            &self.tags as &[Option<String>],
+            &self.source as &[Option<String>],
+            &self.line_start as &[Option<i32>],
+            &self.line_end as &[Option<i32>],
+            &self.text,
+            &self.token_est,
+            &self.importance,
+            &self.content_hash,
+            &self.word_hashes,
+            &self.agent_id as &[Option<String>],
+            &sealed_tsvs as &[Option<String>],
+            Kind::TURNS as &[Kind],
         )
         .execute(tx)
         .await?;

@@ -144,7 +144,7 @@ async fn write_sessions(
     }
     // Merged into what earlier batches wrote: bounds widened, counts
     // added, sets united (sorted, so a replay writes the same arrays).
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO sessions (tenant_id, session_id, owner, first_seq, last_seq, first_ts,
                                last_ts, events, agents, kinds)
          SELECT $1, u.session_id, u.owner, u.first_seq, u.last_seq, u.first_ts, u.last_ts,
@@ -164,17 +164,17 @@ async fn write_sessions(
                              ORDER BY a),
              kinds = ARRAY(SELECT DISTINCT k FROM unnest(sessions.kinds || EXCLUDED.kinds) k
                             ORDER BY k)",
+        tenant,
+        &session as &[&str],
+        &owner as &[&str],
+        &first_seq,
+        &last_seq,
+        &first_ts,
+        &last_ts,
+        &events,
+        &agents,
+        &kinds
     )
-    .bind(tenant)
-    .bind(session)
-    .bind(owner)
-    .bind(first_seq)
-    .bind(last_seq)
-    .bind(first_ts)
-    .bind(last_ts)
-    .bind(events)
-    .bind(agents)
-    .bind(kinds)
     .execute(tx)
     .await?;
     Ok(())
@@ -198,7 +198,7 @@ async fn write_agents(
         last_ts.push(activity.last_ts);
         events.push(activity.events);
     }
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO agents (tenant_id, agent_id, first_seq, last_seq, first_ts, last_ts, events)
          SELECT $1, u.* FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::timestamptz[],
                                     $6::timestamptz[], $7::bigint[])
@@ -209,14 +209,14 @@ async fn write_agents(
              first_ts = least(agents.first_ts, EXCLUDED.first_ts),
              last_ts = greatest(agents.last_ts, EXCLUDED.last_ts),
              events = agents.events + EXCLUDED.events",
+        tenant,
+        &agent as &[&str],
+        &first_seq,
+        &last_seq,
+        &first_ts,
+        &last_ts,
+        &events
     )
-    .bind(tenant)
-    .bind(agent)
-    .bind(first_seq)
-    .bind(last_seq)
-    .bind(first_ts)
-    .bind(last_ts)
-    .bind(events)
     .execute(tx)
     .await?;
     Ok(())

@@ -64,32 +64,34 @@ async fn withdraw(
     tenant: &str,
     retraction: &StoredEvent,
 ) -> Result<(), sqlx::Error> {
-    let touched: Vec<String> = sqlx::query_scalar(
+    let touched: Vec<String> = sqlx::query_scalar!(
         "DELETE FROM task_events WHERE tenant_id = $1 AND event_id = ANY ($2) RETURNING task_id",
+        tenant,
+        &retraction.refs
     )
-    .bind(tenant)
-    .bind(&retraction.refs)
     .fetch_all(&mut *tx)
     .await?;
     for task_id in touched
         .into_iter()
         .collect::<std::collections::BTreeSet<_>>()
     {
-        let remaining: Vec<String> = sqlx::query_scalar(
+        let remaining: Vec<String> = sqlx::query_scalar!(
             "SELECT event_id FROM task_events WHERE tenant_id = $1 AND task_id = $2 ORDER BY seq",
+            tenant,
+            &task_id
         )
-        .bind(tenant)
-        .bind(&task_id)
         .fetch_all(&mut *tx)
         .await?;
         let events = read_ids(&mut *tx, &retraction.keyring, tenant, &remaining).await?;
         let mut updates = events.iter().filter_map(Update::of);
         let Some(first) = updates.next() else {
-            sqlx::query("DELETE FROM tasks WHERE tenant_id = $1 AND task_id = $2")
-                .bind(tenant)
-                .bind(&task_id)
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query!(
+                "DELETE FROM tasks WHERE tenant_id = $1 AND task_id = $2",
+                tenant,
+                &task_id
+            )
+            .execute(&mut *tx)
+            .await?;
             continue;
         };
         let mut task = Task::new(&first);
@@ -277,7 +279,7 @@ async fn upsert(
         last_seq.push(task.last_seq);
         updated_at.push(task.updated_at);
     }
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO tasks (tenant_id, task_id, status, title, details, refs,
                             session_id, channel, sensitivity, first_seq, last_seq, updated_at)
          SELECT $1, u.task_id, u.status, u.title, u.details,
@@ -293,19 +295,19 @@ async fn upsert(
              refs = EXCLUDED.refs, session_id = EXCLUDED.session_id, channel = EXCLUDED.channel,
              sensitivity = EXCLUDED.sensitivity, first_seq = EXCLUDED.first_seq,
              last_seq = EXCLUDED.last_seq, updated_at = EXCLUDED.updated_at",
+        tenant,
+        &task_id,
+        &status,
+        &title,
+        &details,
+        &refs,
+        &session_id,
+        &channel as &[Channel],
+        &sensitivity as &[Sensitivity],
+        &first_seq,
+        &last_seq,
+        &updated_at
     )
-    .bind(tenant)
-    .bind(task_id)
-    .bind(status)
-    .bind(title)
-    .bind(details)
-    .bind(refs)
-    .bind(session_id)
-    .bind(channel)
-    .bind(sensitivity)
-    .bind(first_seq)
-    .bind(last_seq)
-    .bind(updated_at)
     .execute(tx)
     .await?;
     Ok(())
@@ -320,15 +322,15 @@ async fn record_updates(
     let task_ids: Vec<&str> = updates.iter().map(|u| u.task_id).collect();
     let seqs: Vec<i64> = updates.iter().map(|u| u.event.seq).collect();
     let event_ids: Vec<&str> = updates.iter().map(|u| u.event.event_id.as_str()).collect();
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO task_events (tenant_id, task_id, seq, event_id)
          SELECT $1, u.task_id, u.seq, u.event_id
            FROM unnest($2::text[], $3::bigint[], $4::text[]) AS u (task_id, seq, event_id)",
+        tenant,
+        &task_ids as &[&str],
+        &seqs,
+        &event_ids as &[&str]
     )
-    .bind(tenant)
-    .bind(task_ids)
-    .bind(seqs)
-    .bind(event_ids)
     .execute(tx)
     .await?;
     Ok(())

@@ -99,12 +99,14 @@ async fn withdraw(
         }
     }
     for (view, owner) in missing {
-        sqlx::query("DELETE FROM views WHERE tenant_id = $1 AND view = $2 AND owner = $3")
-            .bind(tenant)
-            .bind(view)
-            .bind(owner)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query!(
+            "DELETE FROM views WHERE tenant_id = $1 AND view = $2 AND owner = $3",
+            tenant,
+            view,
+            owner
+        )
+        .execute(&mut *tx)
+        .await?;
     }
     fold_updates(tx, tenant, found.iter().collect()).await
 }
@@ -149,7 +151,7 @@ async fn fold_updates(
         channel.push(event.channel.as_str());
         sensitivity.push(event.sensitivity.as_str());
     }
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO views (tenant_id, view, text, event_id, seq, ts, actor_id, channel,
                                 sensitivity, owner)
              SELECT $1, u.* FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[],
@@ -160,17 +162,17 @@ async fn fold_updates(
                  text = EXCLUDED.text, event_id = EXCLUDED.event_id,
                  seq = EXCLUDED.seq, ts = EXCLUDED.ts, actor_id = EXCLUDED.actor_id,
                  channel = EXCLUDED.channel, sensitivity = EXCLUDED.sensitivity",
+        tenant,
+        &view as &[&str],
+        &text,
+        &event_id as &[&str],
+        &seq,
+        &ts,
+        &actor_id as &[&str],
+        &channel as &[&str],
+        &sensitivity as &[&str],
+        &owner as &[&str]
     )
-    .bind(tenant)
-    .bind(view)
-    .bind(text)
-    .bind(event_id)
-    .bind(seq)
-    .bind(ts)
-    .bind(actor_id)
-    .bind(channel)
-    .bind(sensitivity)
-    .bind(owner)
     .execute(&mut *tx)
     .await?;
     Ok(())
