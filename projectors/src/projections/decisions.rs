@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::{Value, json};
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 
 use crate::{
     projector::{Fold, Table},
@@ -63,13 +63,13 @@ async fn withdraw(
     tenant: &str,
     retraction: &StoredEvent,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE decisions SET status = 'retracted', retracted_by = $2
           WHERE tenant_id = $1 AND decision_id = ANY ($3) AND status <> 'retracted'",
+        tenant,
+        &retraction.event_id,
+        &retraction.refs,
     )
-    .bind(tenant)
-    .bind(&retraction.event_id)
-    .bind(&retraction.refs)
     .execute(tx)
     .await?;
     Ok(())
@@ -177,19 +177,19 @@ impl<'a> Ledger<'a> {
             .collect();
         let refs: Vec<&str> = refs.into_iter().collect();
         // A ref is an event id, or a chunk id (`chk_<ulid>_<part>`, from `evt_<ulid>`).
-        let rows: Vec<(String, i64)> = sqlx::query_as(
-            r"SELECT r, e.seq FROM unnest($2::text[]) AS r
+        let rows = sqlx::query!(
+            r#"SELECT r AS "r!", e.seq FROM unnest($2::text[]) AS r
                 JOIN public.events e
                   ON e.tenant_id = $1
                  AND e.event_id = CASE WHEN r LIKE 'chk\_%'
                                        THEN 'evt_' || split_part(substr(r, 5), '_', 1)
-                                       ELSE r END",
+                                       ELSE r END"#,
+            tenant,
+            &refs as &[&str],
         )
-        .bind(tenant)
-        .bind(&refs)
         .fetch_all(&mut *tx)
         .await?;
-        ledger.ref_seqs = rows.into_iter().collect();
+        ledger.ref_seqs = rows.into_iter().map(|row| (row.r, row.seq)).collect();
 
         let named: Vec<&str> = read
             .iter()
@@ -198,16 +198,18 @@ impl<'a> Ledger<'a> {
                 Read::Summary(..) => None,
             })
             .collect();
-        let rows: Vec<(String, Option<String>, String)> = sqlx::query_as(
+        let rows = sqlx::query!(
             "SELECT decision_id, key, status FROM decisions
               WHERE tenant_id = $1 AND decision_id = ANY ($2)",
+            tenant,
+            &named as &[&str],
         )
-        .bind(tenant)
-        .bind(&named)
         .fetch_all(&mut *tx)
         .await?;
-        for (id, key, status) in rows {
-            ledger.known.insert(id, (key, status == "active"));
+        for row in rows {
+            ledger
+                .known
+                .insert(row.decision_id, (row.key, row.status == "active"));
         }
 
         let mut keys: BTreeSet<&str> = BTreeSet::new();
@@ -218,12 +220,12 @@ impl<'a> Ledger<'a> {
             }
         }
         let keys: Vec<&str> = keys.into_iter().collect();
-        let rows = sqlx::query(
-            "SELECT decision_id, key, decision, value, refs FROM decisions
-              WHERE tenant_id = $1 AND key = ANY ($2) AND status = 'active'",
+        let rows = sqlx::query!(
+            r#"SELECT decision_id, key AS "key!", decision, value, refs FROM decisions
+              WHERE tenant_id = $1 AND key = ANY ($2) AND status = 'active'"#,
+            tenant,
+            &keys as &[&str],
         )
-        .bind(tenant)
-        .bind(&keys)
         .fetch_all(&mut *tx)
         .await?;
         // Sealed decisions are compared with summaries as plaintext.
@@ -234,10 +236,8 @@ impl<'a> Ledger<'a> {
         let unseal =
             |error: SealError| sqlx::Error::Protocol(format!("decision of {tenant}: {error}"));
         for row in rows {
-            let id: String = row.get("decision_id");
-            let key: String = row.get("key");
-            let mut decision: String = row.get("decision");
-            let mut value: Option<Value> = row.get("value");
+            let (id, key, mut decision, mut value) =
+                (row.decision_id, row.key, row.decision, row.value);
             keyring
                 .open_in_place(tenant, &mut decision)
                 .map_err(unseal)?;
@@ -251,7 +251,7 @@ impl<'a> Ledger<'a> {
                     decision_id: id,
                     decision,
                     value,
-                    refs: row.get("refs"),
+                    refs: row.refs,
                 },
             );
         }
@@ -424,14 +424,14 @@ impl<'a> Ledger<'a> {
     async fn write(self, tx: &mut PgConnection, tenant: &str) -> Result<(), sqlx::Error> {
         if !self.superseded.is_empty() {
             let (old, by): (Vec<String>, Vec<String>) = self.superseded.into_iter().unzip();
-            sqlx::query(
+            sqlx::query!(
                 "UPDATE decisions d SET status = 'superseded', superseded_by = u.by
                    FROM unnest($2::text[], $3::text[]) AS u (id, by)
                   WHERE d.tenant_id = $1 AND d.decision_id = u.id",
+                tenant,
+                &old,
+                &by,
             )
-            .bind(tenant)
-            .bind(old)
-            .bind(by)
             .execute(&mut *tx)
             .await?;
         }
@@ -517,7 +517,7 @@ impl DecisionRows {
     }
 
     async fn insert(self, tx: &mut PgConnection, tenant: &str) -> Result<(), sqlx::Error> {
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO decisions (tenant_id, decision_id, seq, ts, session_id, channel, sensitivity,
                                     actor_id, tags, status, key, scope, decision, value, rationale,
                                     constraints, alternatives, consequences, confidence, refs,
@@ -540,30 +540,30 @@ impl DecisionRows {
                           status, key, scope, decision, value, rationale, constraints,
                           alternatives, consequences, confidence, refs, supersedes,
                           superseded_by, rejected_reason)",
+            tenant,
+            &self.decision_id,
+            &self.seq,
+            &self.ts,
+            &self.session_id,
+            &self.channel as &[Channel],
+            &self.sensitivity as &[Sensitivity],
+            &self.actor_id,
+            &self.tags,
+            &self.status as &[&str],
+            &self.key as &[Option<String>],
+            &self.scope,
+            &self.decision,
+            &self.value as &[Option<String>],
+            &self.rationale,
+            &self.constraints,
+            &self.alternatives,
+            &self.consequences,
+            &self.confidence as &[Option<f64>],
+            &self.refs,
+            &self.supersedes as &[Option<String>],
+            &self.superseded_by as &[Option<String>],
+            &self.rejected_reason as &[Option<String>],
         )
-        .bind(tenant)
-        .bind(self.decision_id)
-        .bind(self.seq)
-        .bind(self.ts)
-        .bind(self.session_id)
-        .bind(self.channel)
-        .bind(self.sensitivity)
-        .bind(self.actor_id)
-        .bind(self.tags)
-        .bind(self.status)
-        .bind(self.key)
-        .bind(self.scope)
-        .bind(self.decision)
-        .bind(self.value)
-        .bind(self.rationale)
-        .bind(self.constraints)
-        .bind(self.alternatives)
-        .bind(self.consequences)
-        .bind(self.confidence)
-        .bind(self.refs)
-        .bind(self.supersedes)
-        .bind(self.superseded_by)
-        .bind(self.rejected_reason)
         .execute(tx)
         .await?;
         Ok(())
@@ -612,7 +612,7 @@ async fn insert_summaries(
                 .to_string(),
         );
     }
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO summaries (tenant_id, event_id, seq, ts, session_id, channel, sensitivity,
                                 text, refs, claims, conflicted, conflicts)
          SELECT $1, u.event_id, u.seq, u.ts, u.session_id, u.channel, u.sensitivity, u.text,
@@ -622,19 +622,19 @@ async fn insert_summaries(
                        $7::text[], $8::text[], $9::text[], $10::text[], $11::bool[], $12::text[])
                 AS u (event_id, seq, ts, session_id, channel, sensitivity, text, refs, claims,
                       conflicted, conflicts)",
+        tenant,
+        &event_id,
+        &seq,
+        &ts,
+        &session_id,
+        &channel as &[Channel],
+        &sensitivity as &[Sensitivity],
+        &text,
+        &refs,
+        &claims,
+        &conflicted,
+        &conflicts,
     )
-    .bind(tenant)
-    .bind(event_id)
-    .bind(seq)
-    .bind(ts)
-    .bind(session_id)
-    .bind(channel)
-    .bind(sensitivity)
-    .bind(text)
-    .bind(refs)
-    .bind(claims)
-    .bind(conflicted)
-    .bind(conflicts)
     .execute(tx)
     .await?;
     Ok(())
