@@ -349,14 +349,17 @@ pub async fn subject_keyring<'a>(
     }
     subjects.sort_unstable();
     subjects.dedup();
-    let rows: Vec<(String, Vec<u8>)> = sqlx::query_as(
-        "SELECT subject_id, wrapped FROM public.subject_keys
-          WHERE tenant_id = $1 AND subject_id = ANY ($2) AND wrapped IS NOT NULL",
+    let rows: Vec<(String, Vec<u8>)> = sqlx::query!(
+        r#"SELECT subject_id, wrapped AS "wrapped!" FROM public.subject_keys
+          WHERE tenant_id = $1 AND subject_id = ANY ($2) AND wrapped IS NOT NULL"#,
+        tenant,
+        &subjects as &[&str],
     )
-    .bind(tenant)
-    .bind(&subjects)
     .fetch_all(executor)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|row| (row.subject_id, row.wrapped))
+    .collect();
     Ok(keyring.with_subjects(
         tenant,
         rows.iter()

@@ -3,7 +3,7 @@
 # PostgreSQL members under Patroni with synchronous replication (a commit is
 # acknowledged only once it is on two servers), and HAProxy with a leader
 # port and a replica port; then applies memd's migrations through the
-# leader port. Installs patroni, etcd-server and haproxy from Debian's
+# leader port. Installs patroni, etcd-server, etcd-client and haproxy from Debian's
 # packages if they are missing (exit code 3 if they cannot be). Idempotent:
 # what already runs is left alone. MEMD_BIN names the memd binary that
 # migrates (default: target/release/memd, else target/debug/memd).
@@ -14,13 +14,16 @@ source "$(dirname "$0")/common.sh"
 cd "$HA_ROOT"
 
 install_packages() {
-  command -v patroni >/dev/null && command -v etcd >/dev/null && command -v haproxy >/dev/null && return 0
-  echo "ha: installing patroni, etcd-server and haproxy" >&2
+  # etcdctl (the health check below) is Debian's etcd-client, apart from
+  # etcd-server.
+  command -v patroni >/dev/null && command -v etcd >/dev/null && command -v etcdctl >/dev/null &&
+    command -v haproxy >/dev/null && return 0
+  echo "ha: installing patroni, etcd-server, etcd-client and haproxy" >&2
   local sudo=""
   [ "$(id -u)" = 0 ] || sudo=sudo
   { $sudo apt-get update -qq &&
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq patroni etcd-server haproxy >/dev/null; } || {
-    echo "ha: patroni, etcd-server and haproxy cannot be installed here" >&2
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq patroni etcd-server etcd-client haproxy >/dev/null; } || {
+    echo "ha: patroni, etcd-server, etcd-client and haproxy cannot be installed here" >&2
     exit 3
   }
 }

@@ -136,16 +136,16 @@ impl EmbeddingWork {
 
     /// The tenant's choice, with the default filled in.
     pub async fn choice(&self, pool: &PgPool, tenant: &str) -> Result<Choice, sqlx::Error> {
-        let row: Option<(String, Option<String>)> = sqlx::query_as(
+        let row = sqlx::query!(
             "SELECT active, building FROM public.embedder_choice WHERE tenant_id = $1",
+            tenant,
         )
-        .bind(tenant)
         .fetch_optional(pool)
         .await?;
         Ok(match row {
-            Some((active, building)) => Choice {
-                active: Some(active),
-                building,
+            Some(row) => Choice {
+                active: Some(row.active),
+                building: row.building,
             },
             None => Choice {
                 active: self.default.map(str::to_owned),
@@ -262,22 +262,22 @@ pub async fn choose(
     embedder: &str,
     default: Option<&str>,
 ) -> Result<Choice, sqlx::Error> {
-    let (active, building): (String, Option<String>) = sqlx::query_as(
+    let chosen = sqlx::query!(
         "INSERT INTO public.embedder_choice AS ch (tenant_id, active, building)
          VALUES ($1, coalesce($3, $2), CASE WHEN coalesce($3, $2) = $2 THEN NULL ELSE $2 END)
          ON CONFLICT (tenant_id) DO UPDATE
             SET building = CASE WHEN ch.active = $2 THEN NULL ELSE $2 END,
                 updated_at = now()
          RETURNING active, building",
+        tenant,
+        embedder,
+        default,
     )
-    .bind(tenant)
-    .bind(embedder)
-    .bind(default)
     .fetch_one(pool)
     .await?;
     Ok(Choice {
-        active: Some(active),
-        building,
+        active: Some(chosen.active),
+        building: chosen.building,
     })
 }
 

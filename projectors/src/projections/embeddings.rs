@@ -310,21 +310,24 @@ async fn previous_messages(
     if seqs.is_empty() {
         return Ok(HashMap::new());
     }
-    let rows: Vec<(i64, String, String)> = sqlx::query_as(
-        "SELECT u.seq, p.actor_id, p.text
+    let rows: Vec<(i64, String, String)> = sqlx::query!(
+        r#"SELECT u.seq AS "seq!", p.actor_id, p.text AS "text!"
            FROM unnest($2::text[], $3::bigint[]) AS u (session_id, seq)
           CROSS JOIN LATERAL (
                 SELECT e.actor_id, e.content ->> 'text' AS text FROM public.events e
                  WHERE e.tenant_id = $1 AND e.session_id = u.session_id AND e.seq < u.seq
                    AND e.kind = 'message'
                  ORDER BY e.seq DESC LIMIT 1) AS p
-          WHERE p.text IS NOT NULL",
+          WHERE p.text IS NOT NULL"#,
+        tenant,
+        &sessions as &[&str],
+        &seqs,
     )
-    .bind(tenant)
-    .bind(&sessions)
-    .bind(&seqs)
     .fetch_all(&mut *tx)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|row| (row.seq, row.actor_id, row.text))
+    .collect();
     Ok(rows
         .into_iter()
         .map(|(seq, actor_id, text)| {

@@ -59,13 +59,16 @@ async fn withdraw(
     tenant: &str,
     retraction: &StoredEvent,
 ) -> Result<(), sqlx::Error> {
-    let shown: Vec<(String, String)> = sqlx::query_as(
+    let shown: Vec<(String, String)> = sqlx::query!(
         "SELECT view, owner FROM views WHERE tenant_id = $1 AND event_id = ANY ($2)",
+        tenant,
+        &retraction.refs,
     )
-    .bind(tenant)
-    .bind(&retraction.refs)
     .fetch_all(&mut *tx)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|row| (row.view, row.owner))
+    .collect();
     if shown.is_empty() {
         return Ok(());
     }

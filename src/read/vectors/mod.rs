@@ -1215,14 +1215,14 @@ async fn rebuilt_since(
     loaded_seq: i64,
     loaded_version: i32,
 ) -> Result<bool, sqlx::Error> {
-    let cursor: Option<(i64, i32)> = sqlx::query_as(
+    let cursor = sqlx::query!(
         "SELECT seq, version FROM projections.cursors WHERE tenant_id = $1 AND projector = $2",
+        tenant,
+        table,
     )
-    .bind(tenant)
-    .bind(table)
     .fetch_optional(pool)
     .await?;
-    Ok(cursor.is_none_or(|(seq, version)| seq < loaded_seq || version != loaded_version))
+    Ok(cursor.is_none_or(|row| row.seq < loaded_seq || row.version != loaded_version))
 }
 
 /// Every vector of `tenant` in the embeddings table `table`, with its
