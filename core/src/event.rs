@@ -127,7 +127,7 @@ wire_enum!(
 );
 wire_enum!(
     /// How sensitive the content is. `secret` content is never stored.
-    /// Declared from least to most sensitive, which is how they compare.
+    // Declared from least to most sensitive, which is how they compare.
     #[derive(Default, PartialOrd, Ord)]
     Sensitivity { #[default] None => "none", Low => "low", High => "high", Secret => "secret" }
 );
