@@ -327,9 +327,13 @@ pub fn open(keyring: &Keyring, tenant: &str, event: &mut StoredEvent) -> Result<
     let opened =
         keyring.open_event_content(tenant, &mut event.content, event.subject_id.is_some())?;
     event.erased = opened == Opened::Erased;
-    event.sealer = keyring
-        .sealer(tenant)
-        .filter(|_| event.subject_id.is_some() || event.sensitivity.is_sealed());
+    // Checked before the sealer is made: most events are not sealed, and
+    // making one copies the tenant's name.
+    event.sealer = if event.subject_id.is_some() || event.sensitivity.is_sealed() {
+        keyring.sealer(tenant)
+    } else {
+        None
+    };
     event.keyring = keyring.clone();
     Ok(())
 }

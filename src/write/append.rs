@@ -387,9 +387,8 @@ fn sealer_of(
                 .expect("every subject's key was loaded")
                 .clone(),
         ),
-        None => keyring
-            .sealer(tenant.as_str())
-            .filter(|_| event.sensitivity.is_sealed()),
+        None if event.sensitivity.is_sealed() => keyring.sealer(tenant.as_str()),
+        None => None,
     }
 }
 

@@ -258,9 +258,11 @@ async fn upsert(
         status.push(task.status);
         // Sealed under the process's key, as every row derived from a
         // subject's event is (erasure rebuilds them without it).
-        let sealer = keyring
-            .sealer(tenant)
-            .filter(|_| task.sealed || task.sensitivity.is_sealed());
+        let sealer = if task.sealed || task.sensitivity.is_sealed() {
+            keyring.sealer(tenant)
+        } else {
+            None
+        };
         match sealer {
             Some(sealer) => {
                 title.push(sealer.seal(&task.title));
