@@ -464,23 +464,23 @@ impl Metrics {
         // tenant without a cursor (or with one of another version) has
         // applied nothing. The embeddings projections count for the
         // tenants that have their cursor (a tenant uses one embedder).
-        let lags: Vec<(String, String, i64, f64)> = sqlx::query_as(
-            "SELECT p.name, h.tenant_id, h.seq - coalesce(c.seq, 0) AS behind,
-                    coalesce(extract(epoch FROM now() - (
-                        SELECT e.created_at FROM public.events e
-                         WHERE e.tenant_id = h.tenant_id AND e.seq = coalesce(c.seq, 0) + 1
-                    ))::float8, 0) AS seconds
-               FROM public.tenant_heads h
-              CROSS JOIN unnest($1::text[], $2::int[]) AS p (name, version)
-               LEFT JOIN projections.cursors c
-                 ON c.tenant_id = h.tenant_id AND c.projector = p.name AND c.version = p.version
-              WHERE h.seq > 0
-                AND (p.name NOT LIKE 'embeddings\\_%'
-                     OR EXISTS (SELECT 1 FROM projections.cursors e
-                                 WHERE e.tenant_id = h.tenant_id AND e.projector = p.name))",
+        let lags = sqlx::query!(
+            r#"SELECT p.name AS "name!", h.tenant_id, h.seq - coalesce(c.seq, 0) AS "behind!",
+                      coalesce(extract(epoch FROM now() - (
+                          SELECT e.created_at FROM public.events e
+                           WHERE e.tenant_id = h.tenant_id AND e.seq = coalesce(c.seq, 0) + 1
+                      ))::float8, 0) AS "seconds!"
+                 FROM public.tenant_heads h
+                CROSS JOIN unnest($1::text[], $2::int[]) AS p (name, version)
+                 LEFT JOIN projections.cursors c
+                   ON c.tenant_id = h.tenant_id AND c.projector = p.name AND c.version = p.version
+                WHERE h.seq > 0
+                  AND (p.name NOT LIKE 'embeddings\_%'
+                       OR EXISTS (SELECT 1 FROM projections.cursors e
+                                   WHERE e.tenant_id = h.tenant_id AND e.projector = p.name))"#,
+            &names as &[&str],
+            &versions
         )
-        .bind(&names)
-        .bind(&versions)
         .fetch_all(pool)
         .await?;
         self.projection_lag_events.clear();
@@ -493,7 +493,9 @@ impl Metrics {
                 self.projection_lag_seconds.get_or_create(&labels).set(0.0);
             }
         }
-        for (name, tenant, behind, seconds) in lags {
+        for row in lags {
+            let (name, tenant, behind, seconds) =
+                (row.name, row.tenant_id, row.behind, row.seconds);
             let labels = self.labels(&tenant, &[("projection", &name)]);
             let seconds = if behind > 0 { seconds } else { 0.0 };
             let events = self.projection_lag_events.get_or_create(&labels);

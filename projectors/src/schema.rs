@@ -90,10 +90,12 @@ impl Schema {
     /// Projectors write `chunks`, `decisions`, ... unqualified, so the same
     /// code fills the live or the shadow tables.
     pub async fn enter(&self, tx: &mut PgConnection) -> Result<(), sqlx::Error> {
-        sqlx::query("SELECT set_config('search_path', $1, true)")
-            .bind(format!("{}, public", self.0))
-            .execute(tx)
-            .await?;
+        sqlx::query_scalar!(
+            "SELECT set_config('search_path', $1, true)",
+            format!("{}, public", self.0)
+        )
+        .fetch_one(tx)
+        .await?;
         Ok(())
     }
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 
 /// Where each of the tenant's projections stands.
-#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ProjectionStatus {
     /// The projector (`chunks`, `decisions`, ...).
     name: String,
@@ -46,33 +46,36 @@ pub async fn status(pool: &PgPool, tenant: &str) -> Result<ProjectionsStatus, sq
     )
     .fetch_one(pool)
     .await?;
-    let projections: Vec<ProjectionStatus> = sqlx::query_as(
-        // The projections, then the tenant's embeddings projections (one
-        // per embedder it has); a failure the engine recorded for the whole
-        // batch (`projections`, `embeddings`) counts for each of its own.
-        "WITH names AS (
-             SELECT name, position FROM unnest($2::text[]) WITH ORDINALITY AS p (name, position)
-             UNION ALL
-             SELECT projector, 1000 FROM projections.cursors
-              WHERE tenant_id = $1 AND projector LIKE 'embeddings\\_%'
-         )
-         SELECT n.name, coalesce(c.seq, 0) AS cursor_seq, c.version,
-                $3 - coalesce(c.seq, 0) AS lag, f.error AS last_error, f.failed_at AS last_error_at
-           FROM names n
-           LEFT JOIN projections.cursors c ON c.projector = n.name AND c.tenant_id = $1
-           LEFT JOIN LATERAL (
-                SELECT error, failed_at FROM projections.failures f
-                 WHERE f.tenant_id = $1
-                   AND f.projector IN (n.name, CASE WHEN n.name LIKE 'embeddings\\_%'
-                                                    THEN $5 ELSE $4 END)
-                 ORDER BY failed_at DESC LIMIT 1) f ON true
-          ORDER BY n.position, n.name",
+    // The projections, then the tenant's embeddings projections (one per
+    // embedder it has); a failure the engine recorded for the whole batch
+    // (`projections`, `embeddings`) counts for each of its own.
+    let projections = sqlx::query_as!(
+        ProjectionStatus,
+        r#"WITH names AS (
+               SELECT name, position
+                 FROM unnest($2::text[]) WITH ORDINALITY AS p (name, position)
+               UNION ALL
+               SELECT projector, 1000 FROM projections.cursors
+                WHERE tenant_id = $1 AND projector LIKE 'embeddings\_%'
+           )
+           SELECT n.name AS "name!", coalesce(c.seq, 0) AS "cursor_seq!", c.version AS "version?",
+                  $3 - coalesce(c.seq, 0) AS "lag!", f.error AS "last_error?",
+                  f.failed_at AS "last_error_at?"
+             FROM names n
+             LEFT JOIN projections.cursors c ON c.projector = n.name AND c.tenant_id = $1
+             LEFT JOIN LATERAL (
+                  SELECT error, failed_at FROM projections.failures f
+                   WHERE f.tenant_id = $1
+                     AND f.projector IN (n.name, CASE WHEN n.name LIKE 'embeddings\_%'
+                                                      THEN $5 ELSE $4 END)
+                   ORDER BY failed_at DESC LIMIT 1) f ON true
+            ORDER BY n.position, n.name"#,
+        tenant,
+        projections::NAMES as &[&str],
+        head_seq,
+        memd_projectors::runtime::ENGINE_LABEL,
+        memd_projectors::embed_worker::LABEL
     )
-    .bind(tenant)
-    .bind(projections::NAMES)
-    .bind(head_seq)
-    .bind(memd_projectors::runtime::ENGINE_LABEL)
-    .bind(memd_projectors::embed_worker::LABEL)
     .fetch_all(pool)
     .await?;
     Ok(ProjectionsStatus {

@@ -41,7 +41,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 
 use memd_projectors::rebuild::Progress;
 
@@ -187,28 +187,17 @@ pub async fn export(
     };
     let mut after = 0_i64;
     while after < head_seq {
-        let rows = sqlx::query(
-            "SELECT seq, event_id, created_at, ts, session_id, channel, actor_type, actor_id,
-                    agent_id, subject_id, kind, sensitivity, tags, refs, idempotency_key,
-                    artifact_id, prev_hash, hash, content::text AS content
-               FROM public.events
-              WHERE tenant_id = $1 AND seq > $2 AND seq <= $3
-              ORDER BY seq LIMIT $4",
-        )
-        .bind(tenant.as_str())
-        .bind(after)
-        .bind(head_seq)
-        .bind(BATCH as i64)
-        .fetch_all(pool)
-        .await?;
-        ensure!(!rows.is_empty(), "the log of {tenant} ends before its head");
-        let owners: Vec<String> = rows
+        let events = event_lines(pool, tenant, after, head_seq).await?;
+        ensure!(
+            !events.is_empty(),
+            "the log of {tenant} ends before its head"
+        );
+        let owners: Vec<String> = events
             .iter()
-            .filter_map(|r| r.try_get::<Option<String>, _>("artifact_id").ok().flatten())
+            .filter_map(|e| e.artifact_id.clone())
             .collect();
         let mut artifacts = artifact_lines(pool, tenant, &owners).await?;
-        for row in &rows {
-            let event = event_line(row)?;
+        for event in events {
             line(&event)?;
             if let Some(artifact) = event.artifact_id.as_ref().and_then(|a| artifacts.remove(a)) {
                 line(&artifact)?;
@@ -248,30 +237,53 @@ fn create_output(out: &Path) -> anyhow::Result<Box<dyn Write>> {
     })
 }
 
-/// An event row of the log as its line in the file.
-fn event_line(row: &sqlx::postgres::PgRow) -> anyhow::Result<EventLine> {
-    Ok(EventLine {
-        r#type: "event".into(),
-        seq: row.try_get("seq")?,
-        event_id: row.try_get("event_id")?,
-        created_at: time(row.try_get("created_at")?),
-        ts: time(row.try_get("ts")?),
-        session_id: row.try_get("session_id")?,
-        channel: row.try_get("channel")?,
-        actor_type: row.try_get("actor_type")?,
-        actor_id: row.try_get("actor_id")?,
-        agent_id: row.try_get("agent_id")?,
-        subject_id: row.try_get("subject_id")?,
-        kind: row.try_get("kind")?,
-        sensitivity: row.try_get("sensitivity")?,
-        tags: row.try_get("tags")?,
-        refs: row.try_get("refs")?,
-        idempotency_key: row.try_get("idempotency_key")?,
-        artifact_id: row.try_get("artifact_id")?,
-        prev_hash: hex::encode(row.try_get::<Vec<u8>, _>("prev_hash")?),
-        hash: hex::encode(row.try_get::<Vec<u8>, _>("hash")?),
-        content: RawValue::from_string(row.try_get("content")?)?,
-    })
+/// The lines of the events after `after`, up to `head_seq`, one page.
+async fn event_lines(
+    pool: &PgPool,
+    tenant: &TenantId,
+    after: i64,
+    head_seq: i64,
+) -> anyhow::Result<Vec<EventLine>> {
+    let rows = sqlx::query!(
+        r#"SELECT seq, event_id, created_at, ts, session_id, channel, actor_type, actor_id,
+                  agent_id, subject_id, kind, sensitivity, tags, refs, idempotency_key,
+                  artifact_id, prev_hash, hash, content::text AS "content!"
+             FROM public.events
+            WHERE tenant_id = $1 AND seq > $2 AND seq <= $3
+            ORDER BY seq LIMIT $4"#,
+        tenant.as_str(),
+        after,
+        head_seq,
+        BATCH as i64
+    )
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter()
+        .map(|row| {
+            Ok(EventLine {
+                r#type: "event".into(),
+                seq: row.seq,
+                event_id: row.event_id,
+                created_at: time(row.created_at),
+                ts: time(row.ts),
+                session_id: row.session_id,
+                channel: row.channel,
+                actor_type: row.actor_type,
+                actor_id: row.actor_id,
+                agent_id: row.agent_id,
+                subject_id: row.subject_id,
+                kind: row.kind,
+                sensitivity: row.sensitivity,
+                tags: row.tags,
+                refs: row.refs,
+                idempotency_key: row.idempotency_key,
+                artifact_id: row.artifact_id,
+                prev_hash: hex::encode(row.prev_hash),
+                hash: hex::encode(row.hash),
+                content: RawValue::from_string(row.content)?,
+            })
+        })
+        .collect()
 }
 
 async fn artifact_lines(
@@ -282,31 +294,29 @@ async fn artifact_lines(
     if ids.is_empty() {
         return Ok(HashMap::new());
     }
-    let rows = sqlx::query(
-        "SELECT artifact_id, event_id, created_at, kind, media_type, sha256, bytes,
-                meta::text AS meta
-           FROM public.artifacts WHERE tenant_id = $1 AND artifact_id = ANY ($2)",
+    let rows = sqlx::query!(
+        r#"SELECT artifact_id, event_id, created_at, kind, media_type, sha256, bytes,
+                  meta::text AS "meta!"
+             FROM public.artifacts WHERE tenant_id = $1 AND artifact_id = ANY ($2)"#,
+        tenant.as_str(),
+        ids
     )
-    .bind(tenant.as_str())
-    .bind(ids)
     .fetch_all(pool)
     .await?;
     let mut lines = HashMap::new();
     for row in rows {
-        let id: String = row.try_get("artifact_id")?;
         lines.insert(
-            id.clone(),
+            row.artifact_id.clone(),
             ArtifactLine {
                 r#type: "artifact".into(),
-                artifact_id: id,
-                event_id: row.try_get("event_id")?,
-                created_at: time(row.try_get("created_at")?),
-                kind: row.try_get("kind")?,
-                media_type: row.try_get("media_type")?,
-                sha256: hex::encode(row.try_get::<Vec<u8>, _>("sha256")?),
-                bytes: base64::engine::general_purpose::STANDARD
-                    .encode(row.try_get::<Vec<u8>, _>("bytes")?),
-                meta: RawValue::from_string(row.try_get("meta")?)?,
+                artifact_id: row.artifact_id,
+                event_id: row.event_id,
+                created_at: time(row.created_at),
+                kind: row.kind,
+                media_type: row.media_type,
+                sha256: hex::encode(row.sha256),
+                bytes: base64::engine::general_purpose::STANDARD.encode(row.bytes),
+                meta: RawValue::from_string(row.meta)?,
             },
         );
     }

@@ -18,7 +18,7 @@ use memd_core::{
     seal::{Keyring, signature_holds},
 };
 use serde::{Deserialize, Serialize};
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 
 use crate::domain::tenant::TenantId;
 
@@ -171,27 +171,33 @@ pub async fn take(
                 .as_bytes(),
             )
             .ok_or(CheckpointError::NoKey)?;
-        let row = sqlx::query(
-            "WITH new AS (
-                 INSERT INTO checkpoints (tenant_id, seq, head_hash, signed_at, public_key, signature, tree_root)
-                 VALUES ($1, $2, $3, $4, decode($5, 'hex'), decode($6, 'hex'), $7)
-                 ON CONFLICT (tenant_id, seq) DO NOTHING
-                 RETURNING tenant_id, seq, head_hash, signed_at, public_key, signature, tree_root)
-             SELECT * FROM new
-             UNION ALL
-             SELECT tenant_id, seq, head_hash, signed_at, public_key, signature, tree_root FROM checkpoints
-              WHERE tenant_id = $1 AND seq = $2 AND NOT EXISTS (SELECT FROM new)",
+        let row = sqlx::query_as!(
+            Row,
+            r#"WITH new AS (
+                   INSERT INTO checkpoints (tenant_id, seq, head_hash, signed_at, public_key,
+                                            signature, tree_root)
+                   VALUES ($1, $2, $3, $4, decode($5, 'hex'), decode($6, 'hex'), $7)
+                   ON CONFLICT (tenant_id, seq) DO NOTHING
+                   RETURNING tenant_id, seq, head_hash, signed_at, public_key, signature, tree_root)
+               SELECT tenant_id AS "tenant_id!", seq AS "seq!", head_hash AS "head_hash!",
+                      signed_at AS "signed_at!", public_key AS "public_key!",
+                      signature AS "signature!", tree_root
+                 FROM new
+               UNION ALL
+               SELECT tenant_id, seq, head_hash, signed_at, public_key, signature, tree_root
+                 FROM checkpoints
+                WHERE tenant_id = $1 AND seq = $2 AND NOT EXISTS (SELECT FROM new)"#,
+            tenant,
+            seq,
+            hash,
+            signed_at,
+            public_key,
+            signature,
+            tree_root.as_slice()
         )
-        .bind(&tenant)
-        .bind(seq)
-        .bind(&hash)
-        .bind(signed_at)
-        .bind(&public_key)
-        .bind(&signature)
-        .bind(tree_root.as_slice())
         .fetch_one(pool)
         .await?;
-        taken.signed.push(from_row(&row)?);
+        taken.signed.push(row.into());
     }
     Ok(taken)
 }
@@ -284,33 +290,46 @@ async fn extends(
 
 /// The newest checkpoint of `tenant`, if any.
 pub async fn latest(pool: &PgPool, tenant: &str) -> Result<Option<Checkpoint>, sqlx::Error> {
-    let row = sqlx::query(
+    let row = sqlx::query_as!(
+        Row,
         "SELECT tenant_id, seq, head_hash, signed_at, public_key, signature, tree_root
            FROM checkpoints WHERE tenant_id = $1 ORDER BY seq DESC LIMIT 1",
+        tenant
     )
-    .bind(tenant)
     .fetch_optional(pool)
     .await?;
-    row.as_ref().map(from_row).transpose()
+    Ok(row.map(Checkpoint::from))
 }
 
-fn from_row(row: &sqlx::postgres::PgRow) -> Result<Checkpoint, sqlx::Error> {
-    let tree_root: Option<Vec<u8>> = row.try_get("tree_root")?;
-    Ok(Checkpoint {
-        format: if tree_root.is_some() {
-            FORMAT
-        } else {
-            FORMAT_V1
+/// A checkpoint as its table holds it.
+struct Row {
+    tenant_id: String,
+    seq: i64,
+    head_hash: Vec<u8>,
+    signed_at: DateTime<Utc>,
+    public_key: Vec<u8>,
+    signature: Vec<u8>,
+    tree_root: Option<Vec<u8>>,
+}
+
+impl From<Row> for Checkpoint {
+    fn from(row: Row) -> Self {
+        Checkpoint {
+            format: if row.tree_root.is_some() {
+                FORMAT
+            } else {
+                FORMAT_V1
+            }
+            .to_owned(),
+            tenant: row.tenant_id,
+            seq: row.seq,
+            head_hash: hex::encode(row.head_hash),
+            tree_root: row.tree_root.map(hex::encode),
+            signed_at: row.signed_at,
+            public_key: hex::encode(row.public_key),
+            signature: hex::encode(row.signature),
         }
-        .to_owned(),
-        tenant: row.try_get("tenant_id")?,
-        seq: row.try_get("seq")?,
-        head_hash: hex::encode(row.try_get::<Vec<u8>, _>("head_hash")?),
-        tree_root: tree_root.map(hex::encode),
-        signed_at: row.try_get("signed_at")?,
-        public_key: hex::encode(row.try_get::<Vec<u8>, _>("public_key")?),
-        signature: hex::encode(row.try_get::<Vec<u8>, _>("signature")?),
-    })
+    }
 }
 
 /// What checking one checkpoint against the log found.

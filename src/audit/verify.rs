@@ -6,7 +6,8 @@
 //! as stored, and the artifact it points to exists with the digest the event
 //! recorded. Finally the tenant's head row must point at the last event.
 
-use sqlx::{PgPool, Row};
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
 
 use crate::domain::tenant::TenantId;
 
@@ -14,19 +15,33 @@ use memd_core::hash_chain::{ChainedEvent, GENESIS};
 
 const PAGE: i64 = 5_000;
 
-const EVENTS_PAGE: &str = r#"
-SELECT e.seq, e.event_id, e.created_at, e.ts, e.session_id, e.channel, e.actor_type, e.actor_id,
-       e.agent_id, e.subject_id, e.kind, e.sensitivity, e.tags, e.refs, e.idempotency_key, e.artifact_id, e.prev_hash, e.hash,
-       e.content::text AS content_text,
-       e.content ->> 'artifact_sha256' AS recorded_artifact_sha256,
-       encode(a.sha256, 'hex') AS artifact_sha256,
-       encode(sha256(a.bytes), 'hex') AS artifact_bytes_sha256
-  FROM events e
-  LEFT JOIN artifacts a ON a.artifact_id = e.artifact_id AND a.tenant_id = e.tenant_id
- WHERE e.tenant_id = $1 AND e.seq > $2
- ORDER BY e.seq
- LIMIT $3
-"#;
+/// An event row as the chain check reads it: its columns in the clear (a
+/// chain is checked over the stored text, not over the event model's
+/// values), and its artifact's hashes.
+struct LogRow {
+    seq: i64,
+    event_id: String,
+    created_at: DateTime<Utc>,
+    ts: DateTime<Utc>,
+    session_id: String,
+    channel: String,
+    actor_type: String,
+    actor_id: String,
+    agent_id: Option<String>,
+    subject_id: Option<String>,
+    kind: String,
+    sensitivity: String,
+    tags: Vec<String>,
+    refs: Vec<String>,
+    idempotency_key: Option<String>,
+    artifact_id: Option<String>,
+    prev_hash: Vec<u8>,
+    hash: Vec<u8>,
+    content_text: String,
+    recorded_artifact_sha256: Option<String>,
+    artifact_sha256: Option<String>,
+    artifact_bytes_sha256: Option<String>,
+}
 
 /// The first broken link of a chain.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,31 +102,40 @@ pub async fn verify_from(
     let mut last_seq = from_seq;
     let mut last_hash = from_hash;
     'pages: loop {
-        let rows = sqlx::query(EVENTS_PAGE)
-            .bind(tenant)
-            .bind(last_seq)
-            .bind(PAGE)
-            .fetch_all(pool)
-            .await?;
+        let rows = sqlx::query_as!(
+            LogRow,
+            r#"SELECT e.seq, e.event_id, e.created_at, e.ts, e.session_id, e.channel,
+                      e.actor_type, e.actor_id, e.agent_id, e.subject_id, e.kind, e.sensitivity,
+                      e.tags, e.refs, e.idempotency_key, e.artifact_id, e.prev_hash, e.hash,
+                      e.content::text AS "content_text!",
+                      e.content ->> 'artifact_sha256' AS recorded_artifact_sha256,
+                      encode(a.sha256, 'hex') AS artifact_sha256,
+                      encode(sha256(a.bytes), 'hex') AS artifact_bytes_sha256
+                 FROM events e
+                 LEFT JOIN artifacts a ON a.artifact_id = e.artifact_id AND a.tenant_id = e.tenant_id
+                WHERE e.tenant_id = $1 AND e.seq > $2
+                ORDER BY e.seq
+                LIMIT $3"#,
+            tenant,
+            last_seq,
+            PAGE
+        )
+        .fetch_all(pool)
+        .await?;
         if rows.is_empty() {
             break;
         }
-        for row in &rows {
-            let seq: i64 = row.try_get("seq")?;
-            let event_id: String = row.try_get("event_id")?;
-            if let Some(reason) = check_link(row, tenant, last_seq, &last_hash)? {
+        for row in rows {
+            if let Some(reason) = check_link(&row, tenant, last_seq, &last_hash) {
                 report.broken = Some(ChainBreak {
-                    seq,
-                    event_id: Some(event_id),
+                    seq: row.seq,
+                    event_id: Some(row.event_id),
                     reason,
                 });
                 break 'pages;
             }
-            last_seq = seq;
-            last_hash = row
-                .try_get::<Vec<u8>, _>("hash")?
-                .try_into()
-                .expect("checked to be 32 bytes");
+            last_seq = row.seq;
+            last_hash = row.hash.try_into().expect("checked to be 32 bytes");
             report.events_ok += 1;
         }
     }
@@ -143,78 +167,59 @@ pub async fn verify_from(
 }
 
 /// Why this row does not extend the chain ending at (`last_seq`, `last_hash`), if it does not.
-fn check_link(
-    row: &sqlx::postgres::PgRow,
-    tenant: &str,
-    last_seq: i64,
-    last_hash: &[u8; 32],
-) -> Result<Option<String>, sqlx::Error> {
-    let seq: i64 = row.try_get("seq")?;
+fn check_link(row: &LogRow, tenant: &str, last_seq: i64, last_hash: &[u8; 32]) -> Option<String> {
+    let seq = row.seq;
     if seq != last_seq + 1 {
-        return Ok(Some(format!(
-            "sequence gap: seq {} is missing",
-            last_seq + 1
-        )));
+        return Some(format!("sequence gap: seq {} is missing", last_seq + 1));
     }
-    let prev_hash: Vec<u8> = row.try_get("prev_hash")?;
-    if prev_hash != last_hash {
-        return Ok(Some(format!(
+    if row.prev_hash != last_hash {
+        return Some(format!(
             "prev_hash {} is not the previous event's hash {}",
-            hex::encode(&prev_hash),
+            hex::encode(&row.prev_hash),
             hex::encode(last_hash)
-        )));
+        ));
     }
-    let stored: Vec<u8> = row.try_get("hash")?;
-    let tags: Vec<String> = row.try_get("tags")?;
-    let refs: Vec<String> = row.try_get("refs")?;
-    let created_at: chrono::DateTime<chrono::Utc> = row.try_get("created_at")?;
-    let ts: chrono::DateTime<chrono::Utc> = row.try_get("ts")?;
-    let idempotency_key: Option<String> = row.try_get("idempotency_key")?;
-    let artifact_id: Option<String> = row.try_get("artifact_id")?;
-    let agent_id: Option<String> = row.try_get("agent_id")?;
-    let subject_id: Option<String> = row.try_get("subject_id")?;
     let recomputed = ChainedEvent {
         tenant_id: tenant,
         seq,
-        event_id: row.try_get("event_id")?,
-        created_at_us: created_at.timestamp_micros(),
-        ts_us: ts.timestamp_micros(),
-        session_id: row.try_get("session_id")?,
-        channel: row.try_get("channel")?,
-        actor_type: row.try_get("actor_type")?,
-        actor_id: row.try_get("actor_id")?,
-        agent_id: agent_id.as_deref(),
-        subject_id: subject_id.as_deref(),
-        kind: row.try_get("kind")?,
-        sensitivity: row.try_get("sensitivity")?,
-        tags: &tags,
-        refs: &refs,
-        idempotency_key: idempotency_key.as_deref(),
-        artifact_id: artifact_id.as_deref(),
-        content_text: row.try_get("content_text")?,
+        event_id: &row.event_id,
+        created_at_us: row.created_at.timestamp_micros(),
+        ts_us: row.ts.timestamp_micros(),
+        session_id: &row.session_id,
+        channel: &row.channel,
+        actor_type: &row.actor_type,
+        actor_id: &row.actor_id,
+        agent_id: row.agent_id.as_deref(),
+        subject_id: row.subject_id.as_deref(),
+        kind: &row.kind,
+        sensitivity: &row.sensitivity,
+        tags: &row.tags,
+        refs: &row.refs,
+        idempotency_key: row.idempotency_key.as_deref(),
+        artifact_id: row.artifact_id.as_deref(),
+        content_text: &row.content_text,
     }
     .hash(last_hash);
-    if stored != recomputed {
-        return Ok(Some(format!(
+    if row.hash != recomputed {
+        return Some(format!(
             "stored hash {} does not match the event's content (recomputed {}): the row was altered",
-            hex::encode(&stored),
+            hex::encode(&row.hash),
             hex::encode(recomputed)
-        )));
+        ));
     }
-    if let Some(artifact_id) = artifact_id {
-        let recorded: Option<String> = row.try_get("recorded_artifact_sha256")?;
-        let stored: Option<String> = row.try_get("artifact_sha256")?;
-        let actual: Option<String> = row.try_get("artifact_bytes_sha256")?;
+    if let Some(artifact_id) = &row.artifact_id {
+        let recorded = &row.recorded_artifact_sha256;
+        let actual = &row.artifact_bytes_sha256;
         if actual.is_none() {
-            return Ok(Some(format!("artifact {artifact_id} is missing")));
+            return Some(format!("artifact {artifact_id} is missing"));
         }
-        if recorded != actual || stored != actual {
-            return Ok(Some(format!(
+        if recorded != actual || row.artifact_sha256 != *actual {
+            return Some(format!(
                 "artifact {artifact_id} bytes hash to {}, the event recorded {}",
-                actual.unwrap_or_default(),
-                recorded.unwrap_or_default()
-            )));
+                actual.as_deref().unwrap_or_default(),
+                recorded.as_deref().unwrap_or_default()
+            ));
         }
     }
-    Ok(None)
+    None
 }

@@ -32,7 +32,7 @@ pub struct SessionQuery {
 }
 
 /// One session, as the caller may see it.
-#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Session {
     pub session_id: String,
     /// Its first and last events, by seq and by `ts`.
@@ -69,36 +69,39 @@ pub(crate) async fn list_sessions(
     let limit = page_limit(query.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
     let sessions: Vec<Session> = state
         .read_log(|pool| async move {
-            Ok(sqlx::query_as(
-                "WITH visible AS (
-                     SELECT * FROM projections.sessions
-                      WHERE tenant_id = $1 AND ($2::text IS NULL OR owner IN ('', $2))),
-                 grouped AS (
-                     SELECT session_id, min(first_seq) AS first_seq, max(last_seq) AS last_seq,
-                            min(first_ts) AS first_ts, max(last_ts) AS last_ts,
-                            sum(events)::bigint AS events
-                       FROM visible GROUP BY session_id)
-                 SELECT g.*,
-                        ARRAY(SELECT DISTINCT a FROM visible v, unnest(v.agents) a
-                               WHERE v.session_id = g.session_id ORDER BY a) AS agents,
-                        ARRAY(SELECT DISTINCT k FROM visible v, unnest(v.kinds) k
-                               WHERE v.session_id = g.session_id ORDER BY k) AS kinds
-                   FROM grouped g
-                  WHERE ($3::bigint IS NULL OR g.last_seq < $3)
-                    AND ($4::timestamptz IS NULL OR g.last_ts >= $4)
-                    AND ($5::timestamptz IS NULL OR g.first_ts < $5)
-                    AND ($6::text IS NULL OR EXISTS (
-                         SELECT FROM visible v
-                          WHERE v.session_id = g.session_id AND $6 = ANY (v.agents)))
-                  ORDER BY g.last_seq DESC LIMIT $7",
+            Ok(sqlx::query_as!(
+                Session,
+                r#"WITH visible AS (
+                       SELECT * FROM projections.sessions
+                        WHERE tenant_id = $1 AND ($2::text IS NULL OR owner IN ('', $2))),
+                   grouped AS (
+                       SELECT session_id, min(first_seq) AS first_seq, max(last_seq) AS last_seq,
+                              min(first_ts) AS first_ts, max(last_ts) AS last_ts,
+                              sum(events)::bigint AS events
+                         FROM visible GROUP BY session_id)
+                   SELECT g.session_id AS "session_id!", g.first_seq AS "first_seq!",
+                          g.last_seq AS "last_seq!", g.first_ts AS "first_ts!",
+                          g.last_ts AS "last_ts!", g.events AS "events!",
+                          ARRAY(SELECT DISTINCT a FROM visible v, unnest(v.agents) a
+                                 WHERE v.session_id = g.session_id ORDER BY a) AS "agents!",
+                          ARRAY(SELECT DISTINCT k FROM visible v, unnest(v.kinds) k
+                                 WHERE v.session_id = g.session_id ORDER BY k) AS "kinds!"
+                     FROM grouped g
+                    WHERE ($3::bigint IS NULL OR g.last_seq < $3)
+                      AND ($4::timestamptz IS NULL OR g.last_ts >= $4)
+                      AND ($5::timestamptz IS NULL OR g.first_ts < $5)
+                      AND ($6::text IS NULL OR EXISTS (
+                           SELECT FROM visible v
+                            WHERE v.session_id = g.session_id AND $6 = ANY (v.agents)))
+                    ORDER BY g.last_seq DESC LIMIT $7"#,
+                caller.tenant.as_str(),
+                caller.agent,
+                query.before_seq,
+                query.since,
+                query.until,
+                query.agent_id,
+                limit
             )
-            .bind(caller.tenant.as_str())
-            .bind(&caller.agent)
-            .bind(query.before_seq)
-            .bind(query.since)
-            .bind(query.until)
-            .bind(&query.agent_id)
-            .bind(limit)
             .fetch_all(pool)
             .await?)
         })
@@ -126,7 +129,7 @@ pub struct AgentQuery {
 }
 
 /// One agent: its activity in the log and its tokens.
-#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Agent {
     pub agent_id: String,
     /// Its first and last events (null before it recorded any), by seq
@@ -167,28 +170,30 @@ pub(crate) async fn list_agents(
     require_scope(caller, Scope::Read)?;
     let limit = page_limit(query.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
     // Tokens live on the primary alone: read it.
-    let agents: Vec<Agent> = sqlx::query_as(
-        "WITH known AS (
-             SELECT agent_id FROM projections.agents WHERE tenant_id = $1
-             UNION
-             SELECT agent_id FROM public.api_tokens
-              WHERE tenant_id = $1 AND agent_id IS NOT NULL)
-         SELECT k.agent_id, a.first_seq, a.last_seq, a.first_ts, a.last_ts,
-                coalesce(a.events, 0) AS events,
-                (SELECT count(*) FROM public.api_tokens t
-                  WHERE t.tenant_id = $1 AND t.agent_id = k.agent_id) AS tokens_issued,
-                (SELECT count(*) FROM public.api_tokens t
-                  WHERE t.tenant_id = $1 AND t.agent_id = k.agent_id
-                    AND t.revoked_at IS NULL) AS tokens_active
-           FROM known k
-           LEFT JOIN projections.agents a ON a.tenant_id = $1 AND a.agent_id = k.agent_id
-          WHERE ($2::text IS NULL OR k.agent_id = $2) AND ($3::text IS NULL OR k.agent_id > $3)
-          ORDER BY k.agent_id LIMIT $4",
+    let agents = sqlx::query_as!(
+        Agent,
+        r#"WITH known AS (
+               SELECT agent_id FROM projections.agents WHERE tenant_id = $1
+               UNION
+               SELECT agent_id FROM public.api_tokens
+                WHERE tenant_id = $1 AND agent_id IS NOT NULL)
+           SELECT k.agent_id AS "agent_id!", a.first_seq AS "first_seq?", a.last_seq AS "last_seq?",
+                  a.first_ts AS "first_ts?", a.last_ts AS "last_ts?",
+                  coalesce(a.events, 0) AS "events!",
+                  (SELECT count(*) FROM public.api_tokens t
+                    WHERE t.tenant_id = $1 AND t.agent_id = k.agent_id) AS "tokens_issued!",
+                  (SELECT count(*) FROM public.api_tokens t
+                    WHERE t.tenant_id = $1 AND t.agent_id = k.agent_id
+                      AND t.revoked_at IS NULL) AS "tokens_active!"
+             FROM known k
+             LEFT JOIN projections.agents a ON a.tenant_id = $1 AND a.agent_id = k.agent_id
+            WHERE ($2::text IS NULL OR k.agent_id = $2) AND ($3::text IS NULL OR k.agent_id > $3)
+            ORDER BY k.agent_id LIMIT $4"#,
+        caller.tenant.as_str(),
+        caller.agent,
+        query.after,
+        limit
     )
-    .bind(caller.tenant.as_str())
-    .bind(&caller.agent)
-    .bind(&query.after)
-    .bind(limit)
     .fetch_all(&state.pool)
     .await?;
     let next_after = (agents.len() as i64 == limit)

@@ -9,7 +9,7 @@ use super::{ApiState, error::CallError, page_limit, require_scope};
 use crate::{
     domain::{
         FieldError,
-        event::{EventRequest, NewEvent},
+        event::{Channel, EventRequest, NewEvent, Sensitivity},
         parse_json,
         tenant::Scope,
     },
@@ -118,10 +118,9 @@ pub struct InboxQuery {
 }
 
 /// A packet in an inbox, opened, with where it stands.
-#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct InboxPacket {
     #[serde(flatten)]
-    #[sqlx(flatten)]
     pub packet: handoff::Handoff,
     /// `pending`, or `accepted`: the receiver recorded an event citing it.
     pub state: String,
@@ -158,22 +157,47 @@ pub(crate) async fn inbox(
         }
     };
     let limit = page_limit(query.limit, INBOX_DEFAULT, INBOX_MAX)?;
-    let mut packets: Vec<InboxPacket> = sqlx::query_as(
-        "SELECT handoff_id, seq, ts, session_id, from_agent, to_agent, task, task_id, constraints,
-                decision_ids, required_files, open_questions, refs, channel, sensitivity,
-                CASE WHEN accepted_seq IS NULL THEN 'pending' ELSE 'accepted' END AS state,
-                accepted_by
-           FROM projections.handoffs
-          WHERE tenant_id = $1 AND ($2::text IS NULL OR to_agent = $2)
-            AND ($3::bool IS NULL OR (accepted_seq IS NOT NULL) = $3)
-          ORDER BY seq DESC LIMIT $4",
+    let rows = sqlx::query!(
+        r#"SELECT handoff_id, seq, ts, session_id, from_agent, to_agent, task, task_id,
+                  constraints, decision_ids, required_files, open_questions, refs,
+                  channel AS "channel: Channel", sensitivity AS "sensitivity: Sensitivity",
+                  CASE WHEN accepted_seq IS NULL THEN 'pending' ELSE 'accepted' END AS "state!",
+                  accepted_by
+             FROM projections.handoffs
+            WHERE tenant_id = $1 AND ($2::text IS NULL OR to_agent = $2)
+              AND ($3::bool IS NULL OR (accepted_seq IS NOT NULL) = $3)
+            ORDER BY seq DESC LIMIT $4"#,
+        caller.tenant.as_str(),
+        to_agent,
+        wanted,
+        limit
     )
-    .bind(caller.tenant.as_str())
-    .bind(&to_agent)
-    .bind(wanted)
-    .bind(limit)
     .fetch_all(&state.pool)
     .await?;
+    let mut packets: Vec<InboxPacket> = rows
+        .into_iter()
+        .map(|row| InboxPacket {
+            packet: handoff::Handoff {
+                handoff_id: row.handoff_id,
+                seq: row.seq,
+                ts: row.ts,
+                session_id: row.session_id,
+                channel: row.channel,
+                sensitivity: row.sensitivity,
+                from_agent: row.from_agent,
+                to_agent: row.to_agent,
+                task: row.task,
+                task_id: row.task_id,
+                constraints: row.constraints,
+                decision_ids: row.decision_ids,
+                required_files: row.required_files,
+                open_questions: row.open_questions,
+                refs: row.refs,
+            },
+            state: row.state,
+            accepted_by: row.accepted_by,
+        })
+        .collect();
     for inbox in &mut packets {
         inbox
             .packet

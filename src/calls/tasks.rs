@@ -89,7 +89,7 @@ pub(crate) async fn list_tasks(
 }
 
 /// A view as the views projection holds it: its newest `view_update`.
-#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct View {
     view: String,
     text: String,
@@ -107,14 +107,16 @@ pub struct View {
 /// shared versions and its own, never another agent's.
 pub(crate) async fn list_views(state: &ApiState, caller: &Caller) -> Result<Vec<View>, CallError> {
     require_scope(caller, Scope::Read)?;
-    let mut views: Vec<View> = sqlx::query_as(
-        "SELECT view, text, event_id, ts, actor_id, channel, sensitivity, nullif(owner, '') AS owner
-           FROM projections.views
-          WHERE tenant_id = $1 AND (owner = '' OR $2::text IS NULL OR owner = $2)
-          ORDER BY view, owner",
+    let mut views = sqlx::query_as!(
+        View,
+        r#"SELECT view, text, event_id, ts, actor_id, channel AS "channel: Channel",
+                  sensitivity AS "sensitivity: Sensitivity", nullif(owner, '') AS owner
+             FROM projections.views
+            WHERE tenant_id = $1 AND (owner = '' OR $2::text IS NULL OR owner = $2)
+            ORDER BY view, owner"#,
+        caller.tenant.as_str(),
+        caller.agent
     )
-    .bind(caller.tenant.as_str())
-    .bind(&caller.agent)
     .fetch_all(&state.pool)
     .await?;
     for view in &mut views {

@@ -414,13 +414,14 @@ async fn new_leader(cluster: &Cluster, old_port: u16, faulted: Instant) -> Optio
     while faulted.elapsed() < RECOVERY_BOUND {
         let answer = tokio::time::timeout(Duration::from_secs(1), async {
             let mut connection = PgConnection::connect(&cluster.leader_url).await.ok()?;
-            let (port, in_recovery): (i32, bool) =
-                sqlx::query_as("SELECT inet_server_port(), pg_is_in_recovery()")
-                    .fetch_one(&mut connection)
-                    .await
-                    .ok()?;
+            let server = sqlx::query!(
+                r#"SELECT inet_server_port() AS "port!", pg_is_in_recovery() AS "in_recovery!""#
+            )
+            .fetch_one(&mut connection)
+            .await
+            .ok()?;
             let _ = connection.close().await;
-            Some((port, in_recovery))
+            Some((server.port, server.in_recovery))
         })
         .await
         .ok()

@@ -365,18 +365,20 @@ async fn lost_and_duplicated(
     pool: &PgPool,
     acknowledged: &[String],
 ) -> anyhow::Result<(i64, i64, i64)> {
-    Ok(sqlx::query_as(
-        "SELECT (SELECT count(*) FROM events WHERE tenant_id = $1),
-                (SELECT count(*) FROM unnest($2::text[]) AS k (key)
-                  WHERE NOT EXISTS (SELECT 1 FROM events e
-                                     WHERE e.tenant_id = $1 AND e.idempotency_key = k.key)),
-                (SELECT count(*) FROM (SELECT idempotency_key FROM events WHERE tenant_id = $1
-                                        GROUP BY 1 HAVING count(*) > 1) d)",
+    let counts = sqlx::query!(
+        r#"SELECT (SELECT count(*) FROM events WHERE tenant_id = $1) AS "stored!",
+                  (SELECT count(*) FROM unnest($2::text[]) AS k (key)
+                    WHERE NOT EXISTS (SELECT 1 FROM events e
+                                       WHERE e.tenant_id = $1 AND e.idempotency_key = k.key))
+                    AS "lost!",
+                  (SELECT count(*) FROM (SELECT idempotency_key FROM events WHERE tenant_id = $1
+                                          GROUP BY 1 HAVING count(*) > 1) d) AS "duplicated!""#,
+        TENANT,
+        acknowledged
     )
-    .bind(TENANT)
-    .bind(acknowledged)
     .fetch_one(pool)
-    .await?)
+    .await?;
+    Ok((counts.stored, counts.lost, counts.duplicated))
 }
 
 /// How long a drill waits for the daemon's projections to catch up before

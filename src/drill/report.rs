@@ -43,7 +43,7 @@ pub async fn wait_projected(pool: &PgPool) -> anyhow::Result<()> {
 /// What autovacuum does within a minute or so of a bulk load; measuring
 /// before it would time plans made for empty tables.
 pub async fn analyze(pool: &PgPool) -> anyhow::Result<()> {
-    sqlx::query("VACUUM (ANALYZE)").execute(pool).await?;
+    sqlx::query!("VACUUM (ANALYZE)").execute(pool).await?;
     Ok(())
 }
 
@@ -71,12 +71,13 @@ pub fn write_report(out: &std::path::Path, report: &str) -> anyhow::Result<()> {
 
 /// One line saying what machine and database produced the numbers.
 pub async fn environment(pool: &PgPool) -> anyhow::Result<String> {
-    let version: String = sqlx::query_scalar("SHOW server_version")
-        .fetch_one(pool)
-        .await?;
-    let sync: String = sqlx::query_scalar("SHOW synchronous_commit")
-        .fetch_one(pool)
-        .await?;
+    let setting = sqlx::query!(
+        r#"SELECT current_setting('server_version') AS "version!",
+                  current_setting('synchronous_commit') AS "sync!""#
+    )
+    .fetch_one(pool)
+    .await?;
+    let (version, sync) = (setting.version, setting.sync);
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(0);

@@ -581,29 +581,22 @@ async fn load_views(
     counter: &TokenCounter,
     tenant: &str,
 ) -> Result<Vec<ViewItem>, sqlx::Error> {
-    type ViewRow = (
-        String,
-        String,
-        String,
-        DateTime<Utc>,
-        Channel,
-        Sensitivity,
-        String,
-    );
-    let views: Vec<ViewRow> = sqlx::query_as(
-        "SELECT view, text, event_id, ts, channel, sensitivity, owner
-           FROM projections.views WHERE tenant_id = $1 ORDER BY view, owner",
+    let mut views = sqlx::query!(
+        r#"SELECT view, text, event_id, ts, channel AS "channel: Channel",
+                  sensitivity AS "sensitivity: Sensitivity", owner
+             FROM projections.views WHERE tenant_id = $1 ORDER BY view, owner"#,
+        tenant
     )
-    .bind(tenant)
     .fetch_all(pool)
     .await?;
-    let mut views = views;
-    for (_, text, ..) in &mut views {
-        keyring.open_in_place(tenant, text)?;
+    for row in &mut views {
+        keyring.open_in_place(tenant, &mut row.text)?;
     }
     Ok(views
         .into_iter()
-        .filter_map(|(view, text, event_id, ts, channel, sensitivity, owner)| {
+        .filter_map(|row| {
+            let (view, text, event_id, ts) = (row.view, row.text, row.event_id, row.ts);
+            let (channel, sensitivity, owner) = (row.channel, row.sensitivity, row.owner);
             let meta = render::meta([format!("view {view}").as_str()], ts);
             let item = Item::counted(
                 "view",
@@ -635,16 +628,19 @@ async fn load_decisions(
     counter: &TokenCounter,
     tenant: &str,
 ) -> Result<(Vec<DecisionItem>, HashSet<String>), sqlx::Error> {
-    let mut decisions: Vec<DecisionRow> = sqlx::query_as(
-        "SELECT decision_id, seq, ts, channel, sensitivity, status, key, scope, decision,
-                rationale, constraints, alternatives, consequences, confidence, refs,
-                supersedes, superseded_by,
-                (SELECT e.agent_id FROM public.events e WHERE e.tenant_id = d.tenant_id AND e.seq = d.seq) AS owner
-           FROM projections.decisions d
-          WHERE tenant_id = $1 AND status = 'active'
-          ORDER BY seq DESC",
+    let mut decisions = sqlx::query_as!(
+        DecisionRow,
+        r#"SELECT decision_id, seq, ts, channel AS "channel: Channel",
+                  sensitivity AS "sensitivity: Sensitivity", status, key, scope, decision,
+                  rationale, constraints, alternatives, consequences, confidence, refs,
+                  supersedes, superseded_by,
+                  (SELECT e.agent_id FROM public.events e
+                    WHERE e.tenant_id = d.tenant_id AND e.seq = d.seq) AS owner
+             FROM projections.decisions d
+            WHERE tenant_id = $1 AND status = 'active'
+            ORDER BY seq DESC"#,
+        tenant
     )
-    .bind(tenant)
     .fetch_all(pool)
     .await?;
     for row in &mut decisions {
@@ -672,19 +668,21 @@ async fn load_tasks(
     counter: &TokenCounter,
     tenant: &str,
 ) -> Result<Vec<Visible>, sqlx::Error> {
-    let mut tasks: Vec<TaskRow> = sqlx::query_as(
-        "SELECT task_id, status, title, details, refs,
-                ARRAY(SELECT e.event_id FROM projections.task_events e
-                       WHERE e.tenant_id = t.tenant_id AND e.task_id = t.task_id
-                       ORDER BY e.seq DESC LIMIT 3) AS latest_event_ids,
-                channel, sensitivity, updated_at,
-                (SELECT e.agent_id FROM public.events e
-                  WHERE e.tenant_id = t.tenant_id AND e.seq = t.first_seq) AS owner
-           FROM projections.tasks t
-          WHERE tenant_id = $1 AND status IN ('open', 'doing')
-          ORDER BY last_seq DESC, task_id",
+    let mut tasks = sqlx::query_as!(
+        TaskRow,
+        r#"SELECT task_id, status, title, details, refs,
+                  ARRAY(SELECT e.event_id FROM projections.task_events e
+                         WHERE e.tenant_id = t.tenant_id AND e.task_id = t.task_id
+                         ORDER BY e.seq DESC LIMIT 3) AS "latest_event_ids!",
+                  channel AS "channel: Channel", sensitivity AS "sensitivity: Sensitivity",
+                  updated_at,
+                  (SELECT e.agent_id FROM public.events e
+                    WHERE e.tenant_id = t.tenant_id AND e.seq = t.first_seq) AS owner
+             FROM projections.tasks t
+            WHERE tenant_id = $1 AND status IN ('open', 'doing')
+            ORDER BY last_seq DESC, task_id"#,
+        tenant
     )
-    .bind(tenant)
     .fetch_all(pool)
     .await?;
     for row in &mut tasks {
@@ -728,7 +726,7 @@ pub fn open_decision(
 }
 
 /// A row of `projections.decisions` as bundles show it.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct DecisionRow {
     pub decision_id: String,
     pub seq: i64,
@@ -816,7 +814,7 @@ impl DecisionRow {
     }
 }
 
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 struct TaskRow {
     task_id: String,
     status: String,

@@ -334,7 +334,7 @@ async fn decisions(
 }
 
 /// A recorded packet, as the receiver's bundle and inbox show it.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Handoff {
     pub handoff_id: String,
     pub seq: i64,
@@ -362,14 +362,16 @@ pub async fn by_id(
     tenant: &str,
     handoff_id: &str,
 ) -> Result<Option<Handoff>, sqlx::Error> {
-    let handoff: Option<Handoff> = sqlx::query_as(
-        "SELECT handoff_id, seq, ts, session_id, channel, sensitivity, from_agent, to_agent,
-                task, task_id, constraints, decision_ids, required_files, open_questions, refs
-           FROM projections.handoffs
-          WHERE tenant_id = $1 AND handoff_id = $2",
+    let handoff = sqlx::query_as!(
+        Handoff,
+        r#"SELECT handoff_id, seq, ts, session_id, channel AS "channel: Channel",
+                  sensitivity AS "sensitivity: Sensitivity", from_agent, to_agent,
+                  task, task_id, constraints, decision_ids, required_files, open_questions, refs
+             FROM projections.handoffs
+            WHERE tenant_id = $1 AND handoff_id = $2"#,
+        tenant,
+        handoff_id
     )
-    .bind(tenant)
-    .bind(handoff_id)
     .fetch_optional(pool)
     .await?;
     let Some(mut handoff) = handoff else {

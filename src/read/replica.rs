@@ -307,7 +307,7 @@ async fn monitor(
         tick.tick().await;
         let sampled = tokio::time::timeout(
             STANDBY_CONNECT_TIMEOUT,
-            sqlx::query_scalar::<_, String>("SELECT pg_current_wal_lsn()::text")
+            sqlx::query_scalar!(r#"SELECT pg_current_wal_lsn()::text AS "lsn!""#)
                 .fetch_one(&primary),
         )
         .await;
@@ -327,8 +327,7 @@ async fn monitor(
         }
         let replayed = tokio::time::timeout(
             STANDBY_CONNECT_TIMEOUT,
-            sqlx::query_scalar::<_, Option<String>>("SELECT pg_last_wal_replay_lsn()::text")
-                .fetch_one(&standby),
+            sqlx::query_scalar!("SELECT pg_last_wal_replay_lsn()::text AS lsn").fetch_one(&standby),
         )
         .await;
         let verdict = match replayed {

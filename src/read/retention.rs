@@ -19,7 +19,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 
 use crate::domain::{FieldError, event::Kind};
 
@@ -185,7 +185,7 @@ impl Forgetting {
         if grace.is_none() && retention.sessions_kept.is_none() && retention.max_chunks.is_none() {
             return Ok(forgetting);
         }
-        let row = sqlx::query(
+        let row = sqlx::query!(
             "SELECT CASE WHEN $2::timestamptz IS NOT NULL THEN ARRAY(
                         SELECT d.seq FROM projections.decisions d
                           JOIN projections.decisions s
@@ -199,16 +199,16 @@ impl Forgetting {
                     CASE WHEN $4::bigint IS NOT NULL THEN (
                         SELECT c.seq FROM projections.chunks c WHERE c.tenant_id = $1
                          ORDER BY c.seq DESC OFFSET $4 - 1 LIMIT 1) END AS seq_floor",
+            tenant,
+            grace,
+            retention.sessions_kept.map(i64::from),
+            retention.max_chunks.map(i64::from)
         )
-        .bind(tenant)
-        .bind(grace)
-        .bind(retention.sessions_kept.map(i64::from))
-        .bind(retention.max_chunks.map(i64::from))
         .fetch_one(pool)
         .await?;
-        forgetting.superseded = row.try_get("superseded")?;
-        forgetting.sessions = row.try_get("sessions")?;
-        forgetting.seq_floor = row.try_get("seq_floor")?;
+        forgetting.superseded = row.superseded;
+        forgetting.sessions = row.sessions;
+        forgetting.seq_floor = row.seq_floor;
         Ok(forgetting)
     }
 

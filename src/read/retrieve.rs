@@ -396,11 +396,11 @@ pub async fn every_word_query(
     keyring: &Keyring,
     text: &str,
 ) -> Result<Option<String>, sqlx::Error> {
-    let lexemes: Vec<String> = sqlx::query_scalar(
-        "SELECT ARRAY(SELECT unnest(tsvector_to_array(
-                    to_tsvector('english', projections.searchable($1)))))",
+    let lexemes: Vec<String> = sqlx::query_scalar!(
+        r#"SELECT ARRAY(SELECT unnest(tsvector_to_array(
+                    to_tsvector('english', projections.searchable($1))))) AS "lexemes!""#,
+        text
     )
-    .bind(text)
     .fetch_one(pool)
     .await?;
     Ok((!lexemes.is_empty()).then(|| {
@@ -1461,17 +1461,23 @@ pub async fn tasks_now(
     if task_ids.is_empty() {
         return Ok(HashMap::new());
     }
-    let rows: Vec<(String, String, i64)> = sqlx::query_as(
+    let rows = sqlx::query!(
         "SELECT task_id, status, last_seq FROM projections.tasks
           WHERE tenant_id = $1 AND task_id = ANY ($2)",
+        tenant,
+        task_ids
     )
-    .bind(tenant)
-    .bind(task_ids)
     .fetch_all(pool)
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(task, status, last_seq)| (task, TaskNow { status, last_seq }))
+        .map(|row| {
+            let now = TaskNow {
+                status: row.status,
+                last_seq: row.last_seq,
+            };
+            (row.task_id, now)
+        })
         .collect())
 }
 
@@ -1486,33 +1492,32 @@ pub async fn standings(
     if event_ids.is_empty() {
         return Ok(HashMap::new());
     }
-    let rows = sqlx::query(
-        "SELECT d.decision_id AS event_id, d.status, d.superseded_by, NULL::jsonb AS conflicts
-           FROM projections.decisions d
-          WHERE d.tenant_id = $1 AND d.decision_id = ANY ($2)
-         UNION ALL
-         SELECT s.event_id, NULL, NULL, CASE WHEN s.conflicted THEN s.conflicts END
-           FROM projections.summaries s
-          WHERE s.tenant_id = $1 AND s.event_id = ANY ($2)",
+    let rows = sqlx::query!(
+        r#"SELECT d.decision_id AS "event_id!", d.status, d.superseded_by,
+                  NULL::jsonb AS conflicts
+             FROM projections.decisions d
+            WHERE d.tenant_id = $1 AND d.decision_id = ANY ($2)
+           UNION ALL
+           SELECT s.event_id, NULL, NULL, CASE WHEN s.conflicted THEN s.conflicts END
+             FROM projections.summaries s
+            WHERE s.tenant_id = $1 AND s.event_id = ANY ($2)"#,
+        tenant,
+        event_ids as &[&str]
     )
-    .bind(tenant)
-    .bind(event_ids)
     .fetch_all(pool)
     .await?;
     rows.into_iter()
         .map(|row| {
-            let mut conflicts: Option<Value> = row.try_get("conflicts")?;
+            let mut conflicts = row.conflicts;
             if let Some(conflicts) = &mut conflicts {
                 keyring.open_json(tenant, conflicts)?;
             }
-            Ok((
-                row.try_get("event_id")?,
-                Standing {
-                    decision_status: row.try_get("status")?,
-                    superseded_by: row.try_get("superseded_by")?,
-                    conflicts,
-                },
-            ))
+            let standing = Standing {
+                decision_status: row.status,
+                superseded_by: row.superseded_by,
+                conflicts,
+            };
+            Ok((row.event_id, standing))
         })
         .collect()
 }
@@ -1540,28 +1545,28 @@ pub async fn shown(
         return Ok(HashMap::new());
     }
     // A function, planned once per connection (its migration says why).
-    let rows = sqlx::query(
-        "SELECT chunk_id, text, session_id, actor_id, line_start, line_end, artifact_id
-           FROM public.memd_shown_chunks($1, $2)",
+    // A function's columns are all nullable to the checker; these are the
+    // chunks table's NOT NULL columns.
+    let rows = sqlx::query!(
+        r#"SELECT chunk_id AS "chunk_id!", text AS "text!", session_id AS "session_id!",
+                  actor_id AS "actor_id!", line_start, line_end, artifact_id
+             FROM public.memd_shown_chunks($1, $2)"#,
+        tenant,
+        chunk_ids as &[&str]
     )
-    .bind(tenant)
-    .bind(chunk_ids)
     .fetch_all(pool)
     .await?;
     rows.into_iter()
         .map(|row| {
-            let text: String = row.try_get("text")?;
-            Ok((
-                row.try_get("chunk_id")?,
-                Shown {
-                    text: keyring.open(tenant, &text)?.into_owned(),
-                    session_id: row.try_get("session_id")?,
-                    actor_id: row.try_get("actor_id")?,
-                    line_start: row.try_get("line_start")?,
-                    line_end: row.try_get("line_end")?,
-                    artifact_id: row.try_get("artifact_id")?,
-                },
-            ))
+            let shown = Shown {
+                text: keyring.open(tenant, &row.text)?.into_owned(),
+                session_id: row.session_id,
+                actor_id: row.actor_id,
+                line_start: row.line_start,
+                line_end: row.line_end,
+                artifact_id: row.artifact_id,
+            };
+            Ok((row.chunk_id, shown))
         })
         .collect()
 }

@@ -15,7 +15,7 @@ use reqwest::Method;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 
 use super::{
     assertions::{self, ArtifactCheck, BuiltAcb, Facts, Outcome},
@@ -923,16 +923,17 @@ impl Run<'_> {
     /// searched for each secret in clear and hex-encoded (bytea renders as
     /// hex); then every bundle and the log as read back.
     async fn scan_for_secrets(&mut self, secrets: &[String]) -> anyhow::Result<()> {
-        let tables: Vec<(String, String)> = sqlx::query(
-            "SELECT table_schema, table_name FROM information_schema.tables
-              WHERE table_type = 'BASE TABLE'
-                AND table_schema NOT IN ('pg_catalog', 'information_schema')
-              ORDER BY 1, 2",
+        let tables: Vec<(String, String)> = sqlx::query!(
+            r#"SELECT table_schema::text AS "schema!", table_name::text AS "table!"
+                 FROM information_schema.tables
+                WHERE table_type = 'BASE TABLE'
+                  AND table_schema NOT IN ('pg_catalog', 'information_schema')
+                ORDER BY 1, 2"#
         )
         .fetch_all(self.db)
         .await?
         .into_iter()
-        .map(|row| (row.get(0), row.get(1)))
+        .map(|row| (row.schema, row.table))
         .collect();
         for secret in secrets {
             let mut places = Vec::new();

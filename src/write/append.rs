@@ -35,7 +35,7 @@ use memd_projectors::projections::chunks;
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use sqlx::{PgPool, Row};
+use sqlx::{PgConnection, PgPool, Row};
 
 use crate::domain::{
     event::{NewArtifact, NewEvent},
@@ -105,27 +105,6 @@ type Replay = (
 /// The original event an idempotency key names, and the digest of the
 /// request that stored it (None when it was stored without one).
 type Original = (Appended, Option<Vec<u8>>);
-
-const LOCK_HEAD: &str = r#"
-SELECT h.seq,
-       h.hash,
-       h.created_at AS last_created_at,
-       (SELECT coalesce(array_agg(c::jsonb::text ORDER BY o), '{}')
-          FROM unnest($2::text[]) WITH ORDINALITY AS u (c, o)) AS contents
-  FROM tenant_heads h
- WHERE h.tenant_id = $1
-   FOR UPDATE OF h
-"#;
-
-/// Earlier events with any of the idempotency keys. A statement of its own,
-/// after the lock: a subquery of the locking statement would read the
-/// snapshot from before it waited, and miss a key committed meanwhile.
-const REPLAYS: &str = r#"
-SELECT coalesce(jsonb_agg(jsonb_build_array(e.idempotency_key, e.event_id, e.seq, e.created_at, e.artifact_id,
-                                             encode(e.request_digest, 'hex'))), '[]')
-  FROM events e
- WHERE e.tenant_id = $1 AND e.idempotency_key = ANY ($2::text[])
-"#;
 
 /// The INSERT of a batch's rows, `FROM` whatever `$from` names before the
 /// unnest of their columns: shared by the two append statements.
@@ -207,13 +186,6 @@ const INSERT_EVENTS_AFTER_HEAD_KEYED: &str = insert_events_after_head!(
        AND NOT EXISTS (SELECT 1 FROM events e
                         WHERE e.tenant_id = $1 AND e.idempotency_key = ANY ($15::text[]))"
 );
-
-const INSERT_ARTIFACTS: &str = r#"
-INSERT INTO artifacts (artifact_id, tenant_id, event_id, created_at, kind, media_type, sha256, bytes, meta)
-SELECT u.artifact_id, $1, u.event_id, $2, u.kind, u.media_type, u.sha256, u.bytes, u.meta::jsonb
-  FROM unnest($3::text[], $4::text[], $5::text[], $6::bytea[], $7::bytea[], $8::text[], $9::text[])
-       AS u (artifact_id, event_id, media_type, sha256, bytes, meta, kind)
-"#;
 
 /// The columns of the new rows, one vector per column, for `unnest`.
 #[derive(Default)]
@@ -440,25 +412,27 @@ async fn subject_sealers(
         .collect();
     // Made if missing (a concurrent first event of the same subject keeps
     // whichever key was stored first), then read back.
-    let rows: Vec<(String, Option<Vec<u8>>)> = sqlx::query_as(
-        "WITH made AS (
-             INSERT INTO subject_keys (tenant_id, subject_id, wrapped)
-             SELECT $1, u.subject, u.wrapped FROM unnest($2::text[], $3::bytea[]) AS u (subject, wrapped)
-             ON CONFLICT (tenant_id, subject_id) DO NOTHING
-             RETURNING subject_id, wrapped)
-         SELECT subject_id, wrapped FROM made
-         UNION ALL
-         SELECT k.subject_id, k.wrapped FROM subject_keys k
-          WHERE k.tenant_id = $1 AND k.subject_id = ANY ($2)
-            AND k.subject_id NOT IN (SELECT subject_id FROM made)",
+    let rows = sqlx::query!(
+        r#"WITH made AS (
+               INSERT INTO subject_keys (tenant_id, subject_id, wrapped)
+               SELECT $1, u.subject, u.wrapped
+                 FROM unnest($2::text[], $3::bytea[]) AS u (subject, wrapped)
+               ON CONFLICT (tenant_id, subject_id) DO NOTHING
+               RETURNING subject_id, wrapped)
+           SELECT subject_id AS "subject_id!", wrapped FROM made
+           UNION ALL
+           SELECT k.subject_id, k.wrapped FROM subject_keys k
+            WHERE k.tenant_id = $1 AND k.subject_id = ANY ($2)
+              AND k.subject_id NOT IN (SELECT subject_id FROM made)"#,
+        tenant.as_str(),
+        &subjects as &[&str],
+        &wrapped
     )
-    .bind(tenant.as_str())
-    .bind(&subjects)
-    .bind(&wrapped)
     .fetch_all(pool)
     .await?;
     let mut sealers = HashMap::with_capacity(rows.len());
-    for (subject, wrapped) in rows {
+    for row in rows {
+        let (subject, wrapped) = (row.subject_id, row.wrapped);
         let wrapped = wrapped.ok_or_else(|| AppendError::SubjectErased(subject.clone()))?;
         let sealer = keyring
             .subject_sealer(tenant.as_str(), &subject, &wrapped)
@@ -574,33 +548,69 @@ async fn append_locked(
         .filter_map(|e| e.idempotency_key.as_deref())
         .collect();
     let mut tx = memd_projectors::transaction::begin(pool).await?;
-    let row = sqlx::query(LOCK_HEAD)
-        .bind(tenant.as_str())
-        .bind(&contents)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| AppendError::UnknownTenant(tenant.to_string()))?;
-    let last_created_at: Option<DateTime<Utc>> = row.try_get("last_created_at")?;
+    let row = sqlx::query!(
+        r#"SELECT h.seq, h.hash, h.created_at AS last_created_at,
+                  (SELECT coalesce(array_agg(c::jsonb::text ORDER BY o), '{}')
+                     FROM unnest($2::text[]) WITH ORDINALITY AS u (c, o)) AS "contents!"
+             FROM tenant_heads h
+            WHERE h.tenant_id = $1
+              FOR UPDATE OF h"#,
+        tenant.as_str(),
+        &contents
+    )
+    .fetch_optional(&mut *tx)
+    .await?
+    .ok_or_else(|| AppendError::UnknownTenant(tenant.to_string()))?;
     let head = Head {
-        seq: row.try_get("seq")?,
-        hash: row
-            .try_get::<Vec<u8>, _>("hash")?
-            .try_into()
-            .unwrap_or(GENESIS),
-        created_at: last_created_at.unwrap_or(DateTime::<Utc>::MIN_UTC),
+        seq: row.seq,
+        hash: row.hash.try_into().unwrap_or(GENESIS),
+        created_at: row.last_created_at.unwrap_or(DateTime::<Utc>::MIN_UTC),
     };
-    let content_texts: Vec<String> = row.try_get("contents")?;
-    let replays: Vec<Replay> = if keys.is_empty() {
-        Vec::new()
-    } else {
-        let found: serde_json::Value = sqlx::query_scalar(REPLAYS)
-            .bind(tenant.as_str())
-            .bind(&keys)
-            .fetch_one(&mut *tx)
-            .await?;
-        serde_json::from_value(found).map_err(|e| sqlx::Error::Decode(Box::new(e)))?
-    };
-    let by_key: HashMap<String, Original> = replays
+    let content_texts = row.contents;
+    let by_key = originals(&mut tx, tenant, &keys).await?;
+
+    let now = clock(head.created_at);
+    let batch = Batch::build(tenant, events, content_texts, digests, head, now, by_key)?;
+    if batch.rows.seq.is_empty() {
+        // Every event was a replay: nothing to store, nothing to announce.
+        tx.rollback().await?;
+        return Ok(batch.finish());
+    }
+    batch
+        .bind_rows(sqlx::query(INSERT_EVENTS), tenant)
+        .fetch_one(&mut *tx)
+        .await?;
+    insert_artifacts(&mut tx, tenant, batch.now, &batch.artifacts).await?;
+    tx.commit().await?;
+    Ok(batch.finish())
+}
+
+/// The events stored earlier under any of `keys`, by key. A statement of
+/// its own, after the head's lock: a subquery of the locking statement
+/// would read the snapshot from before it waited, and miss a key committed
+/// meanwhile.
+async fn originals(
+    tx: &mut PgConnection,
+    tenant: &TenantId,
+    keys: &[&str],
+) -> Result<HashMap<String, Original>, sqlx::Error> {
+    if keys.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let found = sqlx::query_scalar!(
+        r#"SELECT coalesce(jsonb_agg(jsonb_build_array(
+                      e.idempotency_key, e.event_id, e.seq, e.created_at, e.artifact_id,
+                      encode(e.request_digest, 'hex'))), '[]') AS "found!"
+             FROM events e
+            WHERE e.tenant_id = $1 AND e.idempotency_key = ANY ($2::text[])"#,
+        tenant.as_str(),
+        keys as &[&str]
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    let replays: Vec<Replay> =
+        serde_json::from_value(found).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+    Ok(replays
         .into_iter()
         .map(|(key, event_id, seq, created_at, artifact_id, digest)| {
             let original = Appended {
@@ -614,36 +624,40 @@ async fn append_locked(
             let digest = digest.and_then(|hex| hex::decode(hex).ok());
             (key, (original, digest))
         })
-        .collect();
+        .collect())
+}
 
-    let now = clock(head.created_at);
-    let batch = Batch::build(tenant, events, content_texts, digests, head, now, by_key)?;
-    if batch.rows.seq.is_empty() {
-        // Every event was a replay: nothing to store, nothing to announce.
-        tx.rollback().await?;
-        return Ok(batch.finish());
+/// The batch's artifacts, stored beside their events.
+async fn insert_artifacts(
+    tx: &mut PgConnection,
+    tenant: &TenantId,
+    now: DateTime<Utc>,
+    artifacts: &ArtifactColumns,
+) -> Result<(), sqlx::Error> {
+    if artifacts.artifact_id.is_empty() {
+        return Ok(());
     }
-    batch
-        .bind_rows(sqlx::query(INSERT_EVENTS), tenant)
-        .fetch_one(&mut *tx)
-        .await?;
-    let artifacts = &batch.artifacts;
-    if !artifacts.artifact_id.is_empty() {
-        sqlx::query(INSERT_ARTIFACTS)
-            .bind(tenant.as_str())
-            .bind(batch.now)
-            .bind(&artifacts.artifact_id)
-            .bind(&artifacts.event_id)
-            .bind(&artifacts.media_type)
-            .bind(&artifacts.sha256)
-            .bind(&artifacts.bytes)
-            .bind(&artifacts.meta)
-            .bind(&artifacts.kind)
-            .execute(&mut *tx)
-            .await?;
-    }
-    tx.commit().await?;
-    Ok(batch.finish())
+    sqlx::query!(
+        "INSERT INTO artifacts (artifact_id, tenant_id, event_id, created_at, kind, media_type,
+                                sha256, bytes, meta)
+         SELECT u.artifact_id, $1, u.event_id, $2, u.kind, u.media_type, u.sha256, u.bytes,
+                u.meta::jsonb
+           FROM unnest($3::text[], $4::text[], $5::text[], $6::bytea[], $7::bytea[],
+                       $8::text[], $9::text[])
+                AS u (artifact_id, event_id, media_type, sha256, bytes, meta, kind)",
+        tenant.as_str(),
+        now,
+        &artifacts.artifact_id,
+        &artifacts.event_id,
+        &artifacts.media_type as &[&str],
+        &artifacts.sha256,
+        &artifacts.bytes,
+        &artifacts.meta,
+        &artifacts.kind as &[&str]
+    )
+    .execute(tx)
+    .await?;
+    Ok(())
 }
 
 /// One append's new rows, hashed onto a head.

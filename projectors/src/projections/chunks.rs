@@ -665,13 +665,14 @@ impl Rows {
         let Some(sealer) = events.iter().find_map(|e| e.sealer.clone()) else {
             return Ok(vec![None; self.chunk_id.len()]);
         };
-        let rows: Vec<(i64, String, Vec<i16>)> = sqlx::query_as(
-            "SELECT u.o, t.lexeme, coalesce(t.positions, '{}')
-               FROM unnest($1::text[]) WITH ORDINALITY AS u (doc, o)
-              CROSS JOIN LATERAL unnest(to_tsvector('english', projections.searchable(u.doc))) AS t
-              WHERE u.doc IS NOT NULL",
+        let rows = sqlx::query!(
+            r#"SELECT u.o AS "ordinal!", t.lexeme AS "lexeme!",
+                      coalesce(t.positions, '{}') AS "positions!"
+                 FROM unnest($1::text[]) WITH ORDINALITY AS u (doc, o)
+                CROSS JOIN LATERAL unnest(to_tsvector('english', projections.searchable(u.doc))) AS t
+                WHERE u.doc IS NOT NULL"#,
+            &self.sealed_search_text as &[Option<String>]
         )
-        .bind(&self.sealed_search_text)
         .fetch_all(&mut *tx)
         .await?;
         let mut tsvs: Vec<Option<String>> = self
@@ -679,7 +680,8 @@ impl Rows {
             .iter()
             .map(|doc| doc.as_ref().map(|_| String::new()))
             .collect();
-        for (ordinal, lexeme, positions) in rows {
+        for row in rows {
+            let (ordinal, lexeme, positions) = (row.ordinal, row.lexeme, row.positions);
             let tsv = tsvs[ordinal as usize - 1]
                 .as_mut()
                 .expect("rows come only for sealed chunks");

@@ -116,13 +116,16 @@ async fn fold_updates(
     // is one transaction, and a row updated thousands of times in
     // one transaction leaves versions every later lookup walks.
     let ids: Vec<&str> = updates.iter().map(|u| u.task_id).collect();
-    let mut tasks: BTreeMap<String, Task> = sqlx::query_as::<_, Task>(
-        "SELECT task_id, status, title, details, refs, session_id, channel,
-                    sensitivity, first_seq, last_seq, updated_at
-               FROM tasks WHERE tenant_id = $1 AND task_id = ANY ($2)",
+    // `sealed` is told by the title, once opened below.
+    let mut tasks: BTreeMap<String, Task> = sqlx::query_as!(
+        Task,
+        r#"SELECT task_id, status, title, details, refs, session_id,
+                  channel AS "channel: Channel", sensitivity AS "sensitivity: Sensitivity",
+                  first_seq, last_seq, updated_at, false AS "sealed!"
+             FROM tasks WHERE tenant_id = $1 AND task_id = ANY ($2)"#,
+        tenant,
+        &ids as &[&str]
     )
-    .bind(tenant)
-    .bind(&ids)
     .fetch_all(&mut *tx)
     .await?
     .into_iter()
@@ -170,7 +173,7 @@ impl<'a> Update<'a> {
 }
 
 /// One row of `tasks`.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 struct Task {
     task_id: String,
     status: String,
@@ -187,7 +190,6 @@ struct Task {
     /// subject's, or of a sealed sensitivity). Sticky, like sensitivity: a
     /// title a subject's update set must not be written in the clear
     /// because a later update of the task is not the subject's.
-    #[sqlx(skip)]
     sealed: bool,
 }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::{Context, plan::Plan};
+use crate::domain::event::{Channel, Sensitivity};
 use crate::read::{
     Reader,
     bundle::{Candidates, Item},
@@ -309,15 +310,18 @@ async fn decision_rows(
     tenant: &str,
     ids: &[String],
 ) -> Result<Vec<DecisionRow>, sqlx::Error> {
-    let mut rows: Vec<DecisionRow> = sqlx::query_as(
-        "SELECT decision_id, seq, ts, channel, sensitivity, status, key, scope, decision,
-                rationale, constraints, alternatives, consequences, confidence, refs,
-                supersedes, superseded_by,
-                (SELECT e.agent_id FROM public.events e WHERE e.tenant_id = d.tenant_id AND e.seq = d.seq) AS owner
-           FROM projections.decisions d WHERE tenant_id = $1 AND decision_id = ANY ($2)",
+    let mut rows = sqlx::query_as!(
+        DecisionRow,
+        r#"SELECT decision_id, seq, ts, channel AS "channel: Channel",
+                  sensitivity AS "sensitivity: Sensitivity", status, key, scope, decision,
+                  rationale, constraints, alternatives, consequences, confidence, refs,
+                  supersedes, superseded_by,
+                  (SELECT e.agent_id FROM public.events e
+                    WHERE e.tenant_id = d.tenant_id AND e.seq = d.seq) AS owner
+             FROM projections.decisions d WHERE tenant_id = $1 AND decision_id = ANY ($2)"#,
+        tenant,
+        ids
     )
-    .bind(tenant)
-    .bind(ids)
     .fetch_all(&reader.pool)
     .await?;
     for row in &mut rows {

@@ -1254,20 +1254,21 @@ async fn forget_erased(
     tenant: &str,
     cursor_seq: i64,
 ) -> Result<(), sqlx::Error> {
-    let (subjects, withdrawn): (Vec<Option<String>>, Vec<Option<Vec<String>>>) =
-        sqlx::query_as::<_, (Option<String>, Option<Vec<String>>)>(
-            "SELECT content->>'subject_id', CASE WHEN kind = 'retraction' THEN refs END
+    let (subjects, withdrawn): (Vec<Option<String>>, Vec<Option<Vec<String>>>) = sqlx::query!(
+        "SELECT content->>'subject_id' AS subject,
+                    CASE WHEN kind = 'retraction' THEN refs END AS withdrawn
                FROM public.events
               WHERE tenant_id = $1 AND seq > $2 AND seq <= $3
                 AND kind IN ('erasure', 'retraction')",
-        )
-        .bind(tenant)
-        .bind(vectors.loaded_seq)
-        .bind(cursor_seq)
-        .fetch_all(pool)
-        .await?
-        .into_iter()
-        .unzip();
+        tenant,
+        vectors.loaded_seq,
+        cursor_seq
+    )
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(|row| (row.subject, row.withdrawn))
+    .unzip();
     let subjects: Vec<String> = subjects.into_iter().flatten().collect();
     let withdrawn: Vec<String> = withdrawn.into_iter().flatten().flatten().collect();
     if subjects.is_empty() && withdrawn.is_empty() {
