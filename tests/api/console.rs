@@ -722,4 +722,7 @@ async fn a_retracted_event_is_marked_in_the_log_and_names_its_retraction(
         fields.contains(retraction["event_id"].as_str().unwrap()),
         "{fields}"
     );
+    // Ends the WebDriver session, which quits Chromium: dropping the
+    // browser only kills chromedriver, and would leave Chromium running.
+    browser.close().await;
 }
