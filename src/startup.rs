@@ -197,6 +197,10 @@ pub struct Daemon {
     /// Where the checkpoint signer raises its alarms.
     counters: Arc<Metrics>,
     http: crate::serve::HttpLimits,
+    /// How long [`Daemon::run`] may warm up before it serves.
+    warm_up: Duration,
+    /// Told when requests start being served.
+    serving: watch::Sender<bool>,
 }
 
 impl Daemon {
@@ -235,20 +239,6 @@ impl Daemon {
             }
             None => None,
         };
-        // Before the first request, not in it: connections, plans, and the
-        // recent tenants' vector indexes (a failure only costs the warmth).
-        let started = std::time::Instant::now();
-        match crate::read::warm::warm(&reader, config.warm_up).await {
-            Ok(warmed) if warmed.tenants > 0 => tracing::info!(
-                tenants = warmed.tenants,
-                bundles = warmed.bundles,
-                still_loading = warmed.still_loading,
-                ms = started.elapsed().as_millis() as u64,
-                "warmed up"
-            ),
-            Ok(_) => {}
-            Err(err) => tracing::warn!(error = %err, "warming up failed; serving cold"),
-        }
         let tokens = Arc::new(TokenCache::new(
             config.token_cache_ttl,
             metrics.token_invalidations.clone(),
@@ -298,7 +288,15 @@ impl Daemon {
             tokens,
             checkpoint_interval: config.checkpoint_interval,
             counters: metrics,
+            warm_up: config.warm_up,
+            serving: watch::channel(false).0,
         })
+    }
+
+    /// Becomes true when [`Daemon::run`] starts serving requests, after
+    /// its warm-up; a request sent before waits in the listen backlog.
+    pub fn serving(&self) -> watch::Receiver<bool> {
+        self.serving.subscribe()
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -344,6 +342,22 @@ impl Daemon {
         // take the listener's connection must not keep the daemon from
         // serving (its caches are then dropped when it does connect).
         let _ = tokio::time::timeout(LISTEN_WAIT, caches_told.wait_for(|told| *told)).await;
+        // Before the first request, not in it: connections, plans, the
+        // recent tenants' state and their vector indexes (a failure only
+        // costs the warmth). After the caches listen, so that what the
+        // warm-up cached is kept right like anything a bundle caches.
+        let started = std::time::Instant::now();
+        match crate::read::warm::warm(&self.reader, self.warm_up).await {
+            Ok(warmed) if warmed.tenants > 0 => tracing::info!(
+                tenants = warmed.tenants,
+                bundles = warmed.bundles,
+                still_loading = warmed.still_loading,
+                ms = started.elapsed().as_millis() as u64,
+                "warmed up"
+            ),
+            Ok(_) => {}
+            Err(err) => tracing::warn!(error = %err, "warming up failed; serving cold"),
+        }
         let metrics = self.metrics.map(|(listener, router)| {
             tracing::info!(addr = %listener.local_addr().expect("bound"), "metrics listening");
             let mut stopped = stop_listening.subscribe();
@@ -365,6 +379,7 @@ impl Daemon {
                     stop_listening.subscribe(),
                 ))
             });
+        self.serving.send_replace(true);
         let served = crate::serve::serve(self.listener, self.router, self.http, stop).await;
         let _ = stop_listening.send(true);
         let _ = notifications.await;
@@ -482,10 +497,16 @@ impl RunningDaemon {
         };
         let daemon = Daemon::bind(&config, pool.clone()).await?;
         let base_url = format!("http://{}", daemon.local_addr());
+        let mut serving = daemon.serving();
         let (stop, stopped) = oneshot::channel();
         let task = tokio::spawn(daemon.run(async {
             let _ = stopped.await;
         }));
+        // Returned once it serves: what the caller times starts with a
+        // daemon that has warmed up, as one restarted in production would
+        // have before its clients reconnect. A run that ended early drops
+        // the sender, which ends the wait too.
+        let _ = serving.wait_for(|serving| *serving).await;
         Ok(Self {
             base_url,
             pool,

@@ -6,8 +6,8 @@
 //! recent window) and the retrieval path (a question, full-text retrieval),
 //! with questions that come back and with every question new, each with 1
 //! and with 32 concurrent clients; and the first bundle after a
-//! restart (a new daemon with a new connection pool: empty caches, cold
-//! prepared statements), repeated.
+//! restart (a new daemon with a new connection pool, warmed up as `memd
+//! serve` warms up before it serves), repeated.
 
 use std::{fmt::Write as _, path::Path, time::Duration};
 
@@ -587,6 +587,7 @@ async fn cold(
     let client = reqwest::Client::new();
     let mut latencies = Vec::new();
     let mut seen = Seen::default();
+    let mut state_cached = 0;
     let started = std::time::Instant::now();
     for restart in 0..options.restarts {
         let pool = db::connect(scratch.options.clone(), 16).await?;
@@ -608,16 +609,14 @@ async fn cold(
             .await?;
         latencies.push(at.elapsed());
         seen.add(&acb);
-        anyhow::ensure!(
-            acb.provenance.cache == "miss",
-            "a restarted daemon hit its cache"
-        );
+        state_cached += usize::from(acb.provenance.cache == "hit");
         daemon.stop().await?;
         pool.close().await;
     }
     eprintln!(
-        "{size} cold: p50 {:.1} ms",
-        percentile(&latencies, 50.0).as_secs_f64() * 1e3
+        "{size} cold: p50 {:.1} ms; {state_cached} of {} found the tenant's state warmed up",
+        percentile(&latencies, 50.0).as_secs_f64() * 1e3,
+        options.restarts
     );
     Ok(Row {
         size,
@@ -654,7 +653,9 @@ fn render(rows: &[Row], options: &Options, environment: &str) -> String {
          own session, appends a message and then asks a question in that session; the append advances the \
          projections, so the daemon reads the tenant's state again, and latency is the whole turn (a kept \
          database grows by these messages, in sessions `{TURN_SESSIONS}N`). Clients send back to back for \
-         {:.0} s. Cold cache: a new daemon and connection pool, then its first bundle (retrieval), {} times per size. \
+         {:.0} s. Cold cache: a new daemon and connection pool, which warms up before it serves as `memd serve` does \
+         (connections and their plans, the recent tenants' state and vector indexes), then its first bundle \
+         (retrieval, in a session the warm-up did not read), {} times per size. \
          *Candidate statement alone*: the two statements that fetch a retrieval bundle's candidate pool (which \
          terms are common, then the pool), for the same questions, run straight on connections of the benchmark \
          process (no HTTP, no ranking, no bundle): PostgreSQL's share, the floor under the retrieval path.\n",

@@ -6,11 +6,12 @@
 //! most recently active tenants before it accepts requests, until their
 //! vector indexes are loaded or its warm-up time is spent.
 //!
-//! What it keeps is what stays right by itself: open connections with
-//! their prepared statements, and vector indexes (checked against the
-//! embeddings projection's cursor on every search). The tenants' cached
-//! state and policies are dropped at the end: they are kept right by
-//! notifications, which the daemon hears only once it runs.
+//! It runs once the daemon's caches hear notifications
+//! ([`crate::startup::Daemon::run`]), so everything it leaves behind stays
+//! right as it would after any bundle: open connections with their
+//! prepared statements, the tenants' state and policies (dropped when a
+//! projection or policy change is announced), and vector indexes (checked
+//! against the embeddings projection's cursor on every search).
 
 use std::time::{Duration, Instant};
 
@@ -86,7 +87,6 @@ pub async fn warm(reader: &Reader, budget: Duration) -> Result<Warmed, sqlx::Err
             break;
         }
     }
-    reader.cache.forget_everything();
     Ok(warmed)
 }
 

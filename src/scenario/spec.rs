@@ -171,6 +171,11 @@ pub struct RestartStep {
     /// them projections fall behind the log, as when they are slow or down.
     #[serde(default = "yes")]
     pub projectors: bool,
+    /// Let the new daemon warm up before it serves, as `memd serve` does
+    /// (default true); false restarts it cold: no connections, plans,
+    /// cached state or vector indexes until requests ask for them.
+    #[serde(default = "yes")]
+    pub warm_up: bool,
 }
 
 fn yes() -> bool {
@@ -423,6 +428,7 @@ assertions:
             panic!("a restart step")
         };
         assert!(restart.projectors);
+        assert!(restart.warm_up, "a restart warms up unless told not to");
         let Assertion::AcbSectionContains { reference, .. } = &scenario.assertions[0] else {
             panic!("acb_section_contains")
         };

@@ -28,7 +28,7 @@ pub enum Target {
     /// command finds in [`RESTART_PROJECTORS_ENV`] whether the daemon it
     /// starts must project (`true`) or not (`false`: `memd serve
     /// --no-projectors`, for the scenarios of a daemon whose projections
-    /// lag).
+    /// lag), and in [`RESTART_WARM_UP_ENV`] (0) when it must start cold.
     External {
         url: String,
         restart_command: Option<String>,
@@ -40,6 +40,12 @@ pub enum Target {
 /// The environment variable that tells a black-box run's restart command
 /// whether the daemon it starts must run projection workers.
 pub const RESTART_PROJECTORS_ENV: &str = "MEMD_RESTART_PROJECTORS";
+
+/// Set to 0 for a restart command whose daemon must start cold (a
+/// `restart: {warm_up: false}` step): `memd serve` reads it as
+/// `--warm-up-ms`, so a command that starts it in the environment it was
+/// given needs nothing more.
+pub const RESTART_WARM_UP_ENV: &str = "MEMD_WARM_UP_MS";
 
 impl Target {
     /// A managed daemon on `connect` (migrated here), projecting, sealing
@@ -54,7 +60,7 @@ impl Target {
             daemon: None,
             projecting: true,
         };
-        target.restart(true).await?;
+        target.restart(true, true).await?;
         Ok(target)
     }
 
@@ -81,7 +87,9 @@ impl Target {
 
     /// Stops the daemon (requests in flight finish) and starts a new one,
     /// with or without projection workers.
-    pub async fn restart(&mut self, projectors: bool) -> anyhow::Result<()> {
+    /// Stops the daemon and starts another, projecting or not, warming up
+    /// before it serves or not (cold: `warm_up` false).
+    pub async fn restart(&mut self, projectors: bool, warm_up: bool) -> anyhow::Result<()> {
         match self {
             Target::Managed {
                 connect,
@@ -95,10 +103,16 @@ impl Target {
                     pool.close().await;
                 }
                 let pool = db::connect((**connect).clone(), 16).await?;
+                let defaults = ServeConfig::default();
                 let config = ServeConfig {
                     projection: projectors.then(ProjectionConfig::default),
                     keyring: keyring.clone(),
-                    ..ServeConfig::default()
+                    warm_up: if warm_up {
+                        defaults.warm_up
+                    } else {
+                        Duration::ZERO
+                    },
+                    ..defaults
                 };
                 *daemon = Some(RunningDaemon::start(pool, config).await?);
                 *projecting = projectors;
@@ -114,11 +128,15 @@ impl Target {
                 };
                 let command = command.clone();
                 let status = tokio::task::spawn_blocking(move || {
-                    std::process::Command::new("sh")
+                    let mut restart = std::process::Command::new("sh");
+                    restart
                         .arg("-c")
                         .arg(command)
-                        .env(RESTART_PROJECTORS_ENV, projectors.to_string())
-                        .status()
+                        .env(RESTART_PROJECTORS_ENV, projectors.to_string());
+                    if !warm_up {
+                        restart.env(RESTART_WARM_UP_ENV, "0");
+                    }
+                    restart.status()
                 })
                 .await?
                 .context("running the restart command")?;
@@ -140,7 +158,7 @@ impl Target {
             projecting: false, ..
         } = self
         {
-            self.restart(true).await?;
+            self.restart(true, true).await?;
         }
         Ok(())
     }

@@ -130,10 +130,14 @@ pub async fn spawn_daemon_with(connect: PgConnectOptions, config: ServeConfig) -
     let daemon = Daemon::bind(&config, pool.clone()).await.expect("bind");
     let base_url = format!("http://{}", daemon.local_addr());
     let metrics_url = daemon.metrics_addr().map(|addr| format!("http://{addr}"));
+    let mut serving = daemon.serving();
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(daemon.run(async {
         let _ = stopped.await;
     }));
+    // Bounded: the warm-up ends within its budget; a run that failed drops
+    // the sender.
+    let _ = serving.wait_for(|serving| *serving).await;
     TestApp {
         base_url,
         metrics_url,

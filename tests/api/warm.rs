@@ -64,14 +64,58 @@ async fn a_restarted_daemon_serves_its_first_bundle_with_the_vector_index_loaded
         semantic["reason"].as_str().unwrap().contains("loading"),
         "{semantic}"
     );
-    // Warmed: loaded before the daemon served; its caches of state and
-    // policy start empty all the same (notifications keep them right, and
-    // it hears them only once it runs).
+    // Warmed: loaded before the daemon served, and the tenant's state read
+    // (the caches heard notifications before the warm-up began, so what it
+    // cached stays right).
     let warm = first_bundle(&connect, &token, Duration::from_secs(60)).await;
     assert_eq!(
         warm["provenance"]["semantic"]["used"], true,
         "{:#}",
         warm["provenance"]
     );
-    assert_eq!(warm["provenance"]["cache"], "miss");
+    assert_eq!(warm["provenance"]["cache"], "hit");
+}
+
+/// What the warm-up read stays right as any bundle's cached state does: a
+/// change recorded after it reaches the next bundle (cached state is
+/// checked against the events since it was read, and dropped when
+/// projections go back, which the caches hear from before the warm-up
+/// began).
+#[sqlx::test]
+async fn what_the_warm_up_read_is_dropped_when_the_tenant_changes(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let rules = |text: &str| {
+        json!({"session_id": "v", "channel": "private", "actor": {"type": "human", "id": "a"},
+               "kind": "view_update", "content": {"view": "rules", "text": text}})
+    };
+    let first = spawn_daemon_with(connect.clone(), config(Duration::ZERO)).await;
+    let token = first.tenant("acme").await;
+    first
+        .append(&token, &rules("Invoices go out on Mondays."))
+        .await;
+    wait_projected(&first.pool, "acme").await;
+
+    let warmed = spawn_daemon_with(connect.clone(), config(Duration::from_secs(60))).await;
+    let ask = json!({"query_text": "when do invoices go out?", "render": true});
+    let before = warmed.acb(&token, ask.clone()).await;
+    assert_eq!(
+        before["provenance"]["cache"], "hit",
+        "{:#}",
+        before["provenance"]
+    );
+    assert!(
+        before["prompt"].as_str().unwrap().contains("Mondays"),
+        "{before:#}"
+    );
+
+    warmed
+        .append(&token, &rules("Invoices go out on Fridays."))
+        .await;
+    wait_projected(&warmed.pool, "acme").await;
+    let after = warmed.acb(&token, ask).await;
+    let prompt = after["prompt"].as_str().unwrap();
+    assert!(prompt.contains("Fridays"), "{after:#}");
+    assert!(!prompt.contains("Mondays"), "{after:#}");
 }
