@@ -15,7 +15,8 @@
 //! and its ranking is the order of `retrieved_evidence`. BM25 ranks every
 //! turn of the conversation (k1 1.2, b 0.75, lowercase alphanumeric words
 //! without stopwords, no stemming); exact search ranks every turn by its
-//! cosine with the question.
+//! cosine with the question, its vector the turn's alone or, for the
+//! parity row, made as memd's embeddings projection makes a message's.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -39,6 +40,7 @@ use memd::{
     read::semantic::SemanticConfig,
     tenants,
 };
+use memd_projectors::projections::embeddings;
 
 /// The budget each question is asked with.
 const MAX_TOKENS: u32 = 2_000;
@@ -717,12 +719,18 @@ async fn measure(
         let model = loader
             .load(name, &semantic.models)
             .map_err(|e| anyhow::anyhow!("loading {name} for exact search: {e}"))?;
-        let exact = exact_dense_all(conversations, model.as_ref())?;
+        let exact = exact_dense_all(conversations, model.as_ref(), Units::Turns)?;
         systems.push((
             format!("naive RRF of BM25 and exact {name} (k 60)"),
             reciprocal_rank_fusion(&bm25, &exact),
         ));
         systems.push((format!("exact {name} cosine (every turn)"), exact));
+        systems.push((
+            format!(
+                "exact {name} cosine over memd's units (every turn, alone and after the one before)"
+            ),
+            exact_dense_all(conversations, model.as_ref(), Units::AsMemdEmbeds)?,
+        ));
     }
     systems.push(("BM25".to_owned(), bm25));
     let mut off_topic = Vec::new();
@@ -815,19 +823,57 @@ async fn set_policy(
 /// more than 2,000 tokens of turns.
 const BASELINE_DEPTH: usize = 100;
 
+/// What exact search embeds of each turn.
+#[derive(Debug, Clone, Copy)]
+enum Units {
+    /// The kit's memory item alone.
+    Turns,
+    /// As memd's embeddings projection embeds a message recorded as an
+    /// agent records it: alone and read after the message before it in
+    /// its session, the two vectors summed
+    /// ([`embeddings::after_previous`], [`embeddings::with_context`]). What
+    /// memd's semantic ranking is compared with for parity: the same
+    /// vectors, searched exactly.
+    AsMemdEmbeds,
+}
+
 /// Every turn ranked by its cosine with the question, with `model`'s
-/// vectors of the kit's memory items (exact search: no index, no other
-/// score).
+/// vectors of the kit's memory items, embedded as `units` says (exact
+/// search: no index, no other score).
 fn exact_dense_all(
     conversations: &[Conversation],
     model: &dyn memd_embedder::Embedder,
+    units: Units,
 ) -> anyhow::Result<Vec<Ranking>> {
     let mut rankings = Vec::new();
     for conversation in conversations {
         let texts: Vec<&str> = conversation.turns.iter().map(|t| t.text.as_str()).collect();
-        let vectors = model
+        let mut vectors = model
             .embed(&texts)
             .map_err(|e| anyhow::anyhow!("embedding turns: {e}"))?;
+        if let Units::AsMemdEmbeds = units {
+            // A turn's previous message: the turn before it in the same
+            // conversation session (a memd session of its own).
+            let (after, inputs): (Vec<usize>, Vec<String>) = conversation
+                .turns
+                .windows(2)
+                .enumerate()
+                .filter(|(_, pair)| pair[0].session == pair[1].session)
+                .map(|(index, pair)| {
+                    (
+                        index + 1,
+                        embeddings::after_previous(&pair[0].text, &pair[1].text),
+                    )
+                })
+                .unzip();
+            let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+            let in_context = model
+                .embed(&inputs)
+                .map_err(|e| anyhow::anyhow!("embedding turns in context: {e}"))?;
+            for (index, context) in after.into_iter().zip(in_context) {
+                embeddings::with_context(&mut vectors[index], &context);
+            }
+        }
         for question in &conversation.questions {
             let started = Instant::now();
             let asked = model
@@ -1209,7 +1255,10 @@ fn render(
          histories (half chat, half tool-heavy, dated now; their decisions, tasks and views would fill the \
          sections above the evidence), the recall at scale. Outside memd, over the kit's items: BM25 (k1 1.2, b 0.75, lowercase words without \
          stopwords, no stemming), exact cosine with memd's embedder over every turn (f32 vectors, no index), and their \
-         reciprocal-rank fusion (k 60). Recall is `locomo_kit.py`'s: evidence turns found in the top k, or in the \
+         reciprocal-rank fusion (k 60); and exact cosine over memd's units, each turn's vector the normalised sum of \
+         it alone and read after the turn before it in its session, as memd's embeddings projection embeds a message \
+         (the same vectors memd searches, in f32 and exhaustively: the row memd's semantic-only ranking is compared \
+         with for parity). Recall is `locomo_kit.py`'s: evidence turns found in the top k, or in the \
          ranked turns that fit 2,000 tokens at 4 characters a token. Turns ranked: the length of a ranking, on \
          average (a bundle's evidence ends at its budget, headers and citations included); other items: evidence \
          items of other history in a bundle, on average. Latency is per question: \

@@ -1116,3 +1116,68 @@ async fn ranked_by_meaning_alone_evidence_is_the_exact_cosine_order(
     }
     app.stop().await;
 }
+
+/// A message's vector is the normalised sum of its transcript line embedded
+/// alone and read after the message before it in its session: the units
+/// `memd-bench locomo`'s parity row searches exactly (with the same
+/// `embeddings::after_previous` and `with_context`). The first message of a
+/// session has no message before it and is embedded alone.
+#[sqlx::test]
+async fn a_message_is_embedded_alone_and_after_the_message_before_it(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    use memd_projectors::projections::{chunks, embeddings};
+
+    let app = spawn_daemon_with(connect, semantic("hashed")).await;
+    let token = app.tenant("acme").await;
+    let texts = [
+        "What did you paint last week?",
+        "A sunset over the lake, with my kids!",
+    ];
+    for text in texts {
+        app.append(&token, &said("s1", "private", "low", text))
+            .await;
+    }
+    wait_embedded(&app, "acme", "hashed").await;
+    let rows: Vec<(String, Vec<u8>)> = sqlx::query_as(
+        "SELECT e.actor_id, v.vector FROM projections.embeddings_hashed v
+           JOIN public.events e ON e.tenant_id = v.tenant_id AND e.seq = v.seq
+          WHERE v.tenant_id = 'acme' ORDER BY v.seq",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 2);
+    let lines: Vec<String> = rows
+        .iter()
+        .zip(texts)
+        .map(|((actor, _), text)| chunks::said(actor, text))
+        .collect();
+    assert_eq!(
+        lines[1],
+        format!("alice: {}", texts[1]),
+        "a transcript line"
+    );
+    let embedder = embed::HashedEmbedder;
+    let alone = embedder.embed(&[&lines[0], &lines[1]]).unwrap();
+    let in_context = embedder
+        .embed(&[&embeddings::after_previous(&lines[0], &lines[1])])
+        .unwrap();
+    let mut second = alone[1].clone();
+    embeddings::with_context(&mut second, &in_context[0]);
+    let close = |stored: &[u8], expected: &[f32]| {
+        let stored = embed::decode(stored);
+        stored.len() == expected.len()
+            && stored
+                .iter()
+                .zip(expected)
+                .all(|(a, b)| (a - b).abs() < 1e-6)
+    };
+    assert!(close(&rows[0].1, &alone[0]), "the first is embedded alone");
+    assert!(
+        close(&rows[1].1, &second),
+        "the second, alone and after the first"
+    );
+    assert!(!close(&rows[1].1, &alone[1]), "context changed the vector");
+}

@@ -134,7 +134,7 @@ impl Projector for EmbeddingProjector {
                         && event.kind == Kind::Message
                         && text.part == 0
                     {
-                        in_context.push((rows.chunk_id.len(), format!("{before}\n{own}")));
+                        in_context.push((rows.chunk_id.len(), after_previous(before, &own)));
                     }
                     inputs.push(own);
                     rows.chunk_id.push(text.chunk_id);
@@ -177,14 +177,9 @@ impl EmbeddingProjector {
         let mut vectors = embed_detached(self.embedder.clone(), inputs)
             .await
             .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
-        // A message's vector: the mean of it alone and in context.
         let contextual = vectors.split_off(rows_count);
         for ((row, _), context) in in_context.iter().zip(contextual) {
-            let vector = &mut vectors[*row];
-            for (x, c) in vector.iter_mut().zip(context) {
-                *x += c;
-            }
-            embed::normalise(vector);
+            with_context(&mut vectors[*row], &context);
         }
         let vectors: Vec<Vec<u8>> = vectors.iter().map(|v| embed::encode(v)).collect();
         sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -330,15 +325,29 @@ async fn previous_messages(
     .collect();
     Ok(rows
         .into_iter()
-        .map(|(seq, actor_id, text)| {
-            let line = chunks::said(&actor_id, &text);
-            (seq, line.chars().take(PREVIOUS_CHARS).collect())
-        })
+        .map(|(seq, actor_id, text)| (seq, chunks::said(&actor_id, &text)))
         .collect())
 }
 
 /// At most this much of the previous message is read before a message.
 const PREVIOUS_CHARS: usize = 400;
+
+/// What a message is embedded as after the one before it: the previous
+/// message's transcript line ([`chunks::said`], its first
+/// [`PREVIOUS_CHARS`] characters), then its own.
+pub fn after_previous(previous: &str, own: &str) -> String {
+    let before: String = previous.chars().take(PREVIOUS_CHARS).collect();
+    format!("{before}\n{own}")
+}
+
+/// A message's vector, from its vector `alone` and its vector read
+/// [`after_previous`]: their normalised sum (the mean, in direction).
+pub fn with_context(alone: &mut [f32], in_context: &[f32]) {
+    for (x, c) in alone.iter_mut().zip(in_context) {
+        *x += c;
+    }
+    embed::normalise(alone);
+}
 
 #[derive(Default)]
 struct Rows {
