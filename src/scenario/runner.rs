@@ -374,9 +374,7 @@ impl Run<'_> {
             Step::Handoff(handoff) => self.handoff(handoff).await,
             Step::Acb(acb) => self.acb(acb).await,
             Step::Restart(restart) => {
-                self.target
-                    .restart(restart.projectors, restart.warm_up)
-                    .await?;
+                self.target.restart(restart).await?;
                 Ok(json!({"projectors": restart.projectors, "warm_up": restart.warm_up}))
             }
             Step::Rebuild(rebuild) => {

@@ -164,7 +164,7 @@ fn one() -> usize {
     1
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RestartStep {
     /// Run projection workers in the new daemon (default true). Without
@@ -180,6 +180,16 @@ pub struct RestartStep {
 
 fn yes() -> bool {
     true
+}
+
+/// A restart as `memd serve` starts: projecting, warmed up.
+impl Default for RestartStep {
+    fn default() -> Self {
+        Self {
+            projectors: true,
+            warm_up: true,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -9,6 +9,7 @@ use sqlx::postgres::PgConnectOptions;
 
 use crate::{
     db,
+    scenario::spec::RestartStep,
     startup::{ProjectionConfig, RunningDaemon, ServeConfig},
 };
 
@@ -60,7 +61,7 @@ impl Target {
             daemon: None,
             projecting: true,
         };
-        target.restart(true, true).await?;
+        target.restart(&RestartStep::default()).await?;
         Ok(target)
     }
 
@@ -85,11 +86,14 @@ impl Target {
         }
     }
 
-    /// Stops the daemon (requests in flight finish) and starts a new one,
-    /// with or without projection workers.
-    /// Stops the daemon and starts another, projecting or not, warming up
-    /// before it serves or not (cold: `warm_up` false).
-    pub async fn restart(&mut self, projectors: bool, warm_up: bool) -> anyhow::Result<()> {
+    /// Stops the daemon (requests in flight finish) and starts another,
+    /// projecting or not, warming up before it serves or not (cold:
+    /// `warm_up` false), as `how` says.
+    pub async fn restart(&mut self, how: &RestartStep) -> anyhow::Result<()> {
+        let RestartStep {
+            projectors,
+            warm_up,
+        } = *how;
         match self {
             Target::Managed {
                 connect,
@@ -158,7 +162,7 @@ impl Target {
             projecting: false, ..
         } = self
         {
-            self.restart(true, true).await?;
+            self.restart(&RestartStep::default()).await?;
         }
         Ok(())
     }
