@@ -82,7 +82,8 @@ pub async fn environment(pool: &PgPool) -> anyhow::Result<String> {
         .map(|n| n.get())
         .unwrap_or(0);
     Ok(format!(
-        "{cores} cores; PostgreSQL {version} (synchronous_commit={sync}) on the same machine; memd {} ({} build)",
+        "{cores} cores ({}); PostgreSQL {version} (synchronous_commit={sync}) on the same machine; memd {} ({} build)",
+        vector_instructions(),
         env!("CARGO_PKG_VERSION"),
         if cfg!(debug_assertions) {
             "debug"
@@ -90,6 +91,29 @@ pub async fn environment(pool: &PgPool) -> anyhow::Result<String> {
             "release"
         },
     ))
+}
+
+/// The widest vector instructions the CPU has of those memd's kernels use:
+/// the same build runs at different speeds with them, and its f32 sums may
+/// differ in their last bits (8-bit ones do not).
+fn vector_instructions() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512vnni") {
+            return "AVX-512 VNNI";
+        }
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return "AVX-512, no VNNI";
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            return "AVX2, no AVX-512";
+        }
+        "no AVX2"
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        std::env::consts::ARCH
+    }
 }
 
 #[cfg(test)]
