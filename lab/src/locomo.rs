@@ -360,6 +360,10 @@ pub async fn run(database_url: &str, options: Options, out: &Path) -> anyhow::Re
 /// sides, its quality tier, at scale, and the baselines; not the policy
 /// variants, which the table shows (ten lines are already many).
 fn charted(system: &str) -> bool {
+    // How the question is embedded: a variant, whatever the system.
+    if system.contains("question_precision") || system.contains("questions in 8 bits") {
+        return false;
+    }
     let default = system.ends_with(", default policy)");
     (system.starts_with("memd hybrid (") && default)
         || system.starts_with("memd lexical only")
@@ -599,6 +603,14 @@ async fn measure(
             without_recency(),
             MAX_TOKENS,
         ),
+        // Questions embedded in f32 rather than 8 bits: what the cheaper
+        // question costs in recall.
+        (
+            format!("memd hybrid ({embedder}, questions in f32: question_precision exact)"),
+            &agent,
+            exact_questions(json!({})),
+            MAX_TOKENS,
+        ),
         (
             format!("memd hybrid ({embedder}, rrf fusion)"),
             &agent,
@@ -633,6 +645,16 @@ async fn measure(
             meaning_alone(),
             RANKING_TOKENS,
         ),
+        // Parity with the exact row over memd's units, whose questions are
+        // embedded in f32 too.
+        (
+            format!(
+                "memd semantic only ({embedder}, by relevance alone, question_precision exact), ranking (max_tokens {RANKING_TOKENS})"
+            ),
+            &agent,
+            exact_questions(meaning_alone()),
+            RANKING_TOKENS,
+        ),
         (
             format!("memd hybrid ({embedder}, default policy), recorded as the kit's corpus"),
             &corpus,
@@ -653,6 +675,14 @@ async fn measure(
                 format!("memd quality tier: hybrid ({name}, no rerank: neighbour_weight 0)"),
                 tokens,
                 json!({"scoring": {"neighbour_weight": 0.0}}),
+                MAX_TOKENS,
+            ),
+            (
+                format!(
+                    "memd quality tier: hybrid ({name}, questions in f32: question_precision exact)"
+                ),
+                tokens,
+                exact_questions(json!({})),
                 MAX_TOKENS,
             ),
             (
@@ -731,6 +761,12 @@ async fn measure(
             ),
             exact_dense_all(conversations, model.as_ref(), Units::AsMemdEmbeds)?,
         ));
+        systems.push((
+            format!(
+                "exact {name} cosine over memd's units, questions in 8 bits as memd embeds them"
+            ),
+            exact_dense_all(conversations, model.as_ref(), Units::AsMemdAsks)?,
+        ));
     }
     systems.push(("BM25".to_owned(), bm25));
     let mut off_topic = Vec::new();
@@ -795,6 +831,12 @@ fn meaning_alone() -> Value {
            "duplicate_similarity": 1.0})
 }
 
+/// `policy` with each question embedded in f32, as stored vectors are.
+fn exact_questions(mut policy: Value) -> Value {
+    policy["scoring"]["question_precision"] = json!("exact");
+    policy
+}
+
 /// The hybrid without recency: LoCoMo asks about any point of months of
 /// conversation, so "recent" is not "relevant".
 fn without_recency() -> Value {
@@ -835,6 +877,10 @@ enum Units {
     /// memd's semantic ranking is compared with for parity: the same
     /// vectors, searched exactly.
     AsMemdEmbeds,
+    /// [`Units::AsMemdEmbeds`], each question embedded as memd embeds a
+    /// bundle's question ([`memd_embedder::Embedder::embed_questions`]: in
+    /// 8 bits where the model has that path).
+    AsMemdAsks,
 }
 
 /// Every turn ranked by its cosine with the question, with `model`'s
@@ -851,7 +897,7 @@ fn exact_dense_all(
         let mut vectors = model
             .embed(&texts)
             .map_err(|e| anyhow::anyhow!("embedding turns: {e}"))?;
-        if let Units::AsMemdEmbeds = units {
+        if let Units::AsMemdEmbeds | Units::AsMemdAsks = units {
             // A turn's previous message: the turn before it in the same
             // conversation session (a memd session of its own).
             let (after, inputs): (Vec<usize>, Vec<String>) = conversation
@@ -876,9 +922,11 @@ fn exact_dense_all(
         }
         for question in &conversation.questions {
             let started = Instant::now();
-            let asked = model
-                .embed(&[question.question.as_str()])
-                .map_err(|e| anyhow::anyhow!("embedding a question: {e}"))?;
+            let asked = match units {
+                Units::AsMemdAsks => model.embed_questions(&[question.question.as_str()]),
+                Units::Turns | Units::AsMemdEmbeds => model.embed(&[question.question.as_str()]),
+            }
+            .map_err(|e| anyhow::anyhow!("embedding a question: {e}"))?;
             let mut scored: Vec<(f32, usize)> = vectors
                 .iter()
                 .enumerate()

@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use super::{
     Reader,
-    policy::{Fusion, Policy},
+    policy::{Fusion, Policy, QuestionPrecision},
     privacy::Visibility,
     retrieve::{self, Candidate, QueryLexemes, Scope},
     vectors::{Current, Neighbour, Position, SharedVectors},
@@ -35,6 +35,9 @@ pub struct SemanticReport {
     pub reason: Option<String>,
     /// How the two scores were fused, when both were used.
     pub fusion: Option<Fusion>,
+    /// How the question was embedded (the policy's
+    /// `scoring.question_precision`), when semantic scores were used.
+    pub question_precision: Option<QuestionPrecision>,
     /// How far the embeddings projection has applied the log; chunks past
     /// it are found by their words only.
     pub embedded_seq: i64,
@@ -194,6 +197,7 @@ pub fn start_question(
         keyring: reader.keyring.clone(),
         tenant: tenant.to_owned(),
         embedder,
+        precision: policy.scoring.question_precision,
         table: embeddings::projector_name(embedder).expect("a loaded embedder has a table"),
         query: query.to_owned(),
         lexemes: lexemes.to_vec(),
@@ -218,6 +222,7 @@ struct Search {
     keyring: memd_core::seal::Keyring,
     tenant: String,
     embedder: &'static str,
+    precision: QuestionPrecision,
     table: &'static str,
     query: String,
     lexemes: Vec<String>,
@@ -238,7 +243,7 @@ impl Search {
     async fn run(self) -> Result<Nearest, Failure> {
         let (vector, embedded) = self
             .semantic
-            .query_vector(self.embedder, &self.query)
+            .query_vector(self.embedder, self.precision, &self.query)
             .await
             .map_err(Failure::Embedding)?;
         let current = self
@@ -545,6 +550,7 @@ fn usable(
     };
     report.used = true;
     report.fusion = Some(policy.scoring.fusion);
+    report.question_precision = Some(policy.scoring.question_precision);
     report.vectors = vectors;
     report.work.vectors_compared = compared;
     report.semantic_candidates = neighbours.len();

@@ -188,6 +188,26 @@ pub struct Scoring {
     /// stage off.
     #[schema(minimum = 0.0, maximum = 1.0)]
     pub neighbour_weight: f64,
+    /// How the question is embedded: `int8` (default) in 8-bit integers,
+    /// about three times as cheap; `exact` in the model's own f32
+    /// arithmetic, as the stored vectors are, for semantic rankings equal
+    /// to an exact cosine search with the model (the 8-bit vector is
+    /// within a cosine of 0.999 of it, which reorders near ties).
+    pub question_precision: QuestionPrecision,
+}
+
+/// How a bundle's question is embedded.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum QuestionPrecision {
+    /// In 8-bit integers ([`memd_embedder::Embedder::embed_questions`]).
+    #[default]
+    Int8,
+    /// As the tenant's stored vectors are computed
+    /// ([`memd_embedder::Embedder::embed`]).
+    Exact,
 }
 
 /// How relevance, recency and importance become one score.
@@ -232,6 +252,7 @@ impl Default for Scoring {
             semantic_candidates: 200,
             min_similarity: None,
             neighbour_weight: 0.25,
+            question_precision: QuestionPrecision::default(),
         }
     }
 }
@@ -358,6 +379,7 @@ impl Policy {
             semantic_candidates,
             min_similarity,
             neighbour_weight,
+            question_precision: _,
         } = self.scoring;
         within("scoring.neighbour_weight", neighbour_weight, 0.0, 1.0)?;
         if let Some(floor) = min_similarity {
@@ -563,6 +585,10 @@ mod tests {
         .unwrap();
         assert_eq!(policy.scoring.beta, 0.0);
         assert_eq!(policy.scoring.alpha, 0.6);
+        assert_eq!(policy.scoring.question_precision, QuestionPrecision::Int8);
+        let exact = Policy::parse(json!({"scoring": {"question_precision": "exact"}})).unwrap();
+        assert_eq!(exact.scoring.question_precision, QuestionPrecision::Exact);
+        assert_eq!(exact.scoring.lexical_weight, 0.5);
         assert_eq!(policy.sections.rules, section(100, 1));
         assert_eq!(policy.sections.identity, section(1_200, 10));
     }
@@ -580,6 +606,10 @@ mod tests {
         assert_eq!(
             field(json!({"scoring": {"neighbour_weight": -0.5}})),
             "scoring.neighbour_weight"
+        );
+        assert_eq!(
+            field(json!({"scoring": {"question_precision": "f16"}})),
+            "scoring.question_precision"
         );
         assert_eq!(
             field(json!({"scoring": {"alpha": 0.0, "beta": 0.0, "gamma": 0.0}})),

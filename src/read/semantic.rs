@@ -16,7 +16,7 @@ use memd_embedder as embed;
 use memd_embedder::{EmbedError, Embedder, Model, ModelDirs, MpNet};
 use serde::Serialize;
 
-use super::vectors::VectorIndex;
+use super::{policy::QuestionPrecision, vectors::VectorIndex};
 
 /// Which embedder tenants use by default, which others are loaded, and
 /// where model files are.
@@ -209,15 +209,16 @@ impl Semantic {
         }
     }
 
-    /// The question's vector by `embedder`, from the cache or computed off
-    /// the executor by the embedder's question queue; and whether it was
-    /// computed (the model ran for it).
+    /// The question's vector by `embedder` in `precision`, from the cache
+    /// or computed off the executor by the embedder's question queue; and
+    /// whether it was computed (the model ran for it).
     pub async fn query_vector(
         &self,
         embedder: &'static str,
+        precision: QuestionPrecision,
         text: &str,
     ) -> Result<(Arc<Vec<f32>>, bool), EmbedError> {
-        let key = (embedder, text.to_owned());
+        let key = (embedder, precision, text.to_owned());
         if let Some(found) = self.queries.lock().expect("query cache").get(&key) {
             return Ok((found, false));
         }
@@ -225,7 +226,7 @@ impl Semantic {
             .questions
             .get(embedder)
             .ok_or_else(|| EmbedError::Missing(embedder.to_owned()))?;
-        let vector = Arc::new(queue.embed(text.to_owned()).await?);
+        let vector = Arc::new(queue.embed(precision, text.to_owned()).await?);
         self.queries
             .lock()
             .expect("query cache")
@@ -239,6 +240,7 @@ const QUESTION_BATCH: usize = 32;
 
 /// A question waiting for its vector.
 struct Asked {
+    precision: QuestionPrecision,
     text: String,
     reply: tokio::sync::oneshot::Sender<Result<Vec<f32>, String>>,
 }
@@ -269,17 +271,33 @@ impl QuestionQueue {
                             Err(_) => break,
                         }
                     }
-                    answer(model.as_ref(), batch);
+                    for precision in [QuestionPrecision::Int8, QuestionPrecision::Exact] {
+                        let (asked, rest) = batch
+                            .into_iter()
+                            .partition(|asked| asked.precision == precision);
+                        batch = rest;
+                        if !asked.is_empty() {
+                            answer(model.as_ref(), precision, asked);
+                        }
+                    }
                 }
             })
             .expect("spawning the question thread");
         Self { sender }
     }
 
-    async fn embed(&self, text: String) -> Result<Vec<f32>, EmbedError> {
+    async fn embed(
+        &self,
+        precision: QuestionPrecision,
+        text: String,
+    ) -> Result<Vec<f32>, EmbedError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         self.sender
-            .send(Asked { text, reply })
+            .send(Asked {
+                precision,
+                text,
+                reply,
+            })
             .map_err(|_| EmbedError::Run("the question thread has stopped".to_owned()))?;
         answer
             .await
@@ -288,13 +306,17 @@ impl QuestionQueue {
     }
 }
 
-/// Embeds a batch of questions, each distinct text once, and replies to
-/// each asker.
-fn answer(model: &dyn Embedder, batch: Vec<Asked>) {
+/// Embeds a batch of questions in `precision`, each distinct text once, and
+/// replies to each asker.
+fn answer(model: &dyn Embedder, precision: QuestionPrecision, batch: Vec<Asked>) {
     let mut texts: Vec<&str> = batch.iter().map(|asked| asked.text.as_str()).collect();
     texts.sort_unstable();
     texts.dedup();
-    let vectors = model.embed_questions(&texts).and_then(|vectors| {
+    let vectors = match precision {
+        QuestionPrecision::Int8 => model.embed_questions(&texts),
+        QuestionPrecision::Exact => model.embed(&texts),
+    };
+    let vectors = vectors.and_then(|vectors| {
         if vectors.len() == texts.len() {
             Ok(vectors)
         } else {
@@ -320,19 +342,22 @@ fn answer(model: &dyn Embedder, batch: Vec<Asked>) {
     }
 }
 
+/// A cached question vector's embedder, precision and text.
+type QueryKey = (&'static str, QuestionPrecision, String);
+
 /// A bounded map of question vectors; the oldest entry goes first.
 #[derive(Default)]
 struct QueryCache {
-    vectors: HashMap<(&'static str, String), Arc<Vec<f32>>>,
-    order: VecDeque<(&'static str, String)>,
+    vectors: HashMap<QueryKey, Arc<Vec<f32>>>,
+    order: VecDeque<QueryKey>,
 }
 
 impl QueryCache {
-    fn get(&self, key: &(&'static str, String)) -> Option<Arc<Vec<f32>>> {
+    fn get(&self, key: &QueryKey) -> Option<Arc<Vec<f32>>> {
         self.vectors.get(key).cloned()
     }
 
-    fn put(&mut self, key: (&'static str, String), vector: Arc<Vec<f32>>) {
+    fn put(&mut self, key: QueryKey, vector: Arc<Vec<f32>>) {
         if self.vectors.insert(key.clone(), vector).is_none() {
             self.order.push_back(key);
         }
@@ -404,9 +429,12 @@ mod tests {
             .iter()
             .map(|text| {
                 let (semantic, text) = (semantic.clone(), text.clone());
-                tokio::spawn(
-                    async move { semantic.query_vector("hashed", &text).await.map(|(v, _)| v) },
-                )
+                tokio::spawn(async move {
+                    semantic
+                        .query_vector("hashed", QuestionPrecision::Int8, &text)
+                        .await
+                        .map(|(v, _)| v)
+                })
             })
             .collect();
         for (text, asked) in texts.iter().zip(asked) {
@@ -422,16 +450,61 @@ mod tests {
 
     #[test]
     fn the_query_cache_keeps_the_newest() {
+        let key = |i: usize| ("hashed", QuestionPrecision::Int8, i.to_string());
         let mut cache = QueryCache::default();
         for i in 0..QUERY_CACHE + 5 {
-            cache.put(("hashed", i.to_string()), Arc::new(vec![i as f32]));
+            cache.put(key(i), Arc::new(vec![i as f32]));
         }
-        assert!(cache.get(&("hashed", "0".into())).is_none());
-        assert!(
-            cache
-                .get(&("hashed", (QUERY_CACHE + 4).to_string()))
-                .is_some()
-        );
+        assert!(cache.get(&key(0)).is_none());
+        assert!(cache.get(&key(QUERY_CACHE + 4)).is_some());
         assert_eq!(cache.vectors.len(), QUERY_CACHE);
+    }
+
+    /// `question_precision` `exact` gives the vector the model stores
+    /// vectors with, `int8` the 8-bit one; the two differ (slightly), and
+    /// each is cached apart, even when asked together.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_question_is_embedded_in_the_precision_asked_for() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let semantic = Arc::new(Semantic::load(&SemanticConfig {
+            embedder: Some("minilm".into()),
+            models: ModelDirs {
+                minilm: root.join(ModelDirs::DEFAULT_MINILM),
+                mpnet: root.join(ModelDirs::DEFAULT_MPNET),
+            },
+            also: Vec::new(),
+        }));
+        let model = semantic
+            .embedder("minilm")
+            .expect("run ops/fetch-model.sh first")
+            .clone();
+        let text = "when did Caroline go to the support group?";
+        let asked = |precision| {
+            let semantic = semantic.clone();
+            tokio::spawn(async move { semantic.query_vector("minilm", precision, text).await })
+        };
+        let (int8, exact) = (
+            asked(QuestionPrecision::Int8),
+            asked(QuestionPrecision::Exact),
+        );
+        let (int8, embedded_int8) = int8.await.unwrap().unwrap();
+        let (exact, embedded_exact) = exact.await.unwrap().unwrap();
+        assert!(embedded_int8 && embedded_exact);
+        assert_eq!(*exact, model.embed(&[text]).unwrap()[0]);
+        assert_eq!(*int8, model.embed_questions(&[text]).unwrap()[0]);
+        assert_ne!(exact, int8);
+        let cosine: f32 = exact.iter().zip(int8.iter()).map(|(a, b)| a * b).sum();
+        assert!(cosine > 0.99, "{cosine}");
+        for (precision, vector) in [
+            (QuestionPrecision::Int8, &int8),
+            (QuestionPrecision::Exact, &exact),
+        ] {
+            let (again, embedded) = semantic
+                .query_vector("minilm", precision, text)
+                .await
+                .unwrap();
+            assert!(!embedded, "cached");
+            assert_eq!(&again, vector);
+        }
     }
 }

@@ -1181,3 +1181,80 @@ async fn a_message_is_embedded_alone_and_after_the_message_before_it(
     );
     assert!(!close(&rows[1].1, &alone[1]), "context changed the vector");
 }
+
+/// `scoring.question_precision` decides which vector of the question the
+/// tenant's vectors are compared with: `exact` the model's f32 one (the
+/// arithmetic stored vectors are computed with), `int8` (the default) the
+/// cheaper 8-bit one. Each evidence item's `semantic` is then the cosine
+/// of its stored vector with that question vector, closer to it than to
+/// the other one's (the index rescores with 8-bit copies of the stored
+/// vectors, so not equal to the last digit); provenance says which.
+#[sqlx::test]
+async fn the_question_is_embedded_in_the_precision_the_policy_asks_for(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let mut app = spawn_daemon_with(connect, semantic("minilm")).await;
+    let token = app.tenant("acme").await;
+    let events: Vec<Value> = CHATTER
+        .iter()
+        .map(|t| said("s1", "private", "none", t))
+        .collect();
+    app.append(&token, &json!({ "events": events })).await;
+    wait_projected(&app.pool, "acme").await;
+    wait_embedded(&app, "acme", "minilm").await;
+    let stored: std::collections::HashMap<String, Vec<f32>> =
+        sqlx::query_as::<_, (String, Vec<u8>)>(
+            "SELECT chunk_id, vector FROM projections.embeddings_minilm WHERE tenant_id = 'acme'",
+        )
+        .fetch_all(&app.pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(chunk, bytes)| (chunk, embed::decode(&bytes)))
+        .collect();
+    let question = "Where is Alice travelling for work?";
+    let model = embed::load("minilm", &models()).unwrap();
+    let exact = model.embed(&[question]).unwrap().remove(0);
+    let int8 = model.embed_questions(&[question]).unwrap().remove(0);
+    assert_ne!(exact, int8);
+
+    for (precision, asked, other) in [("exact", &exact, &int8), ("int8", &int8, &exact)] {
+        app.put_policy(
+            &token,
+            &json!({"scoring": {"question_precision": precision, "min_similarity": -1.0}}),
+        )
+        .await;
+        let acb = app
+            .acb(
+                &token,
+                json!({"session_id": "other", "query_text": question, "max_tokens": 4000}),
+            )
+            .await;
+        assert_eq!(
+            acb["provenance"]["semantic"]["question_precision"], precision,
+            "{}",
+            acb["provenance"]["semantic"]
+        );
+        let evidence = section(&acb, "retrieved_evidence");
+        assert!(evidence.len() >= 5, "{:#?}", evidence_texts(&acb));
+        let (mut off_asked, mut off_other) = (0.0, 0.0);
+        for item in &evidence {
+            let vector = &stored[item["chunk_id"].as_str().unwrap()];
+            let cosine = |q: &[f32]| vector.iter().zip(q).map(|(a, b)| a * b).sum::<f32>() as f64;
+            let memd = item["semantic"].as_f64().unwrap();
+            assert!(
+                (memd - cosine(asked)).abs() < 0.01,
+                "{precision}: {memd} against {}",
+                cosine(asked)
+            );
+            off_asked += (memd - cosine(asked)).abs();
+            off_other += (memd - cosine(other)).abs();
+        }
+        assert!(
+            off_asked < off_other,
+            "{precision}: {off_asked} from its own question vector, {off_other} from the other"
+        );
+    }
+    app.stop().await;
+}

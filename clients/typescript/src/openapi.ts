@@ -1719,6 +1719,7 @@ export interface components {
              *       "min_relevance": 0.2,
              *       "min_similarity": null,
              *       "neighbour_weight": 0.25,
+             *       "question_precision": "int8",
              *       "recency_half_life_hours": 168,
              *       "semantic_candidates": 200,
              *       "semantic_weight": 0.5
@@ -1890,6 +1891,11 @@ export interface components {
             /** @description Where `elapsed_ms` went, stage by stage. */
             stages_ms: components["schemas"]["StageTimes"];
         };
+        /**
+         * @description How a bundle's question is embedded.
+         * @enum {string}
+         */
+        QuestionPrecision: "int8" | "exact";
         /** @description Where a bundle read, and why: `provenance.read`. */
         ReadReport: {
             /** @description `primary` or `standby`. */
@@ -2068,6 +2074,15 @@ export interface components {
              * @default 0.25
              */
             neighbour_weight?: number;
+            /**
+             * @description How the question is embedded: `int8` (default) in 8-bit integers,
+             *     about three times as cheap; `exact` in the model's own f32
+             *     arithmetic, as the stored vectors are, for semantic rankings equal
+             *     to an exact cosine search with the model (the 8-bit vector is
+             *     within a cosine of 0.999 of it, which reorders near ties).
+             * @default int8
+             */
+            question_precision?: components["schemas"]["QuestionPrecision"];
             /**
              * Format: double
              * @description Recency halves every this many hours of age, counted back from the
@@ -2274,6 +2289,7 @@ export interface components {
              * @description Events of the log past `embedded_seq`.
              */
             lag_events: number;
+            question_precision?: components["schemas"]["QuestionPrecision"] | null;
             /** @description Why not used, when not. */
             reason?: string | null;
             /**
