@@ -347,6 +347,21 @@ async fn rows_found_by_meaning_are_remembered_and_bundles_stay_the_same(
     app.stop().await;
 }
 
+/// A daemon with `embedder` whose tenant `acme` holds the [`CHATTER`],
+/// projected and embedded, and that tenant's token.
+async fn chatter_embedded(connect: PgConnectOptions, embedder: &str) -> (TestApp, String) {
+    let app = spawn_daemon_with(connect, semantic(embedder)).await;
+    let token = app.tenant("acme").await;
+    let events: Vec<Value> = CHATTER
+        .iter()
+        .map(|t| said("s1", "private", "none", t))
+        .collect();
+    app.append(&token, &json!({ "events": events })).await;
+    wait_projected(&app.pool, "acme").await;
+    wait_embedded(&app, "acme", embedder).await;
+    (app, token)
+}
+
 async fn finds_memory_by_meaning(connect: PgConnectOptions, embedder: &str) {
     let mut app = spawn_daemon_with(connect, semantic(embedder)).await;
     let token = app.tenant("acme").await;
@@ -610,15 +625,7 @@ async fn switching_embedders_rebuilds_only_the_embeddings_and_bundles_keep_worki
     _: PgPoolOptions,
     connect: PgConnectOptions,
 ) {
-    let mut app = spawn_daemon_with(connect, semantic("hashed")).await;
-    let token = app.tenant("acme").await;
-    let events: Vec<Value> = CHATTER
-        .iter()
-        .map(|t| said("s1", "private", "none", t))
-        .collect();
-    app.append(&token, &json!({ "events": events })).await;
-    wait_projected(&app.pool, "acme").await;
-    wait_embedded(&app, "acme", "hashed").await;
+    let (mut app, token) = chatter_embedded(connect, "hashed").await;
     let status: Value = app
         .get("/api/v1/admin/embedder", &token)
         .await
@@ -1194,15 +1201,7 @@ async fn the_question_is_embedded_in_the_precision_the_policy_asks_for(
     _: PgPoolOptions,
     connect: PgConnectOptions,
 ) {
-    let mut app = spawn_daemon_with(connect, semantic("minilm")).await;
-    let token = app.tenant("acme").await;
-    let events: Vec<Value> = CHATTER
-        .iter()
-        .map(|t| said("s1", "private", "none", t))
-        .collect();
-    app.append(&token, &json!({ "events": events })).await;
-    wait_projected(&app.pool, "acme").await;
-    wait_embedded(&app, "acme", "minilm").await;
+    let (mut app, token) = chatter_embedded(connect, "minilm").await;
     let stored: std::collections::HashMap<String, Vec<f32>> =
         sqlx::query_as::<_, (String, Vec<u8>)>(
             "SELECT chunk_id, vector FROM projections.embeddings_minilm WHERE tenant_id = 'acme'",
