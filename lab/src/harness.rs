@@ -20,8 +20,9 @@ pub use memd::{
 
 /// A daemon for a benchmark: on a free local port, without admission
 /// control (benchmarks measure memd, not its rate limits), with the
-/// embedder of `semantic`.
+/// embedder of `semantic`, whose model files must be there.
 pub async fn start_daemon(pool: PgPool, semantic: SemanticConfig) -> anyhow::Result<RunningDaemon> {
+    models_present(&semantic)?;
     RunningDaemon::start(
         pool,
         ServeConfig {
@@ -38,6 +39,7 @@ pub async fn start_daemon_without_projections(
     pool: PgPool,
     semantic: SemanticConfig,
 ) -> anyhow::Result<RunningDaemon> {
+    models_present(&semantic)?;
     RunningDaemon::start(
         pool,
         ServeConfig {
@@ -48,6 +50,32 @@ pub async fn start_daemon_without_projections(
         },
     )
     .await
+}
+
+/// Fails unless the model files of every embedder `semantic` names are
+/// in their folders. A daemon without them serves with semantic retrieval
+/// off, which `memd serve` only warns about; a benchmark would then
+/// measure lexical bundles under the embedder's name, or wait for
+/// embeddings that never come (model folders are relative to the working
+/// directory, so a bench started outside the repository has none).
+fn models_present(semantic: &SemanticConfig) -> anyhow::Result<()> {
+    for name in semantic.embedder.iter().chain(&semantic.also) {
+        let Some(dir) = semantic.models.of(name) else {
+            continue;
+        };
+        if let Some(missing) = memd_embedder::sentence::FILES
+            .iter()
+            .find(|file| !dir.join(file).is_file())
+        {
+            anyhow::bail!(
+                "embedder {name}: {} is missing (run {} from the repository's root, \
+                 or name the model's folder with --model-dir / --mpnet-dir)",
+                dir.join(missing).display(),
+                SemanticConfig::FETCH_COMMAND
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Waits until every tenant's embeddings projection (of its chosen
@@ -193,4 +221,41 @@ pub async fn bench_database(
 /// produced it, when, and on what machine.
 pub fn report_header(bench: &str, environment: &str) -> String {
     titled_header(&format!("memd-bench {bench}"), environment)
+}
+
+#[cfg(test)]
+mod model_tests {
+    use memd_embedder::ModelDirs;
+
+    use super::*;
+
+    #[test]
+    fn a_benchmark_refuses_an_embedder_whose_model_files_are_missing() {
+        let folder = std::env::temp_dir().join(format!("memd-lab-no-model-{}", std::process::id()));
+        std::fs::create_dir_all(&folder).unwrap();
+        let semantic = |embedder: Option<&str>, also: &[&str]| SemanticConfig {
+            embedder: embedder.map(str::to_owned),
+            models: ModelDirs {
+                minilm: folder.clone(),
+                mpnet: folder.clone(),
+            },
+            also: also.iter().map(|name| (*name).to_owned()).collect(),
+        };
+        let err = models_present(&semantic(Some("minilm"), &[])).unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains("embedder minilm"), "{message}");
+        assert!(message.contains("model.safetensors"), "{message}");
+        assert!(message.contains(SemanticConfig::FETCH_COMMAND), "{message}");
+        let err = models_present(&semantic(Some("hashed"), &["mpnet"])).unwrap_err();
+        assert!(err.to_string().contains("embedder mpnet"), "{err}");
+        // Embedders without model files, and none at all, need nothing.
+        models_present(&semantic(Some("hashed"), &[])).unwrap();
+        models_present(&semantic(None, &[])).unwrap();
+        // With the files there, MiniLM's and MPNet's folders pass.
+        for file in memd_embedder::sentence::FILES {
+            std::fs::write(folder.join(file), b"").unwrap();
+        }
+        models_present(&semantic(Some("minilm"), &["mpnet"])).unwrap();
+        std::fs::remove_dir_all(&folder).unwrap();
+    }
 }
