@@ -35,6 +35,14 @@ use crate::{
 /// The files a model folder must hold.
 pub const FILES: &[&str] = &["model.safetensors", "tokenizer.json", "config.json"];
 
+/// The first of a model's [`FILES`] that `dir` lacks, if any.
+pub fn missing_file(dir: &Path) -> Option<std::path::PathBuf> {
+    FILES
+        .iter()
+        .map(|file| dir.join(file))
+        .find(|path| !path.is_file())
+}
+
 /// What tells one sentence-transformers model from another.
 pub trait Model: Send + Sync + 'static {
     /// The embedder storing f32 vectors.
@@ -112,14 +120,12 @@ impl<M: Model> Sentence<M> {
     /// Loads the model from `dir`, storing f32 vectors.
     /// [`EmbedError::Missing`] when a file is not there.
     pub fn load(dir: &Path) -> Result<Self, EmbedError> {
-        for file in FILES {
-            if !dir.join(file).is_file() {
-                return Err(EmbedError::Missing(format!(
-                    "{} (run ops/fetch-model.sh {})",
-                    dir.join(file).display(),
-                    M::NAME
-                )));
-            }
+        if let Some(missing) = missing_file(dir) {
+            return Err(EmbedError::Missing(format!(
+                "{} (run ops/fetch-model.sh {})",
+                missing.display(),
+                M::NAME
+            )));
         }
         let load = |what: &str, err: &dyn std::fmt::Display| {
             EmbedError::Load(format!("{what} in {}: {err}", dir.display()))

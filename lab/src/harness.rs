@@ -63,14 +63,11 @@ fn models_present(semantic: &SemanticConfig) -> anyhow::Result<()> {
         let Some(dir) = semantic.models.of(name) else {
             continue;
         };
-        if let Some(missing) = memd_embedder::sentence::FILES
-            .iter()
-            .find(|file| !dir.join(file).is_file())
-        {
+        if let Some(missing) = memd_embedder::sentence::missing_file(dir) {
             anyhow::bail!(
                 "embedder {name}: {} is missing (run {} from the repository's root, \
                  or name the model's folder with --model-dir / --mpnet-dir)",
-                dir.join(missing).display(),
+                missing.display(),
                 SemanticConfig::FETCH_COMMAND
             );
         }
