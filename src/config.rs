@@ -15,7 +15,7 @@
 
 use std::{collections::BTreeMap, ffi::OsString, path::PathBuf};
 
-use clap::{ArgMatches, Command, parser::ValueSource};
+use clap::{Arg, ArgMatches, Command, parser::ValueSource};
 
 /// The option naming the file, and its environment variable.
 pub const CONFIG_FLAG: &str = "config";
@@ -120,25 +120,38 @@ impl ConfigFile {
         Ok(with_defaults(command, &self.values))
     }
 
-    fn holds(&self, id: &str) -> bool {
-        self.values.contains_key(id)
+    fn holds(&self, arg: &Arg) -> bool {
+        self.values.keys().any(|key| sets(key, arg))
     }
 }
 
-fn has_option(command: &Command, id: &str) -> bool {
-    command
-        .get_arguments()
-        .any(|arg| arg.get_id() == id && !arg.is_positional())
-        || command.get_subcommands().any(|sub| has_option(sub, id))
+/// Whether the file's `key` (dashes read as underscores) sets `arg`: by its
+/// long name (`also_embedders` for `--also-embedders`) or by its id.
+fn sets(key: &str, arg: &Arg) -> bool {
+    !arg.is_positional()
+        && (arg.get_id() == key
+            || arg
+                .get_long()
+                .is_some_and(|long| long.replace('-', "_") == key))
+}
+
+fn has_option(command: &Command, key: &str) -> bool {
+    command.get_arguments().any(|arg| sets(key, arg))
+        || command.get_subcommands().any(|sub| has_option(sub, key))
 }
 
 fn with_defaults(mut command: Command, values: &BTreeMap<String, String>) -> Command {
-    for (id, value) in values {
-        if command.get_arguments().any(|arg| arg.get_id() == id) {
-            // Read once at start; clap keeps defaults for the process's life.
-            let value: &'static str = Box::leak(value.clone().into_boxed_str());
-            command = command.mut_arg(id, |arg| arg.default_value(value));
-        }
+    for (key, value) in values {
+        let Some(id) = command
+            .get_arguments()
+            .find(|arg| sets(key, arg))
+            .map(|arg| arg.get_id().clone())
+        else {
+            continue;
+        };
+        // Read once at start; clap keeps defaults for the process's life.
+        let value: &'static str = Box::leak(value.clone().into_boxed_str());
+        command = command.mut_arg(id, |arg| arg.default_value(value));
     }
     let names: Vec<String> = command
         .get_subcommands()
@@ -215,7 +228,7 @@ fn describe(command: &Command, matches: &ArgMatches, file: &ConfigFile, out: &mu
                     .map(|e| e.to_string_lossy().into_owned())
                     .unwrap_or_default()
             ),
-            Some(ValueSource::DefaultValue) if file.holds(id) => {
+            Some(ValueSource::DefaultValue) if file.holds(arg) => {
                 format!("file {}", file.shown_path())
             }
             _ => "default".to_owned(),
@@ -278,7 +291,9 @@ mod tests {
                         Arg::new("no_projectors")
                             .long("no-projectors")
                             .action(ArgAction::SetTrue),
-                    ),
+                    )
+                    // Its id is not its long name (SemanticArgs::also).
+                    .arg(Arg::new("also").long("also-embedders").value_delimiter(',')),
             )
             .subcommand(Command::new("migrate"))
     }
@@ -320,6 +335,21 @@ mod tests {
             find(&report, "listen").source,
             "env MEMD_TEST_CONFIG_LISTEN"
         );
+    }
+
+    /// A file names an option as its flag does (`also-embedders`), even
+    /// when the option's id is another word (`also`).
+    #[test]
+    fn a_file_key_is_the_flags_long_name() {
+        for text in ["also-embedders: mpnet\n", "also_embedders: mpnet\n"] {
+            let report = effective(command(), &file(text), &["memd", "serve"]).unwrap();
+            assert_eq!(find(&report, "also-embedders").value, "mpnet", "{text}");
+            assert_eq!(
+                find(&report, "also-embedders").source,
+                "file memd.yaml",
+                "{text}"
+            );
+        }
     }
 
     #[test]

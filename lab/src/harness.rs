@@ -59,18 +59,13 @@ pub async fn start_daemon_without_projections(
 /// embeddings that never come (model folders are relative to the working
 /// directory, so a bench started outside the repository has none).
 fn models_present(semantic: &SemanticConfig) -> anyhow::Result<()> {
-    for name in semantic.embedder.iter().chain(&semantic.also) {
-        let Some(dir) = semantic.models.of(name) else {
-            continue;
-        };
-        if let Some(missing) = memd_embedder::sentence::missing_file(dir) {
-            anyhow::bail!(
-                "embedder {name}: {} is missing (run {} from the repository's root, \
-                 or name the model's folder with --model-dir / --mpnet-dir)",
-                missing.display(),
-                SemanticConfig::FETCH_COMMAND
-            );
-        }
+    if let Some((name, missing)) = semantic.missing_models().first() {
+        anyhow::bail!(
+            "embedder {name}: {} is missing (run {} from the repository's root, \
+             or name the model's folder with --model-dir / --mpnet-dir)",
+            missing.display(),
+            SemanticConfig::FETCH_COMMAND
+        );
     }
     Ok(())
 }

@@ -2,8 +2,11 @@
 
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Subcommand};
-use memd::{config::ConfigFile, read::semantic::SemanticConfig};
+use clap::{CommandFactory, FromArgMatches, Subcommand};
+use memd::{
+    config::{ConfigFile, SemanticArgs},
+    read::semantic::SemanticConfig,
+};
 
 use super::{Cli, Globals};
 
@@ -48,20 +51,37 @@ fn check(globals: &Globals, file: &ConfigFile) -> ExitCode {
         eprintln!("memd: error: key file: {err:#}");
         ok = false;
     }
-    if let Some(model_dir) = report.iter().find(|e| e.name == "model-dir")
-        && !std::path::Path::new(&model_dir.value)
-            .join("model.safetensors")
-            .is_file()
-    {
-        println!(
-            "# note: no model in {}: semantic retrieval would be off ({})",
-            model_dir.value,
-            SemanticConfig::FETCH_COMMAND
-        );
+    match serve_semantic(file) {
+        Ok(semantic) => {
+            for (name, missing) in semantic.missing_models() {
+                println!(
+                    "# note: embedder {name}: no {}: memd serve would run without it, \
+                     lexical retrieval only where it is the embedder ({})",
+                    missing.display(),
+                    SemanticConfig::FETCH_COMMAND
+                );
+            }
+        }
+        Err(err) => {
+            eprintln!("memd: error: {err:#}");
+            ok = false;
+        }
     }
     if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// The embedders `memd serve` would run with this file and environment,
+/// read by the same parser.
+fn serve_semantic(file: &ConfigFile) -> anyhow::Result<SemanticConfig> {
+    let matches = file
+        .apply(Cli::command())?
+        .try_get_matches_from(["memd", "serve"])?;
+    let serve = matches
+        .subcommand_matches("serve")
+        .expect("memd serve was parsed");
+    SemanticArgs::from_arg_matches(serve)?.config()
 }

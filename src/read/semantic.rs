@@ -45,6 +45,20 @@ impl SemanticConfig {
         }
     }
 
+    /// Each embedder this configuration names (the default, then the
+    /// others) whose model folder lacks a file, with the first it lacks: a
+    /// daemon would run without it (lexical bundles only, for the default).
+    pub fn missing_models(&self) -> Vec<(&str, std::path::PathBuf)> {
+        self.embedder
+            .iter()
+            .chain(&self.also)
+            .filter_map(|name| {
+                let dir = self.models.of(name)?;
+                memd_embedder::sentence::missing_file(dir).map(|missing| (name.as_str(), missing))
+            })
+            .collect()
+    }
+
     /// The weight-free embedder: what tests run with.
     pub fn hashed() -> Self {
         Self {

@@ -2,11 +2,11 @@
 //! runs with its values, `memd config check` shows each value's source, and
 //! the environment beats the file.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::helpers::{free_port, memd_cli, spawn_daemon};
+use crate::helpers::{free_port, memd_cli, spawn_daemon, wait_until};
 
 #[sqlx::test]
 async fn memd_serve_runs_with_its_config_file_and_the_environment_wins(
@@ -41,22 +41,20 @@ async fn memd_serve_runs_with_its_config_file_and_the_environment_wins(
         .spawn()
         .expect("memd serve");
     let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(response) = client
+    wait_until(
+        Duration::from_secs(60),
+        "memd serve ready on the file's port",
+        async || match client
             .get(format!("http://127.0.0.1:{api}/readyz"))
             .send()
             .await
-            && response.status().is_success()
         {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "memd serve did not listen on the file's port"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+            Ok(response) if response.status().is_success() => Ok(()),
+            Ok(response) => Err(response.status().to_string()),
+            Err(err) => Err(err.to_string()),
+        },
+    )
+    .await;
     let scraped = client
         .get(format!("http://127.0.0.1:{metrics}/metrics"))
         .send()
@@ -157,4 +155,70 @@ async fn the_systemd_unit_verifies_and_its_config_file_checks() {
     );
     assert!(printed.contains("metrics-listen"), "{printed}");
     assert!(printed.contains("127.0.0.1:7071"), "{printed}");
+}
+
+/// `memd config check` names each embedder `memd serve` would run without,
+/// and the first model file its folder lacks (a folder holding the weights
+/// but not the tokenizer would serve lexical bundles only).
+#[tokio::test]
+async fn config_check_names_the_model_files_an_embedder_lacks() {
+    let scratch = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("memd-models-{}", ulid::Ulid::generate()));
+    let minilm = scratch.join("minilm");
+    let mpnet = scratch.join("mpnet");
+    std::fs::create_dir_all(&minilm).unwrap();
+    std::fs::write(minilm.join("model.safetensors"), b"").unwrap();
+    let file = scratch.join("memd.yaml");
+    // What `config check` prints with `yaml` as the file, and no
+    // embedder setting in the environment.
+    let check = async |yaml: String| {
+        std::fs::write(&file, yaml).unwrap();
+        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_memd"))
+            .args(["config", "check", "--config", file.to_str().unwrap()])
+            .env_remove("DATABASE_URL")
+            .env_remove("MEMD_EMBEDDER")
+            .env_remove("MEMD_ALSO_EMBEDDERS")
+            .env_remove("MEMD_MODEL_DIR")
+            .env_remove("MEMD_MPNET_DIR")
+            .env_remove("MEMD_KEY_FILE")
+            .output()
+            .await
+            .unwrap();
+        let printed = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "notes are not errors: {printed}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        printed
+    };
+
+    let printed = check(format!(
+        "embedder: minilm\nmodel-dir: {}\nalso-embedders: mpnet\nmpnet-dir: {}\n",
+        minilm.display(),
+        mpnet.display()
+    ))
+    .await;
+    let note = |name: &str, missing: &std::path::Path| {
+        printed.lines().any(|l| {
+            l.starts_with(&format!(
+                "# note: embedder {name}: no {}:",
+                missing.display()
+            ))
+        })
+    };
+    assert!(note("minilm", &minilm.join("tokenizer.json")), "{printed}");
+    assert!(note("mpnet", &mpnet.join("model.safetensors")), "{printed}");
+
+    // With every file there, no note.
+    for name in ["tokenizer.json", "config.json"] {
+        std::fs::write(minilm.join(name), b"").unwrap();
+    }
+    let printed = check(format!(
+        "embedder: minilm\nmodel-dir: {}\n",
+        minilm.display()
+    ))
+    .await;
+    assert!(!printed.contains("# note: embedder"), "{printed}");
+    let _ = std::fs::remove_dir_all(scratch);
 }
