@@ -2,7 +2,7 @@
 //! apalis, run by the daemon's job worker, status readable by the tenant
 //! that queued them and by nobody else.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use memd::domain::tenant::Scope;
 use memd_projectors::{Schema, rebuild};
@@ -10,7 +10,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::helpers::{TestApp, event, message, spawn_daemon, wait_projected};
+use crate::helpers::{TestApp, event, message, spawn_daemon, wait_projected, wait_until};
 
 impl TestApp {
     pub async fn post_admin(
@@ -45,19 +45,23 @@ impl TestApp {
 
     /// Polls the job until it is done or failed.
     pub async fn wait_job(&self, token: &str, job_id: &str) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let response = self
-                .get(&format!("/api/v1/admin/jobs/{job_id}"), token)
-                .await;
-            assert_eq!(response.status(), StatusCode::OK);
-            let job: Value = response.json().await.unwrap();
-            if job["status"] == "done" || job["status"] == "failed" {
-                return job;
-            }
-            assert!(Instant::now() < deadline, "job did not finish: {job}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_until(
+            Duration::from_secs(60),
+            "the job done or failed",
+            async || {
+                let response = self
+                    .get(&format!("/api/v1/admin/jobs/{job_id}"), token)
+                    .await;
+                assert_eq!(response.status(), StatusCode::OK);
+                let job: Value = response.json().await.unwrap();
+                if job["status"] == "done" || job["status"] == "failed" {
+                    Ok(job)
+                } else {
+                    Err(job.to_string())
+                }
+            },
+        )
+        .await
     }
 }
 

@@ -305,13 +305,18 @@ async fn an_admin_watches_projections_and_runs_a_drift_check_and_a_rebuild(
         .wait_for("document.querySelectorAll('#projections-table tbody tr').length > 0")
         .await;
     let failing = "[...document.querySelectorAll('#projections-table td.failing')]";
-    for _ in 0..150 {
-        if browser.run(&format!("return {failing}.length;")).await != json!(0) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        browser.run("loadProjections(); return true;").await;
-    }
+    crate::helpers::wait_until(
+        std::time::Duration::from_secs(30),
+        "a failing projection shown",
+        async || {
+            if browser.run(&format!("return {failing}.length;")).await != json!(0) {
+                return Ok(());
+            }
+            browser.run("loadProjections(); return true;").await;
+            Err("none failing yet".to_owned())
+        },
+    )
+    .await;
     let failure = browser
         .run(&format!(
             "return {failing}.map(td => td.parentElement.innerText);"

@@ -374,15 +374,16 @@ where
 /// Waits until every projector has applied `tenant`'s log up to its head.
 pub async fn wait_projected(pool: &PgPool, tenant: &str) {
     let engine = memd::startup::ProjectionConfig::default().engine();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let lagging = memd_projectors::runtime::lagging_tenants(pool, &engine)
-            .await
-            .expect("lagging tenants");
-        if !lagging.iter().any(|t| t == tenant) {
-            return;
-        }
-        if std::time::Instant::now() >= deadline {
+    wait_until(
+        Duration::from_secs(30),
+        &format!("projections of {tenant} caught up"),
+        async || {
+            let lagging = memd_projectors::runtime::lagging_tenants(pool, &engine)
+                .await
+                .expect("lagging tenants");
+            if !lagging.iter().any(|t| t == tenant) {
+                return Ok(());
+            }
             let failures: Vec<(String, String)> = sqlx::query_as(
                 "SELECT projector, error FROM projections.failures WHERE tenant_id = $1",
             )
@@ -390,10 +391,10 @@ pub async fn wait_projected(pool: &PgPool, tenant: &str) {
             .fetch_all(pool)
             .await
             .unwrap_or_default();
-            panic!("projections of {tenant} did not catch up within 30 s; failures: {failures:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+            Err(format!("lagging; failures: {failures:?}"))
+        },
+    )
+    .await
 }
 
 /// Waits until `tenant`'s embeddings (of `embedder`) reach its log's head.
@@ -401,28 +402,29 @@ pub async fn wait_projected(pool: &PgPool, tenant: &str) {
 /// other tests it gets only what they leave: the bound is generous (nextest
 /// still ends a stuck test at 5 minutes).
 pub async fn wait_embedded(app: &TestApp, tenant: &str, embedder: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(180);
-    loop {
-        let behind: bool = sqlx::query_scalar(
-            "SELECT coalesce(c.seq, 0) < h.seq FROM tenant_heads h
-               LEFT JOIN projections.cursors c
-                 ON c.tenant_id = h.tenant_id AND c.projector = 'embeddings_' || $2
-              WHERE h.tenant_id = $1",
-        )
-        .bind(tenant)
-        .bind(embedder)
-        .fetch_one(&app.pool)
-        .await
-        .unwrap();
-        if !behind {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{tenant}'s {embedder} embeddings did not catch up"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(
+        Duration::from_secs(180),
+        &format!("{tenant}'s {embedder} embeddings caught up"),
+        async || {
+            let (cursor, head): (i64, i64) = sqlx::query_as(
+                "SELECT coalesce(c.seq, 0), h.seq FROM tenant_heads h
+                   LEFT JOIN projections.cursors c
+                     ON c.tenant_id = h.tenant_id AND c.projector = 'embeddings_' || $2
+                  WHERE h.tenant_id = $1",
+            )
+            .bind(tenant)
+            .bind(embedder)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+            if cursor < head {
+                Err(format!("embedded to {cursor} of {head}"))
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await
 }
 
 /// An event of `kind` with `content` and `refs`, from an agent in session s1.

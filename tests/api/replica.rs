@@ -2,7 +2,7 @@
 //! `pg_basebackup` from a primary of the test's own (both private servers
 //! on free ports), then made to lag (replay paused) and to disappear.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use memd::{
     db::{self, private_server::PrivateServer},
@@ -11,7 +11,7 @@ use memd::{
 };
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, message, spawn_daemon_with, test_keyring};
+use crate::helpers::{TestApp, message, spawn_daemon_with, test_keyring, wait_until};
 
 struct Pair {
     app: TestApp,
@@ -66,19 +66,15 @@ async fn bundle_until(
     body: Value,
     wanted: impl Fn(&Value) -> bool,
 ) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    wait_until(Duration::from_secs(20), "the read wanted", async || {
         let acb = app.acb(token, body.clone()).await;
         if wanted(&acb["provenance"]["read"]) {
-            return acb;
+            Ok(acb)
+        } else {
+            Err(acb["provenance"]["read"].to_string())
         }
-        assert!(
-            Instant::now() < deadline,
-            "never: {}",
-            acb["provenance"]["read"]
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 fn holds(acb: &Value, text: &str) -> bool {
@@ -244,16 +240,19 @@ async fn the_log_routes_read_the_standby_and_the_primary_for_what_it_lacks() {
         .await
         .unwrap();
     // Wait until the standby has the first event, then stop its replay.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while sqlx::query_scalar::<_, i64>("SELECT count(*) FROM events")
-        .fetch_one(&standby)
-        .await
-        .unwrap()
-        == 0
-    {
-        assert!(Instant::now() < deadline, "the standby never had the event");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until(
+        Duration::from_secs(20),
+        "the event on the standby",
+        async || match sqlx::query_scalar::<_, i64>("SELECT count(*) FROM events")
+            .fetch_one(&standby)
+            .await
+            .unwrap()
+        {
+            0 => Err("no events".to_owned()),
+            _ => Ok(()),
+        },
+    )
+    .await;
     sqlx::query("SELECT pg_wal_replay_pause()")
         .execute(&standby)
         .await
@@ -289,8 +288,7 @@ async fn the_log_routes_read_the_standby_and_the_primary_for_what_it_lacks() {
         .await
         .unwrap();
     // Replayed, the page has it too.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    wait_until(Duration::from_secs(20), "both events paged", async || {
         let page: Value = app
             .get("/api/v1/events?session_id=s1", token)
             .await
@@ -298,9 +296,10 @@ async fn the_log_routes_read_the_standby_and_the_primary_for_what_it_lacks() {
             .await
             .unwrap();
         if page["events"].as_array().unwrap().len() == 2 {
-            break;
+            Ok(())
+        } else {
+            Err(page.to_string())
         }
-        assert!(Instant::now() < deadline, "{page}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
 }

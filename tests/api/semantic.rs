@@ -17,7 +17,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::{
     acb::section,
-    helpers::{TestApp, memd_cli, spawn_daemon_with, wait_embedded, wait_projected},
+    helpers::{TestApp, memd_cli, spawn_daemon_with, wait_embedded, wait_projected, wait_until},
 };
 
 /// The model folder `ops/fetch-model.sh` fills (MEMD_MODEL_DIR overrides).
@@ -656,21 +656,25 @@ async fn switching_embedders_rebuilds_only_the_embeddings_and_bundles_keep_worki
         .await;
     assert!(evidence_texts(&during)[0].contains("Lisbon"));
 
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let status: Value = app
-            .get("/api/v1/admin/embedder", &token)
-            .await
-            .json()
-            .await
-            .unwrap();
-        if status["active"] == "minilm" && status["building"].is_null() {
-            assert_eq!(status["active_seq"], status["head_seq"]);
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "no switch: {status}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let status = wait_until(
+        Duration::from_secs(60),
+        "the switch to minilm",
+        async || {
+            let status: Value = app
+                .get("/api/v1/admin/embedder", &token)
+                .await
+                .json()
+                .await
+                .unwrap();
+            if status["active"] == "minilm" && status["building"].is_null() {
+                Ok(status)
+            } else {
+                Err(status.to_string())
+            }
+        },
+    )
+    .await;
+    assert_eq!(status["active_seq"], status["head_seq"]);
     let after = app
         .acb(
             &token,
@@ -813,16 +817,16 @@ async fn after_a_restart_a_large_index_loads_in_the_background_and_bundles_do_no
         !evidence_texts(&first).is_empty(),
         "lexical evidence meanwhile"
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    let later = wait_until(Duration::from_secs(30), "the index loaded", async || {
         let later = app.acb(&token, ask.clone()).await;
         if later["provenance"]["semantic"]["used"] == true {
-            assert_eq!(later["provenance"]["semantic"]["vectors"], 6_000);
-            break;
+            Ok(later)
+        } else {
+            Err(later["provenance"]["semantic"].to_string())
         }
-        assert!(std::time::Instant::now() < deadline, "index never loaded");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    assert_eq!(later["provenance"]["semantic"]["vectors"], 6_000);
     app.stop().await;
 }
 
