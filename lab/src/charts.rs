@@ -172,7 +172,7 @@ pub fn number(value: f64) -> String {
     } else if magnitude >= 10.0 || value == 0.0 {
         format!("{value:.0}")
     } else if magnitude >= 1.0 {
-        format!("{value:.1}")
+        format!("{value:.1}").replace(".0", "")
     } else {
         format!("{value:.2}")
     }
@@ -494,6 +494,7 @@ mod tests {
         assert_eq!(number(0.0), "0");
         assert_eq!(number(0.25), "0.25");
         assert_eq!(number(2.5), "2.5");
+        assert_eq!(number(1.0), "1", "a log axis' first decade, beside 10");
         assert_eq!(number(849.0), "849");
         assert_eq!(number(1_500.0), "1.5k");
         assert_eq!(number(22_751.0), "23k");
