@@ -13,7 +13,10 @@ use crate::{
         event::{Channel, Sensitivity},
         tenant::Scope,
     },
-    read::privacy::{Visibility, event_owner_condition},
+    read::{
+        privacy::{Visibility, event_owner_condition},
+        retrieve,
+    },
     tenants::Caller,
 };
 
@@ -24,7 +27,9 @@ const MAX_LIMIT: i64 = 1_000;
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct SummaryQuery {
-    /// `true`: only flagged summaries; `false`: only clean ones.
+    /// `true`: only flagged summaries; `false`: only clean ones (clean to
+    /// the caller: a conflict with a decision it may not see is not shown).
+    /// A page may then hold fewer than `limit`: page on by `before_seq`.
     pub conflicted: Option<bool>,
     /// Only summaries of this session.
     pub session_id: Option<String>,
@@ -90,7 +95,8 @@ pub(crate) async fn list(
         owner = event_owner_condition("s", "seq", 8)
     )))
     .bind(caller.tenant.as_str())
-    .bind(query.conflicted)
+    // Flagged by the ledger; whether clean to this caller is known below.
+    .bind(query.conflicted.filter(|flagged| *flagged))
     .bind(&query.session_id)
     .bind(visibility.map(|v| v.channel_names()))
     .bind(visibility.map(|v| v.sensitivity_names()))
@@ -104,6 +110,22 @@ pub(crate) async fn list(
         keyring.open_in_place(tenant, &mut summary.text)?;
         keyring.open_json(tenant, &mut summary.claims)?;
         keyring.open_json(tenant, &mut summary.conflicts)?;
+    }
+    // A contradiction quotes its decision: only those the caller may see
+    // are shown, and a summary left with none is clean to this caller.
+    let named = retrieve::conflict_decision_ids(summaries.iter().map(|s| &s.conflicts));
+    let audiences = retrieve::decision_audiences(&state.pool, tenant, &named).await?;
+    let reader = visibility
+        .unwrap_or(Visibility::new(Channel::Private))
+        .for_agent(caller.agent.as_deref());
+    for summary in &mut summaries {
+        summary.conflicts =
+            retrieve::visible_conflicts(summary.conflicts.take(), &audiences, reader)
+                .unwrap_or(Value::Array(Vec::new()));
+        summary.conflicted = summary.conflicts.as_array().is_some_and(|c| !c.is_empty());
+    }
+    if let Some(conflicted) = query.conflicted {
+        summaries.retain(|summary| summary.conflicted == conflicted);
     }
     Ok(SummaryList { summaries })
 }

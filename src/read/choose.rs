@@ -20,6 +20,7 @@ use super::{
     cache::TenantState,
     omissions::{Omissions, details},
     policy::{MAX_CANDIDATE_POOL, Policy, SectionName},
+    privacy::Visibility,
     retrieve::{self, Candidate},
 };
 
@@ -102,6 +103,7 @@ impl Evidence {
         &mut self,
         reader: &Reader,
         tenant: &str,
+        visibility: Visibility<'_>,
         ranked: Vec<Candidate>,
         omissions: &mut Omissions,
     ) -> Result<(), sqlx::Error> {
@@ -155,6 +157,7 @@ impl Evidence {
                         .get(candidate.event_id())
                         .cloned()
                         .unwrap_or_default()
+                        .seen_by(visibility)
                 };
                 let task = updated_task(&candidate).and_then(|task| tasks.get(task));
                 self.take(candidate, standing, task, omissions);

@@ -78,6 +78,15 @@ pub fn event_owner_condition(row: &str, seq_column: &str, param: usize) -> Strin
     )
 }
 
+/// Who may see a piece of memory: where it was recorded, how sensitive it
+/// is, and the agent whose memory it is, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Audience {
+    pub channel: Channel,
+    pub sensitivity: Sensitivity,
+    pub owner: Option<String>,
+}
+
 impl<'a> Visibility<'a> {
     pub fn new(channel: Channel) -> Self {
         Self {
@@ -140,6 +149,13 @@ impl<'a> Visibility<'a> {
     /// tasks, handoffs, recent events.
     pub fn allows(self, channel: Channel, sensitivity: Sensitivity) -> bool {
         self.channels().contains(&channel) && self.sensitivity_allowed(sensitivity)
+    }
+
+    /// Whether memory of `audience` may be shown: by channel, sensitivity
+    /// and owner ([`Self::allows`], [`Self::owner_allows`]).
+    pub fn sees(self, audience: &Audience) -> bool {
+        self.allows(audience.channel, audience.sensitivity)
+            && self.owner_allows(audience.channel, audience.owner.as_deref())
     }
 
     pub fn allows_view(self, view: &str, sensitivity: Sensitivity) -> bool {

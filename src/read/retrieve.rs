@@ -38,7 +38,7 @@ use memd_core::{
 use super::{
     filters::{self, RetrievalFilters},
     policy::{Combine, Fusion, Scoring},
-    privacy::Visibility,
+    privacy::{Audience, Visibility},
     retention::{self, Forgetting, PINNED},
 };
 
@@ -1428,8 +1428,11 @@ pub struct Standing {
     /// The decision's status when the chunk is a decision's.
     pub decision_status: Option<String>,
     pub superseded_by: Option<String>,
-    /// The summary's conflicts when the chunk is a flagged summary's.
+    /// The summary's conflicts when the chunk is a flagged summary's, as
+    /// the ledger found them: read them through [`Standing::seen_by`].
     pub conflicts: Option<Value>,
+    /// Who may see each decision `conflicts` names, by decision id.
+    pub conflict_audiences: HashMap<String, Audience>,
 }
 
 impl Standing {
@@ -1440,6 +1443,92 @@ impl Standing {
             ..Self::default()
         }
     }
+
+    /// The standing as `visibility` may read it: a summary's conflicts with
+    /// decisions it may not see are left out (each quotes its decision),
+    /// and a summary with none left stands.
+    pub fn seen_by(mut self, visibility: Visibility<'_>) -> Self {
+        self.conflicts = self.conflicts.take().and_then(|conflicts| {
+            visible_conflicts(conflicts, &self.conflict_audiences, visibility)
+        });
+        self
+    }
+}
+
+/// The entries of a summary's `conflicts` that `visibility` may read: a
+/// contradiction quotes the decision it names, so it is kept only when that
+/// decision may be seen (one the ledger no longer holds may not); the
+/// summary's own problems (no or missing refs) are kept. `None` when none
+/// is left.
+pub fn visible_conflicts(
+    conflicts: Value,
+    audiences: &HashMap<String, Audience>,
+    visibility: Visibility<'_>,
+) -> Option<Value> {
+    let Value::Array(entries) = conflicts else {
+        return None;
+    };
+    let kept: Vec<Value> = entries
+        .into_iter()
+        .filter(
+            |entry| match entry.get("decision_id").and_then(Value::as_str) {
+                None => true,
+                Some(id) => audiences
+                    .get(id)
+                    .is_some_and(|audience| visibility.sees(audience)),
+            },
+        )
+        .collect();
+    (!kept.is_empty()).then_some(Value::Array(kept))
+}
+
+/// The decisions named by `conflicts` (summaries' conflicts, opened).
+pub fn conflict_decision_ids<'v>(conflicts: impl IntoIterator<Item = &'v Value>) -> Vec<String> {
+    let mut ids: Vec<String> = conflicts
+        .into_iter()
+        .filter_map(Value::as_array)
+        .flatten()
+        .filter_map(|entry| entry.get("decision_id").and_then(Value::as_str))
+        .map(str::to_owned)
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// Who may see each of the decisions `ids`, by decision id (absent: not in
+/// the ledger).
+pub async fn decision_audiences(
+    pool: &PgPool,
+    tenant: &str,
+    ids: &[String],
+) -> Result<HashMap<String, Audience>, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let rows = sqlx::query!(
+        r#"SELECT d.decision_id, d.channel AS "channel: Channel",
+                  d.sensitivity AS "sensitivity: Sensitivity",
+                  (SELECT e.agent_id FROM public.events e
+                    WHERE e.tenant_id = d.tenant_id AND e.seq = d.seq) AS owner
+             FROM projections.decisions d
+            WHERE d.tenant_id = $1 AND d.decision_id = ANY ($2)"#,
+        tenant,
+        ids
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            let audience = Audience {
+                channel: row.channel,
+                sensitivity: row.sensitivity,
+                owner: row.owner,
+            };
+            (row.decision_id, audience)
+        })
+        .collect())
 }
 
 /// Where a task stands now: what tells a task update chunk that says
@@ -1506,7 +1595,8 @@ pub async fn standings(
     )
     .fetch_all(pool)
     .await?;
-    rows.into_iter()
+    let mut standings = rows
+        .into_iter()
         .map(|row| {
             let mut conflicts = row.conflicts;
             if let Some(conflicts) = &mut conflicts {
@@ -1516,10 +1606,24 @@ pub async fn standings(
                 decision_status: row.status,
                 superseded_by: row.superseded_by,
                 conflicts,
+                conflict_audiences: HashMap::new(),
             };
             Ok((row.event_id, standing))
         })
-        .collect()
+        .collect::<Result<HashMap<String, Standing>, sqlx::Error>>()?;
+    let named = conflict_decision_ids(standings.values().filter_map(|s| s.conflicts.as_ref()));
+    if !named.is_empty() {
+        let audiences = decision_audiences(pool, tenant, &named).await?;
+        for standing in standings.values_mut() {
+            if let Some(conflicts) = &standing.conflicts {
+                standing.conflict_audiences = conflict_decision_ids([conflicts])
+                    .into_iter()
+                    .filter_map(|id| Some((id.clone(), audiences.get(&id)?.clone())))
+                    .collect();
+            }
+        }
+    }
+    Ok(standings)
 }
 
 /// What a kept chunk shows: its text and where it came from.

@@ -399,3 +399,175 @@ async fn an_agents_private_views_and_tasks_stay_its_own_even_in_omissions(
         "its own version stands for the view: {rules}"
     );
 }
+
+/// A summary's conflicts quote the decision it contradicts. Another agent
+/// writing a summary that claims a key must not read, through them, a
+/// private decision of that key; nor may a public bundle or search read a
+/// private or high-sensitivity decision that way. The operator, who may see
+/// the decision, still sees the conflict.
+#[sqlx::test]
+async fn a_summarys_conflicts_never_quote_a_decision_the_reader_may_not_see(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon_with(connect, ServeConfig::default()).await;
+    let operator = app.tenant("acme").await;
+    let planner = agent_token(&app, "acme", "planner").await;
+    let coder = agent_token(&app, "acme", "coder").await;
+    let event =
+        |channel: &str, sensitivity: &str, agent: &str, kind: &str, content: Value, refs: Value| {
+            json!({"session_id": "s1", "channel": channel, "sensitivity": sensitivity,
+               "actor": {"type": "agent", "id": agent}, "kind": kind,
+               "content": content, "refs": refs})
+        };
+    let weighed = app
+        .append(
+            &planner,
+            &said("private", "Planner weighs the zebraco acquisition"),
+        )
+        .await;
+    let weighed = weighed["event_id"].clone();
+    // The planner's own decision, and a high-sensitivity one of the tenant.
+    app.append(
+        &planner,
+        &event(
+            "private",
+            "none",
+            "planner",
+            "decision",
+            json!({"decision": "planner-only: acquire zebraco for 40M", "key": "corp.acquisition",
+                      "scope": "project"}),
+            json!([weighed]),
+        ),
+    )
+    .await;
+    app.append(
+        &operator,
+        &event(
+            "private",
+            "high",
+            "agent-1",
+            "decision",
+            json!({"decision": "HIGH: layoffs of 30 percent in Q3", "key": "hr.plan",
+                      "scope": "project"}),
+            json!([weighed]),
+        ),
+    )
+    .await;
+    let public_said = app
+        .append(&operator, &said("public", "zebraco hr plan chat"))
+        .await;
+    // The coder's summary claims the planner's key; a public one claims
+    // the high decision's.
+    let coder_said = app
+        .append(&coder, &said("private", "coder notes on zebraco"))
+        .await;
+    let coder_summary = app
+        .append(
+            &coder,
+            &event("private", "none", "coder", "summary",
+                   json!({"text": "zebraco summary by coder", "claims": [{"key": "corp.acquisition", "value": "none"}]}),
+                   json!([coder_said["event_id"]])),
+        )
+        .await;
+    let public_summary = app
+        .append(
+            &operator,
+            &event("public", "none", "agent-1", "summary",
+                   json!({"text": "hr plan summary public", "claims": [{"key": "hr.plan", "value": "no change"}]}),
+                   json!([public_said["event_id"]])),
+        )
+        .await;
+    wait_projected(&app.pool, "acme").await;
+
+    // What a reader must not find: the planner's decision (another
+    // agent's private memory) and, on a public channel, the tenant's high
+    // one too (the coder may see that one: unowned private memory is the
+    // tenant's, shared by its agents).
+    let leaks = |what: &str, body: &Value, secrets: &[&str]| {
+        for secret in secrets {
+            assert!(
+                !body.to_string().contains(secret),
+                "{what} quotes {secret}: {body:#}"
+            );
+        }
+    };
+    // The coder: its summaries page, a search and a bundle.
+    let (_, page) = app.get_json("/api/v1/summaries", &coder).await;
+    leaks("the coder's summaries", &page, &["40M"]);
+    let mine = page["summaries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["event_id"] == coder_summary["event_id"])
+        .expect("the coder sees its own summary");
+    assert_eq!(mine["conflicted"], false, "{mine}");
+    for query in ["zebraco summary by coder", "hr plan summary public"] {
+        let (status, found) = app
+            .send_json(
+                reqwest::Method::POST,
+                "/api/v1/search",
+                &coder,
+                &json!({"query": query}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{found}");
+        leaks("the coder's search", &found, &["40M"]);
+        let acb = app
+            .acb(&coder, json!({"session_id": "q", "query_text": query}))
+            .await;
+        leaks("the coder's bundle", &acb, &["40M"]);
+    }
+    // A public reader, even the operator's.
+    let (_, page) = app
+        .get_json("/api/v1/summaries?channel=public", &operator)
+        .await;
+    leaks("public summaries", &page, &["40M", "layoffs"]);
+    let acb = app
+        .acb(
+            &operator,
+            json!({"session_id": "q", "channel": "public", "query_text": "hr plan summary public"}),
+        )
+        .await;
+    leaks("a public bundle", &acb, &["40M", "layoffs"]);
+    let (status, found) = app
+        .send_json(
+            reqwest::Method::POST,
+            "/api/v1/search",
+            &operator,
+            &json!({"query": "hr plan summary public", "channel": "public"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{found}");
+    leaks("a public search", &found, &["40M", "layoffs"]);
+
+    // The operator, on its private channel, sees both conflicts.
+    let (_, page) = app
+        .get_json("/api/v1/summaries?conflicted=true", &operator)
+        .await;
+    let flagged: Vec<&Value> = page["summaries"].as_array().unwrap().iter().collect();
+    assert_eq!(flagged.len(), 2, "{page:#}");
+    assert!(
+        page.to_string().contains("40M") && page.to_string().contains("layoffs"),
+        "{page:#}"
+    );
+    let acb = app
+        .acb(
+            &operator,
+            json!({"session_id": "q", "query_text": "hr plan summary public"}),
+        )
+        .await;
+    let conflicts: Vec<&Value> = acb["omissions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["reason"] == "conflict")
+        .collect();
+    assert!(
+        conflicts
+            .iter()
+            .any(|o| o["summary_id"] == public_summary["event_id"]
+                && o.to_string().contains("layoffs")),
+        "{acb:#}"
+    );
+}

@@ -127,7 +127,7 @@ pub(super) async fn retrieve(
         ]));
     }
     evidence
-        .consider(ctx.reader, ctx.tenant, ranked, omissions)
+        .consider(ctx.reader, ctx.tenant, ctx.visibility, ranked, omissions)
         .await?;
     kept_out_of_retrieval(ctx, plan, !standing.state.retracted.is_empty(), omissions).await?;
     Ok(retrieval)

@@ -342,7 +342,7 @@ pub async fn build_acb(
     let mut evidence = evidence::chooser(&ctx, &plan, &standing);
     let first = evidence::first(&ctx, &plan, &standing).await?;
     evidence
-        .consider(reader, tenant, first, &mut omissions)
+        .consider(reader, tenant, ctx.visibility, first, &mut omissions)
         .await?;
     let retrieval = match plan.question.take() {
         Some(question) => {

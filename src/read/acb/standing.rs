@@ -132,7 +132,7 @@ pub(super) async fn standing(
         }
         None => Default::default(),
     };
-    let recent = without_stale(reader, tenant, &state, recent, omissions).await?;
+    let recent = without_stale(reader, tenant, visibility, &state, recent, omissions).await?;
     Ok(Standing {
         state,
         cached,
@@ -340,6 +340,7 @@ async fn decision_rows(
 async fn without_stale(
     reader: &Reader,
     tenant: &str,
+    visibility: Visibility<'_>,
     state: &TenantState,
     items: Vec<Item>,
     omissions: &mut Omissions,
@@ -391,12 +392,13 @@ async fn without_stale(
         .await?;
     let mut kept = Vec::with_capacity(items.len());
     for item in items {
-        let standing = event_id(&item).and_then(|id| standings.get(&id).map(|s| (id, s)));
+        let standing = event_id(&item)
+            .and_then(|id| Some((id.clone(), standings.get(&id)?.clone().seen_by(visibility))));
         let Some((id, standing)) = standing else {
             kept.push(item);
             continue;
         };
-        match (standing.decision_status.as_deref(), &standing.conflicts) {
+        match (standing.decision_status.as_deref(), standing.conflicts) {
             (Some("superseded"), _) => omissions.add(
                 "superseded",
                 section,
@@ -416,7 +418,7 @@ async fn without_stale(
                 "conflict",
                 section,
                 item.id.clone(),
-                details(&[("summary_id", json!(id)), ("conflicts", conflicts.clone())]),
+                details(&[("summary_id", json!(id)), ("conflicts", conflicts)]),
             ),
             _ => kept.push(item),
         }
