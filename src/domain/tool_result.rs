@@ -29,20 +29,41 @@ pub(super) struct ToolResultContent {
     /// Text, or any JSON (kept as its pretty-printed text).
     output: Value,
     /// The line number of the output's first line; default 1.
-    #[schema(minimum = 1)]
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
     line_start: Option<u64>,
 }
+
+/// The largest first line a long text may say it starts at: chunks keep
+/// line numbers as 32-bit integers, and the excerpt's last line (64 KiB
+/// further at most) must fit too.
+pub const MAX_LINE_START: u64 = 1_000_000_000;
 
 pub(crate) fn check_shape(content: &Value) -> Result<(), FieldError> {
     let c: ToolResultContent = shape(content)?;
     non_empty("content.tool", &c.tool)?;
-    if c.line_start == Some(0) {
-        return Err(FieldError::new(
-            "content.line_start",
-            "lines are numbered from 1",
-        ));
-    }
+    check_line_start(content)?;
     reserved(content, "output")
+}
+
+/// `content.line_start`, when sent: a whole number of 1 to
+/// [`MAX_LINE_START`] ([`normalize_text`] reads it).
+fn check_line_start(content: &Value) -> Result<(), FieldError> {
+    match content.get("line_start") {
+        None => Ok(()),
+        Some(value)
+            if value
+                .as_u64()
+                .is_some_and(|n| (1..=MAX_LINE_START).contains(&n)) =>
+        {
+            Ok(())
+        }
+        Some(_) => Err(FieldError::new(
+            "content.line_start",
+            format!(
+                "must be a whole number from 1 (lines are numbered from 1) to {MAX_LINE_START}"
+            ),
+        )),
+    }
 }
 
 /// The fields memd sets when it normalizes a long text may not be sent.
@@ -118,6 +139,7 @@ pub(crate) fn check_artifact_shape(content: &Value) -> Result<(), FieldError> {
     if c.name.len() > super::limits::MAX_ID_BYTES {
         return Err(FieldError::new("content.name", "must be at most 256 bytes"));
     }
+    check_line_start(content)?;
     reserved(content, "text")
 }
 
@@ -269,5 +291,35 @@ mod tests {
         assert_eq!(err.field, "content.truncated");
         let err = check_shape(&json!({"tool": "x", "output": "", "line_start": 0})).unwrap_err();
         assert_eq!(err.field, "content.line_start");
+    }
+
+    /// A first line past what a chunk's line numbers hold was a panic (an
+    /// overflow adding the excerpt's lines) or a line range read back
+    /// negative; it is refused, in tool results and documents alike.
+    #[test]
+    fn a_first_line_number_is_bounded() {
+        for bad in [
+            json!(u64::MAX),
+            json!(i64::MAX),
+            json!(MAX_LINE_START + 1),
+            json!(-1),
+            json!(2.5),
+            json!("3"),
+        ] {
+            let err = check_shape(&json!({"tool": "x", "output": "a\nb", "line_start": bad}))
+                .unwrap_err();
+            assert_eq!(err.field, "content.line_start", "{bad}");
+            let err =
+                check_artifact_shape(&json!({"name": "n", "text": "a\nb", "line_start": bad}))
+                    .unwrap_err();
+            assert_eq!(err.field, "content.line_start", "{bad}");
+        }
+        let content = json!({"tool": "x", "output": "a\nb", "line_start": MAX_LINE_START});
+        check_shape(&content).unwrap();
+        let last = MAX_LINE_START + 1;
+        assert_eq!(
+            normalized(content).content["line_range"],
+            json!([MAX_LINE_START, last])
+        );
     }
 }

@@ -173,3 +173,29 @@ async fn an_artifact_event_keeps_a_named_document_and_bundles_find_it(
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(error["error"]["field"], "content.name");
 }
+
+/// A first line number past what memd stores was a panic (the connection
+/// closed without an answer; over MCP, which shares the check, the call
+/// never returned): it is a 400 naming the field, and nothing is stored.
+#[sqlx::test]
+async fn a_first_line_past_the_bound_is_refused_by_field(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let mut event = tool_result("big.log", "a\nb");
+    event["content"]["line_start"] = json!(u64::MAX);
+    let (status, body) = app.post_events(&token, &event).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["field"], "content.line_start", "{body}");
+    event["content"]["line_start"] = json!(i64::MAX);
+    let (status, body) = app.post_events(&token, &event).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(app.count("SELECT count(*) FROM events").await, 0);
+    // The daemon still answers.
+    event["content"]["line_start"] = json!(41);
+    let stored = app.append(&token, &event).await;
+    let content = stored_content(&app.pool, stored["event_id"].as_str().unwrap()).await;
+    assert_eq!(content["line_range"], json!([41, 42]));
+}
