@@ -132,7 +132,7 @@ impl CallError {
         Self::new(
             Failure::Forbidden,
             "agent_mismatch",
-            "this token is bound to an agent and acts as that agent only; agent_id names another",
+            "this token is bound to an agent and acts as that agent only; the field names another agent",
         )
         .with_field(field)
     }

@@ -9,7 +9,7 @@ use super::{ApiState, error::CallError, require_scope};
 use crate::{
     domain::{
         FieldError,
-        event::{Kind, NewEvent, claimed_tenant_mismatch, parse_body},
+        event::{ActorType, Kind, NewEvent, claimed_tenant_mismatch, parse_body},
         tenant::{Scope, TenantId},
     },
     metrics::Outcome,
@@ -416,7 +416,10 @@ pub(crate) async fn record_kind(
 }
 
 /// An agent's token records as that agent: events without `agent_id` get
-/// its agent, events naming another are refused (the whole batch).
+/// its agent, and events naming another, as their `agent_id` or as their
+/// agent actor (bundles show who spoke by the actor), are refused (the
+/// whole batch). Humans and tools it may name freely: it records what they
+/// said and returned.
 fn stamp_agent(
     caller: &Caller,
     mut events: Vec<NewEvent>,
@@ -425,17 +428,18 @@ fn stamp_agent(
     let Some(agent) = &caller.agent else {
         return Ok(events);
     };
+    let field = |index: usize, name: &str| match batch {
+        true => format!("events[{index}].{name}"),
+        false => name.to_owned(),
+    };
     for (index, event) in events.iter_mut().enumerate() {
-        match &event.agent_id {
-            Some(named) if named != agent => {
-                return Err(CallError::agent_mismatch(if batch {
-                    format!("events[{index}].agent_id")
-                } else {
-                    "agent_id".to_owned()
-                }));
-            }
-            _ => event.agent_id = Some(agent.clone()),
+        if event.agent_id.as_ref().is_some_and(|named| named != agent) {
+            return Err(CallError::agent_mismatch(field(index, "agent_id")));
         }
+        if event.actor_type == ActorType::Agent && event.actor_id != *agent {
+            return Err(CallError::agent_mismatch(field(index, "actor.id")));
+        }
+        event.agent_id = Some(agent.clone());
     }
     Ok(events)
 }

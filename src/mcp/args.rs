@@ -113,7 +113,7 @@ pub struct RecordEventArgs {
     pub content: Option<Map<String, Value>>,
     /// Where the conversation happens: `private` (default), `team`, `agent` or `public`. Decides which later bundles may show it.
     pub channel: Option<Channel>,
-    /// Who produced it. Default: {"type": "agent", "id": "mcp-agent"}.
+    /// Who produced it. Default: the token's agent, {"type": "agent", "id": "<agent>"}, or {"type": "agent", "id": "mcp-agent"} for a token of no agent. An agent's token may not name another agent.
     pub actor: Option<ActorArg>,
     /// `none` (default), `low`, `high` or `secret`. Secret content is never stored, only a marker.
     pub sensitivity: Option<Sensitivity>,
@@ -131,7 +131,8 @@ pub struct RecordEventArgs {
 
 impl RecordEventArgs {
     /// The `POST /api/v1/events` body this call stands for.
-    pub fn into_body(self) -> Result<Value, FieldError> {
+    /// The body, recorded by `agent` (the token's) when it names no actor.
+    pub fn into_body(self, agent: Option<&str>) -> Result<Value, FieldError> {
         let mut content = self.content.unwrap_or_default();
         if let Some(text) = self.text {
             if content.contains_key("text") {
@@ -143,7 +144,7 @@ impl RecordEventArgs {
             content.insert("text".into(), Value::String(text));
         }
         let actor = self.actor.map_or_else(
-            mcp_actor,
+            || mcp_actor(agent),
             |actor| json!({"type": actor.kind, "id": actor.id}),
         );
         let mut body = json!({
@@ -291,12 +292,12 @@ pub struct ViewEditArgs {
 
 impl ViewEditArgs {
     /// The `POST /api/v1/events` body that sets `view` to `text`.
-    pub fn body_setting(&self, text: &str) -> Value {
+    pub fn body_setting(&self, text: &str, agent: Option<&str>) -> Value {
         json!({
             "session_id": self.session_id.as_deref().unwrap_or("memory-blocks"),
             "kind": Kind::ViewUpdate,
             "channel": self.channel.unwrap_or(Channel::Private),
-            "actor": mcp_actor(),
+            "actor": mcp_actor(agent),
             "content": {"view": self.view, "text": text},
         })
     }
@@ -326,18 +327,20 @@ pub struct CorrectArgs {
 
 impl CorrectArgs {
     /// The `POST /api/v1/events/{id}/correct` body.
-    pub fn body(&self) -> Value {
+    pub fn body(&self, agent: Option<&str>) -> Value {
         json!({
             "content": self.content,
             "reason": self.reason,
-            "actor": mcp_actor(),
+            "actor": mcp_actor(agent),
         })
     }
 }
 
-/// Who MCP's writing tools record as the actor, when the model names none.
-pub fn mcp_actor() -> Value {
-    json!({"type": "agent", "id": "mcp-agent"})
+/// Who MCP's writing tools record as the actor, when the model names none:
+/// the token's agent (an agent's token speaks as itself only), or
+/// `mcp-agent` for a token of no agent.
+pub fn mcp_actor(agent: Option<&str>) -> Value {
+    json!({"type": "agent", "id": agent.unwrap_or("mcp-agent")})
 }
 
 /// Read a stored tool output whole, page by page.
@@ -461,7 +464,7 @@ mod tests {
     fn a_message_needs_only_a_session_and_text() {
         let args: RecordEventArgs =
             serde_json::from_value(json!({"session_id": "s1", "text": "hello"})).unwrap();
-        let body = args.into_body().unwrap();
+        let body = args.into_body(None).unwrap();
         assert_eq!(
             body,
             json!({"session_id": "s1", "kind": "message", "channel": "private",
@@ -475,7 +478,7 @@ mod tests {
             json!({"session_id": "s1", "text": "a", "content": {"text": "b"}}),
         )
         .unwrap();
-        assert_eq!(args.into_body().unwrap_err().field, "text");
+        assert_eq!(args.into_body(None).unwrap_err().field, "text");
     }
 
     #[test]

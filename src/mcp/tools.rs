@@ -91,7 +91,7 @@ impl MemoryTools {
         Parameters(args): Parameters<RecordEventArgs>,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
-        let body = match args.into_body() {
+        let body = match args.into_body(caller.agent.as_deref()) {
             Ok(body) => body,
             Err(err) => return Ok(invalid(err)),
         };
@@ -196,7 +196,7 @@ impl MemoryTools {
         Parameters(args): Parameters<ViewEditArgs>,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
-        let body = args.body_setting(&args.text);
+        let body = args.body_setting(&args.text, caller.agent.as_deref());
         match events::record(&self.state, caller, body).await {
             Ok((_, recorded)) => answered(&recorded),
             Err(err) => Ok(failed(err)),
@@ -224,7 +224,13 @@ impl MemoryTools {
             }
             _ => args.text.clone(),
         };
-        match events::record(&self.state, caller, args.body_setting(&text)).await {
+        match events::record(
+            &self.state,
+            caller,
+            args.body_setting(&text, caller.agent.as_deref()),
+        )
+        .await
+        {
             Ok((_, recorded)) => answered(&recorded),
             Err(err) => Ok(failed(err)),
         }
@@ -246,7 +252,7 @@ impl MemoryTools {
             caller,
             &args.event_ids,
             &args.reason,
-            mcp_actor(),
+            mcp_actor(caller.agent.as_deref()),
         )
         .await;
         match retracted {
@@ -266,7 +272,14 @@ impl MemoryTools {
         Parameters(args): Parameters<CorrectArgs>,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
-        match corrections::correct(&self.state, caller, &args.event_id, args.body()).await {
+        match corrections::correct(
+            &self.state,
+            caller,
+            &args.event_id,
+            args.body(caller.agent.as_deref()),
+        )
+        .await
+        {
             Ok((_, corrected)) => answered(&corrected),
             Err(err) => Ok(failed(err)),
         }

@@ -330,7 +330,7 @@ async fn an_agents_private_views_and_tasks_stay_its_own_even_in_omissions(
     let alpha = agent_token(&app, "acme", "alpha").await;
     let beta = agent_token(&app, "acme", "beta").await;
     let view = |text: &str| {
-        json!({"session_id": "s1", "channel": "private", "actor": {"type": "agent", "id": "x"},
+        json!({"session_id": "s1", "channel": "private", "actor": {"type": "human", "id": "x"},
                "kind": "view_update", "content": {"view": "rules", "text": text}})
     };
     app.append(&operator, &view("Shared rule: answer politely."))
@@ -570,4 +570,54 @@ async fn a_summarys_conflicts_never_quote_a_decision_the_reader_may_not_see(
                 && o.to_string().contains("layoffs")),
         "{acb:#}"
     );
+}
+
+/// Bundles show who spoke by the event's actor: an agent's token may not
+/// record an event whose actor is another agent (it would put words in
+/// that agent's mouth), alone or in a batch; it may name humans and tools,
+/// whose words and output it records.
+#[sqlx::test]
+async fn an_agents_token_cannot_speak_as_another_agent(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon_with(connect, ServeConfig::default()).await;
+    let operator = app.tenant("acme").await;
+    let coder = agent_token(&app, "acme", "coder").await;
+    let as_agent = |agent: &str, text: &str| {
+        json!({"session_id": "s1", "channel": "private",
+               "actor": {"type": "agent", "id": agent}, "kind": "message",
+               "content": {"text": text}})
+    };
+    let (status, body) = app
+        .post_events(&coder, &as_agent("planner", "impersonating planner"))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["error"]["code"], "agent_mismatch", "{body}");
+    assert_eq!(body["error"]["field"], "actor.id", "{body}");
+    let (status, body) = app
+        .post_events(
+            &coder,
+            &json!({"events": [as_agent("coder", "mine"), as_agent("planner", "not mine")]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["error"]["field"], "events[1].actor.id", "{body}");
+    assert_eq!(app.count("SELECT count(*) FROM events").await, 0);
+
+    app.append(&coder, &as_agent("coder", "the coder speaks for itself"))
+        .await;
+    app.append(&coder, &said("private", "alice said this to the coder"))
+        .await;
+    let (_, body) = app
+        .post_events(&coder, &tool_result("README.md", "# x\n"))
+        .await;
+    assert!(body["event_id"].is_string(), "a tool's output: {body}");
+    // An operator's token records any agent's words (it imports, relays).
+    app.append(
+        &operator,
+        &as_agent("planner", "imported from planner's log"),
+    )
+    .await;
+    assert_eq!(app.count("SELECT count(*) FROM events").await, 4);
 }

@@ -15,8 +15,11 @@ use crate::{
     helpers::{TestApp, event, memd_cli, message, spawn_daemon, spawn_daemon_with, wait_projected},
 };
 
+/// A retraction of `ids` by a person (any token may record what a person
+/// asks; an agent's token may not speak as another agent).
 fn retraction(ids: &[&Value], reason: &str) -> Value {
     let mut retraction = event("retraction", json!({ "reason": reason }), &[]);
+    retraction["actor"] = json!({"type": "human", "id": "user-1"});
     retraction["refs"] = json!(
         ids.iter()
             .map(|id| id["event_id"].clone())

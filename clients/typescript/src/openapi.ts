@@ -4035,7 +4035,11 @@ export interface operations {
     get_summaries: {
         parameters: {
             query?: {
-                /** @description `true`: only flagged summaries; `false`: only clean ones. */
+                /**
+                 * @description `true`: only flagged summaries; `false`: only clean ones (clean to
+                 *     the caller: a conflict with a decision it may not see is not shown).
+                 *     A page may then hold fewer than `limit`: page on by `before_seq`.
+                 */
                 conflicted?: boolean;
                 /** @description Only summaries of this session. */
                 session_id?: string;
