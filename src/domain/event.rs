@@ -249,6 +249,16 @@ impl NewEvent {
         if redactor.redact_json(&mut content) {
             event.sensitivity = Sensitivity::Secret;
         }
+        // A view is shown in every channel's bundles (views are filtered by
+        // sensitivity alone), so moving it to the private channel would not
+        // keep a `<private>` span out of public ones: refused.
+        if kind == Kind::ViewUpdate && holds_private_span(&content) {
+            return Err(FieldError::new(
+                "content.text",
+                "a view is shown in every channel's bundles, so it cannot hold a <private> span; \
+                 record the private part as a private message",
+            ));
+        }
         // A `<private>…</private>` span (seed 001's privacy tags) never
         // leaves the private channel: an event holding one is recorded
         // there, whatever channel it was sent to, and tagged so.

@@ -656,6 +656,20 @@ async fn a_private_span_never_leaves_the_private_channel(
         private.to_string().contains("7788"),
         "the private channel keeps it"
     );
+
+    // A view is shown in every channel's bundles: one holding a span is
+    // refused on any channel (it reached public bundles), and nothing is
+    // stored.
+    let before = app.count("SELECT count(*) FROM events").await;
+    for channel in ["public", "private"] {
+        let view = json!({"session_id": "s1", "channel": channel,
+                          "actor": {"type": "human", "id": "alice"}, "kind": "view_update",
+                          "content": {"view": "rules", "text": "narwhal rule <PRIVATE>viewpin 8811</PRIVATE>"}});
+        let (status, body) = app.post_events(&token, &view).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{channel}: {body}");
+        assert_eq!(body["error"]["field"], "content.text", "{body}");
+    }
+    assert_eq!(app.count("SELECT count(*) FROM events").await, before);
 }
 
 /// What an agent asked a tool is retrievable: a tool call is chunked (its
