@@ -76,7 +76,7 @@ pub async fn post_events(
         (status = 400, description = "`invalid_field`: `content` not of the event's kind's shape, `reason` empty, an unknown field, or the event is an erasure, retraction or handoff (`field` is `id`)", body = ErrorBody),
         (status = 403, description = "`insufficient_scope`: a read token", body = ErrorBody),
         (status = 404, description = "`not_found`: no event of this id that the token may correct (another agent's memory is answered alike)", body = ErrorBody),
-        (status = 409, description = "`idempotency_conflict`: the key was used for another request", body = ErrorBody),
+        (status = 409, description = "`idempotency_conflict`: the key was used for another request; `already_withdrawn` (field `id`): the event was withdrawn already (corrected or retracted); correct what replaced it", body = ErrorBody),
     ),
     security(("bearer" = [])),
 )]

@@ -94,6 +94,21 @@ pub(crate) async fn correct(
             ),
         ));
     }
+    // Corrected twice, an event would have two replacements in force. (A
+    // resend of this very correction, under its key, is replayed below.)
+    let resent = request.idempotency_key.as_ref().is_some_and(|key| {
+        original.retraction_key.as_deref() == Some(&format!("{key}{RETRACTION_KEY_SUFFIX}"))
+    });
+    if let Some(by) = original.retracted_by.as_ref().filter(|_| !resent) {
+        return Err(CallError::new(
+            Failure::Conflict,
+            "already_withdrawn",
+            format!(
+                "{event_id} was withdrawn by {by}; correct what replaced it (its refs name {event_id})"
+            ),
+        )
+        .with_field("id"));
+    }
     let envelope = |kind: Kind| {
         let mut event = Map::new();
         event.insert("session_id".into(), json!(original.session_id));
@@ -228,6 +243,10 @@ struct Original {
     sensitivity: Sensitivity,
     tags: Vec<String>,
     refs: Vec<String>,
+    /// The first retraction that withdrew it, if one did, and that
+    /// retraction's idempotency key.
+    retracted_by: Option<String>,
+    retraction_key: Option<String>,
 }
 
 impl Original {
@@ -235,9 +254,15 @@ impl Original {
     /// read, and for an agent's token the agent's own or nobody's.
     async fn read(state: &ApiState, caller: &Caller, event_id: &str) -> Result<Self, CallError> {
         sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT session_id, channel, agent_id, subject_id, kind, sensitivity, tags, refs
+            "SELECT session_id, channel, agent_id, subject_id, kind, sensitivity, tags, refs,
+                    r.event_id AS retracted_by, r.idempotency_key AS retraction_key
                FROM events
-              WHERE tenant_id = $1 AND event_id = $2 AND {readable}
+               LEFT JOIN LATERAL (
+                    SELECT r.event_id, r.idempotency_key FROM events r
+                     WHERE r.tenant_id = events.tenant_id AND r.kind = 'retraction'
+                       AND r.refs @> ARRAY[events.event_id]::text[]
+                     ORDER BY r.seq LIMIT 1) r ON true
+              WHERE events.tenant_id = $1 AND events.event_id = $2 AND {readable}
                 AND ($3::text IS NULL OR agent_id IS NULL OR agent_id = $3)",
             readable = event_row_condition(3)
         )))

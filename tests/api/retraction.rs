@@ -369,6 +369,31 @@ async fn an_agent_retracts_only_its_own_or_unowned_memory(
         once["retraction"]["event_id"],
         again["retraction"]["event_id"]
     );
+    // Corrected again (another request), the original would have two
+    // replacements in force: 409 naming the retraction; its replacement is
+    // what to correct, and that works.
+    let before = app.count("SELECT count(*) FROM events").await;
+    for key in [json!("fix-port-again"), Value::Null] {
+        let (status, refused) = correct(
+            &app,
+            &ann,
+            &fresh,
+            json!({"content": {"text": "the port is 7070"}, "reason": "again",
+                   "actor": {"type": "agent", "id": "ann"}, "idempotency_key": key}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+        assert_eq!(refused["error"]["code"], "already_withdrawn", "{refused}");
+        assert_eq!(refused["error"]["field"], "id", "{refused}");
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(once["retraction"]["event_id"].as_str().unwrap()),
+            "{refused}"
+        );
+    }
+    assert_eq!(app.count("SELECT count(*) FROM events").await, before);
     // The corrected event keeps the original's agent and channel.
     wait_projected(&app.pool, "acme").await;
     let (_, logged) = app

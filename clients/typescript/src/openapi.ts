@@ -3687,7 +3687,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `idempotency_conflict`: the key was used for another request */
+            /** @description `idempotency_conflict`: the key was used for another request; `already_withdrawn` (field `id`): the event was withdrawn already (corrected or retracted); correct what replaced it */
             409: {
                 headers: {
                     [name: string]: unknown;
