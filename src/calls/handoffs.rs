@@ -31,13 +31,15 @@ pub struct HandoffCreated {
 }
 
 /// Builds the packet from a request body and records it for `caller`:
-/// shared by HTTP and MCP.
+/// shared by HTTP and MCP. The body is redacted first, so the packet
+/// answered is the one stored, without the secrets it was sent with.
 pub(crate) async fn create(
     state: &ApiState,
     caller: &Caller,
-    body: Value,
+    mut body: Value,
 ) -> Result<HandoffCreated, CallError> {
     require_scope(caller, Scope::Write)?;
+    state.redactor.redact_json(&mut body);
     let request: HandoffRequest = parse_json("", body).map_err(CallError::invalid)?;
     if let Some(claimed) = &request.tenant_id
         && claimed != caller.tenant.as_str()

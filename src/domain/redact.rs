@@ -22,9 +22,20 @@ const BUILTIN_PATTERNS: &[(&str, &str)] = &[
         "jwt",
         r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*",
     ),
+    // `scheme://user:password@`, the user possibly empty (`redis://:pw@`).
     (
         "url_credentials",
-        r"(?i)\b[a-z][a-z0-9+.-]*://[^/\s:@]+:(?P<secret>[^@\s/]+)@",
+        r"(?i)\b[a-z][a-z0-9+.-]*://[^/\s:@]*:(?P<secret>[^@\s/]+)@",
+    ),
+    // HTTP basic credentials (base64 of `user:password`), in a header.
+    (
+        "basic_auth",
+        r"(?i)\bauthorization\s*:\s*basic\s+(?P<secret>[A-Za-z0-9+/]{4,}=*)",
+    ),
+    // The MySQL clients' password glued to its flag: `mysql -pS3cret`.
+    (
+        "mysql_password",
+        r"(?i)\bmysql(?:dump|admin|sh)?\b[^\n]*?\s-p(?P<secret>[^\s]+)",
     ),
     (
         "bearer",
@@ -43,6 +54,9 @@ const BUILTIN_PATTERNS: &[(&str, &str)] = &[
         r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
     ),
     ("slack_token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
+    ("npm_token", r"\bnpm_[A-Za-z0-9]{36}\b"),
+    ("docker_token", r"\bdckr_pat_[A-Za-z0-9_-]{20,}"),
+    ("gitlab_token", r"\bglpat-[A-Za-z0-9_-]{20,}"),
     // 40 characters of an AWS secret access key, on their own (checked:
     // upper and lower case letters and digits, not a hex digest).
     (
@@ -391,6 +405,15 @@ mod tests {
             ("card 5500-0000-0000-0004", "5500-0000-0000-0004"),
             ("ssn 123-45-6789 on file", "123-45-6789"),
             (&format!("token printed: {memd}"), memd.as_str()),
+            ("REDIS_URL redis://:p4ssw0rd@redis.local:6379/0", "p4ssw0rd"),
+            ("mysql -u root -pSuperSecret123 prod", "SuperSecret123"),
+            (
+                "Authorization: Basic dXNlcjpzdXBlcnNlY3JldA==",
+                "dXNlcjpzdXBlcnNlY3JldA",
+            ),
+            ("npm_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", "npm_AbCdEf"),
+            ("dckr_pat_AbCdEfGhIjKlMnOpQrStUvWx", "dckr_pat_AbCd"),
+            ("glpat-AbCdEfGhIjKlMnOpQrSt", "glpat-AbCd"),
         ];
         for (text, secret) in cases {
             let out = redacted(text);
@@ -414,6 +437,10 @@ mod tests {
             r#"{"token_est": 412, "token_used_est": 980}"#,
             "the tokenizer: byte pair",
             "we passed the secret santa list around",
+            // Flags and phrases near the new patterns' words.
+            "gcc -pthread -o app main.c && mkdir -p build",
+            "a basic understanding of http://localhost:8080/path",
+            "mysql -u root -p prod",
         ] {
             assert_eq!(Redactor::default().redact(text), None, "{text}");
         }

@@ -495,3 +495,32 @@ async fn a_receivers_inbox_lists_its_pending_packets_and_no_one_else_reads_them(
         "the same answer as for a decision that does not exist"
     );
 }
+
+/// A packet's secrets are redacted before it is stored, and the answer
+/// shows the packet as stored: it used to echo the secrets it was sent with.
+#[sqlx::test]
+async fn a_packets_secrets_are_redacted_in_the_answer_as_in_the_log(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let app = spawn_daemon(connect).await;
+    let token = app.tenant("acme").await;
+    let (status, created) = app
+        .post_handoff(
+            &token,
+            &json!({"from_agent": "a", "to_agent": "b",
+                    "task": "deploy with PASSWORD=hunter2abc",
+                    "open_questions": ["is redis://:p4ssw0rd@redis.local:6379/0 the cache?"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let (_, stored) = app
+        .get_json(&format!("/api/v1/events/{}", id(&created)), &token)
+        .await;
+    for body in [&created, &stored] {
+        let text = body.to_string();
+        assert!(!text.contains("hunter2abc"), "{body:#}");
+        assert!(!text.contains("p4ssw0rd"), "{body:#}");
+        assert!(text.contains("[REDACTED:"), "{body:#}");
+    }
+}
