@@ -302,12 +302,55 @@ pub fn router(
             )
         })
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(axum::middleware::from_fn(answer_panics))
         .layer(axum::middleware::from_fn(refuse_nul_in_uri))
         .layer(axum::middleware::from_fn_with_state(
             (body_read_timeout, max_body_bytes),
             body_deadline,
         ))
         .with_state(state)
+}
+
+/// A request whose handler panics (a bug) is answered 500 in the API's
+/// error shape, and the panic is logged; unanswered, the client saw its
+/// connection closed (an MCP client waited for an answer that never came).
+async fn answer_panics(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    match CatchUnwind(Box::pin(next.run(request))).await {
+        Ok(response) => response,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            CallError::internal(&std::io::Error::other(format!("handler panicked: {what}")))
+                .into_response()
+        }
+    }
+}
+
+/// A future's result, or the panic of one of its polls.
+struct CatchUnwind<F>(std::pin::Pin<Box<F>>);
+
+impl<F: std::future::Future> std::future::Future for CatchUnwind<F> {
+    type Output = std::thread::Result<F::Output>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        // A future that panicked is not polled again (it is dropped with
+        // the request), so what it left half-done is never seen.
+        let inner = self.0.as_mut();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(poll) => poll.map(Ok),
+            Err(panic) => std::task::Poll::Ready(Err(panic)),
+        }
+    }
 }
 
 /// Every body is read whole before any handler, within `deadline` of the
@@ -386,5 +429,39 @@ async fn refuse_nul_in_uri(
         ))
         .into_response(),
         None => next.run(request).await,
+    }
+}
+
+#[cfg(test)]
+mod panics {
+    use super::*;
+
+    /// A handler that panics is answered 500 in the error shape, and the
+    /// daemon goes on answering.
+    #[tokio::test]
+    async fn a_panicking_handler_is_answered_500() {
+        let router = Router::new()
+            .route(
+                "/boom",
+                axum::routing::get(|| async {
+                    if std::hint::black_box(true) {
+                        panic!("a bug");
+                    }
+                    "never"
+                }),
+            )
+            .route("/fine", axum::routing::get(|| async { "fine" }))
+            .layer(axum::middleware::from_fn(answer_panics));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move { axum::serve(listener, router).await });
+        let client = reqwest::Client::new();
+        let answer = client.get(format!("{base}/boom")).send().await.unwrap();
+        assert_eq!(answer.status(), 500);
+        let body: serde_json::Value = answer.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "internal", "{body}");
+        let answer = client.get(format!("{base}/fine")).send().await.unwrap();
+        assert_eq!(answer.text().await.unwrap(), "fine");
+        server.abort();
     }
 }
