@@ -90,8 +90,9 @@ fn parse(bytes: &[u8]) -> Result<serde_json::Value, CallError> {
     Ok(value)
 }
 
-/// Query parameters, parsed with errors naming `query` (a malformed value,
-/// an unknown parameter).
+/// Query parameters, parsed with errors naming the parameter whose value
+/// is malformed (`limit`), or `query` (an unknown parameter, a query that
+/// does not parse).
 pub struct QueryParams<T>(pub T);
 
 impl<T, S> FromRequestParts<S> for QueryParams<T>
@@ -101,11 +102,20 @@ where
 {
     type Rejection = CallError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        axum::extract::Query::<T>::from_request_parts(parts, state)
-            .await
-            .map(|axum::extract::Query(params)| QueryParams(params))
-            .map_err(|err| CallError::invalid(FieldError::new("query", err.body_text())))
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or_default();
+        let params = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+        serde_path_to_error::deserialize(params)
+            .map(QueryParams)
+            .map_err(|err| {
+                let path = err.path().to_string();
+                let field = match path.as_str() {
+                    "." | "" => "query".to_owned(),
+                    named => named.to_owned(),
+                };
+                let message = err.into_inner().to_string();
+                CallError::invalid(FieldError::new(field, message))
+            })
     }
 }
 

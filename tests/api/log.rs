@@ -102,7 +102,7 @@ async fn events_read_back_in_log_order_filtered_and_paged(
         StatusCode::BAD_REQUEST,
         "a misspelt filter is an error"
     );
-    assert_eq!(refused["error"]["field"], "query");
+    assert_eq!(refused["error"]["field"], "sesion_id", "{refused}");
 
     let (status, one) = get_json(&app, &format!("/api/v1/events/{}", ids[2]), &token).await;
     assert_eq!(status, StatusCode::OK);
@@ -187,7 +187,13 @@ async fn the_log_reads_by_time_and_tag_through_the_prds_indexes(
     assert_eq!(texts(&page), ["first", "third"]);
     let (status, error) = get_json(&app, "/api/v1/events?since=yesterday", &token).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert_eq!(error["error"]["field"], "query");
+    assert_eq!(
+        error["error"]["field"], "since",
+        "the parameter is named: {error}"
+    );
+    let (status, error) = get_json(&app, "/api/v1/events?limit=abc", &token).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(error["error"]["field"], "limit", "{error}");
 
     // With a tenant of many events, both filters are served by the PRD's
     // indexes (ANALYZE: the planner knows the table's shape).

@@ -220,7 +220,8 @@ async fn the_decision_ledger_filters_by_status_key_and_channel(
         ("/api/v1/decisions?status=maybe", "status"),
         ("/api/v1/decisions?scope=galaxy", "scope"),
         ("/api/v1/decisions?limit=0", "limit"),
-        ("/api/v1/decisions?channel=radio", "query"),
+        ("/api/v1/decisions?channel=radio", "channel"),
+        ("/api/v1/decisions?before_seq=abc", "before_seq"),
     ] {
         let (status, error) = app.get_json(path, &token).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {error}");

@@ -275,7 +275,7 @@ async fn proofs_outside_the_log_or_the_tenant_are_refused_naming_the_field(
         ("tree_size=0", "tree_size"),
         ("tree_size=6", "tree_size"),
         ("tree_size=4", "tree_size"),
-        ("tree_size=x", "query"),
+        ("tree_size=x", "tree_size"),
     ] {
         let response = app
             .get(&format!("/api/v1/events/{id}/proof?{query}"), &token)
