@@ -668,20 +668,26 @@ fn check_content(kind: Kind, content: &Value) -> Result<(), FieldError> {
         }
         Kind::ViewUpdate => {
             let c: ViewUpdateContent = shape(content)?;
-            let valid = !c.view.is_empty()
-                && c.view.len() <= 64
-                && c.view
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-            if valid {
-                Ok(())
-            } else {
-                Err(FieldError::new(
-                    "content.view",
-                    "must be 1-64 of letters, digits, '_', '-' or '.' (e.g. \"identity\", \"rules\")",
-                ))
-            }
+            check_view_name("content.view", &c.view)
         }
+    }
+}
+
+/// A view's name: 1-64 of letters, digits, `_`, `-`, `.`; else an error
+/// naming `field`.
+pub fn check_view_name(field: &str, view: &str) -> Result<(), FieldError> {
+    let valid = !view.is_empty()
+        && view.len() <= 64
+        && view
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if valid {
+        Ok(())
+    } else {
+        Err(FieldError::new(
+            field,
+            "must be 1-64 of letters, digits, '_', '-' or '.' (e.g. \"identity\", \"rules\")",
+        ))
     }
 }
 

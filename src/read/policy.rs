@@ -467,12 +467,12 @@ impl Policy {
             ));
         }
         for (view, limit) in &self.view_limits {
-            if view.is_empty() || view.len() > 256 {
-                return Err(FieldError::new(
-                    "view_limits",
-                    "view names must be 1-256 bytes",
-                ));
-            }
+            // Named as views are: a limit on any other name limits nothing.
+            let field = match view.is_empty() {
+                true => "view_limits".to_owned(),
+                false => format!("view_limits.{view}"),
+            };
+            crate::domain::event::check_view_name(&field, view)?;
             within(
                 &format!("view_limits.{view}"),
                 (*limit).into(),

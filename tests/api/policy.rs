@@ -339,6 +339,7 @@ async fn a_view_over_its_limit_is_refused_and_nothing_is_stored(
             "view_limits.persona",
         ),
         (json!({"view_limits": {"": 10}}), "view_limits"),
+        (json!({"view_limits": {"a b": 10}}), "view_limits.a b"),
         (json!({"view_limits": ["persona"]}), "view_limits"),
     ] {
         let (status, refused) = app.put_json("/api/v1/policy", &token, &policy).await;
