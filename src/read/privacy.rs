@@ -151,11 +151,11 @@ impl<'a> Visibility<'a> {
         self.channels().contains(&channel) && self.sensitivity_allowed(sensitivity)
     }
 
-    /// Whether memory of `audience` may be shown: by channel, sensitivity
-    /// and owner ([`Self::allows`], [`Self::owner_allows`]).
-    pub fn sees(self, audience: &Audience) -> bool {
-        self.allows(audience.channel, audience.sensitivity)
-            && self.owner_allows(audience.channel, audience.owner.as_deref())
+    /// Whether memory recorded in `channel` with `sensitivity`, owned by
+    /// `owner`, may be shown: by channel, sensitivity and owner
+    /// ([`Self::allows`], [`Self::owner_allows`]).
+    pub fn sees(self, channel: Channel, sensitivity: Sensitivity, owner: Option<&str>) -> bool {
+        self.allows(channel, sensitivity) && self.owner_allows(channel, owner)
     }
 
     pub fn allows_view(self, view: &str, sensitivity: Sensitivity) -> bool {

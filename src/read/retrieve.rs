@@ -1475,7 +1475,7 @@ pub fn visible_conflicts(
                 None => true,
                 Some(id) => audiences
                     .get(id)
-                    .is_some_and(|audience| visibility.sees(audience)),
+                    .is_some_and(|a| visibility.sees(a.channel, a.sensitivity, a.owner.as_deref())),
             },
         )
         .collect();

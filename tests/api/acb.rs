@@ -45,7 +45,7 @@ pub fn texts(acb: &Value, name: &str) -> Vec<String> {
         .collect()
 }
 
-fn omission<'a>(acb: &'a Value, reason: &str) -> Vec<&'a Value> {
+pub fn omission<'a>(acb: &'a Value, reason: &str) -> Vec<&'a Value> {
     acb["omissions"]
         .as_array()
         .unwrap()

@@ -626,12 +626,7 @@ async fn switching_embedders_rebuilds_only_the_embeddings_and_bundles_keep_worki
     connect: PgConnectOptions,
 ) {
     let (mut app, token) = chatter_embedded(connect, "hashed").await;
-    let status: Value = app
-        .get("/api/v1/admin/embedder", &token)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let (_, status) = app.get_json("/api/v1/admin/embedder", &token).await;
     assert_eq!(status["active"], "hashed");
     let before = other_projections(&app).await;
     let events_before = app.count("SELECT count(*) FROM events").await;
@@ -660,12 +655,7 @@ async fn switching_embedders_rebuilds_only_the_embeddings_and_bundles_keep_worki
         Duration::from_secs(60),
         "the switch to minilm",
         async || {
-            let status: Value = app
-                .get("/api/v1/admin/embedder", &token)
-                .await
-                .json()
-                .await
-                .unwrap();
+            let (_, status) = app.get_json("/api/v1/admin/embedder", &token).await;
             if status["active"] == "minilm" && status["building"].is_null() {
                 Ok(status)
             } else {

@@ -294,8 +294,7 @@ pub(super) async fn decision_items(
 }
 
 fn visible(visibility: Visibility<'_>, item: &Visible) -> bool {
-    visibility.allows(item.channel, item.sensitivity)
-        && visibility.owner_allows(item.channel, item.owner.as_deref())
+    visibility.sees(item.channel, item.sensitivity, item.owner.as_deref())
 }
 
 /// Whether an item the bundle leaves out may be named in its omissions:
